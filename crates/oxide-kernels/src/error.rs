@@ -1,0 +1,20 @@
+//! The kernels' error type.
+
+use crate::dtype::DType;
+
+/// Errors a kernel reports instead of touching memory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The kernel has no loop for this dtype.
+    #[error("{op}: dtype {dtype} is not supported on oxide")]
+    UnsupportedDtype { op: &'static str, dtype: DType },
+    /// A dtype code the ABI does not define.
+    #[error("unknown dtype code {code}")]
+    UnknownDtype { code: i32 },
+    /// Operands whose shape/stride arrays disagree in length, or a negative extent.
+    #[error("{op}: invalid layout: {reason}")]
+    InvalidLayout { op: &'static str, reason: String },
+}
+
+/// Shorthand used throughout the kernels.
+pub type Result<T> = std::result::Result<T, Error>;

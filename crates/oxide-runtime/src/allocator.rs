@@ -1,0 +1,297 @@
+//! Caching device allocator, layered over [`DeviceMemory`] the way PyTorch's
+//! CUDA caching allocator is layered over `cudaMalloc`.
+//!
+//! Memory strategy:
+//! - requests are rounded up to 512 bytes; a freed block goes back to a cache
+//!   keyed by the stream it was allocated on, and is reused only by a later
+//!   request on that same stream (stream order guarantees the earlier user
+//!   is done with it);
+//! - a cached block serves a request if it is at most 25% larger, so a small
+//!   request never pins a huge block;
+//! - when the device is full, the cache is released and the request retried
+//!   once (`num_alloc_retries`), then out-of-memory is reported with the
+//!   requested, allocated, reserved and capacity bytes (`num_ooms`);
+//! - `record_stream` marks a block as used by another stream. With inline
+//!   streams that use has finished by the time the block is freed; an
+//!   asynchronous runtime will defer the block's return to the cache until
+//!   an event recorded on each such stream completes.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::error::{Error, Result};
+use crate::memory::{round_up, DeviceMemory};
+use crate::stream::StreamId;
+
+/// One statistic, as in `c10::CachingDeviceAllocator::Stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stat {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
+}
+
+impl Stat {
+    fn increase(&mut self, n: i64) {
+        self.current += n;
+        self.allocated += n;
+        self.peak = self.peak.max(self.current);
+    }
+    fn decrease(&mut self, n: i64) {
+        self.current -= n;
+        self.freed += n;
+    }
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+    fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+}
+
+/// Allocator statistics of one device; byte counts are bytes, the rest are counts.
+/// Field names follow `torch.cuda.memory_stats()`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Blocks handed to callers.
+    pub allocation: Stat,
+    /// Blocks obtained from device memory (cached or in use).
+    pub segment: Stat,
+    /// Bytes of blocks handed to callers (rounded block sizes).
+    pub allocated_bytes: Stat,
+    /// Bytes obtained from device memory, cached or in use.
+    pub reserved_bytes: Stat,
+    /// Bytes the callers asked for, before rounding.
+    pub requested_bytes: Stat,
+    /// Requests that had to release the cache and retry.
+    pub num_alloc_retries: i64,
+    /// Requests that failed with out-of-memory.
+    pub num_ooms: i64,
+    /// Calls into device memory `malloc`.
+    pub num_device_alloc: i64,
+    /// Calls into device memory `free`.
+    pub num_device_free: i64,
+}
+
+#[derive(Debug)]
+struct Block {
+    size: usize,
+    requested: usize,
+    stream: StreamId,
+    recorded_streams: Vec<StreamId>,
+}
+
+/// The caching allocator of one device.
+pub struct CachingAllocator {
+    memory: DeviceMemory,
+    active: HashMap<usize, Block>,
+    /// Cached free blocks ordered by (stream, size, ptr) for best-fit lookup.
+    cached: BTreeSet<(StreamId, usize, usize)>,
+    stats: DeviceStats,
+}
+
+impl CachingAllocator {
+    pub(crate) fn new(memory: DeviceMemory) -> CachingAllocator {
+        CachingAllocator { memory, active: HashMap::new(), cached: BTreeSet::new(), stats: DeviceStats::default() }
+    }
+
+    /// The underlying device memory.
+    pub fn memory(&self) -> &DeviceMemory {
+        &self.memory
+    }
+
+    /// Allocates at least `bytes` for use on `stream`; 0 bytes gives a null pointer.
+    ///
+    /// Errors: [`Error::OutOfMemory`] with requested/allocated/reserved/capacity bytes.
+    pub fn allocate(&mut self, bytes: usize, stream: StreamId) -> Result<usize> {
+        if bytes == 0 {
+            return Ok(0);
+        }
+        let size = round_up(bytes);
+        let limit = size + size / 4;
+        let hit = self.cached.range((stream, size, 0)..=(stream, limit, usize::MAX)).next().copied();
+        let (ptr, block_size) = match hit {
+            Some(key) => {
+                self.cached.remove(&key);
+                (key.2, key.1)
+            }
+            None => (self.device_malloc(bytes, size)?, size),
+        };
+        self.active.insert(ptr, Block { size: block_size, requested: bytes, stream, recorded_streams: Vec::new() });
+        self.stats.allocation.increase(1);
+        self.stats.allocated_bytes.increase(block_size as i64);
+        self.stats.requested_bytes.increase(bytes as i64);
+        Ok(ptr)
+    }
+
+    fn device_malloc(&mut self, bytes: usize, size: usize) -> Result<usize> {
+        let ptr = match self.memory.malloc(size) {
+            Ok(p) => p,
+            Err(Error::OutOfMemory { .. }) if !self.cached.is_empty() => {
+                self.stats.num_alloc_retries += 1;
+                self.empty_cache();
+                self.memory.malloc(size).map_err(|e| self.oom(e, bytes))?
+            }
+            Err(e) => return Err(self.oom(e, bytes)),
+        };
+        self.stats.num_device_alloc += 1;
+        self.stats.segment.increase(1);
+        self.stats.reserved_bytes.increase(size as i64);
+        Ok(ptr)
+    }
+
+    fn oom(&mut self, e: Error, bytes: usize) -> Error {
+        match e {
+            Error::OutOfMemory { device, capacity, .. } => {
+                self.stats.num_ooms += 1;
+                Error::OutOfMemory {
+                    device,
+                    requested: bytes,
+                    allocated: self.stats.allocated_bytes.current as usize,
+                    reserved: self.stats.reserved_bytes.current as usize,
+                    capacity,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Returns the block at `ptr` to the cache of the stream it was allocated on.
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not a live block of this allocator.
+    pub fn free(&mut self, ptr: usize) -> Result<()> {
+        if ptr == 0 {
+            return Ok(());
+        }
+        let block = self.active.remove(&ptr).ok_or(Error::InvalidPointer { ptr })?;
+        self.stats.allocation.decrease(1);
+        self.stats.allocated_bytes.decrease(block.size as i64);
+        self.stats.requested_bytes.decrease(block.requested as i64);
+        self.cached.insert((block.stream, block.size, ptr));
+        Ok(())
+    }
+
+    /// `recordStream`: the block at `ptr` is also used by `stream`.
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not inside a live block.
+    pub fn record_stream(&mut self, ptr: usize, stream: StreamId) -> Result<()> {
+        let block = self.active.get_mut(&ptr).ok_or(Error::InvalidPointer { ptr })?;
+        if block.stream != stream && !block.recorded_streams.contains(&stream) {
+            block.recorded_streams.push(stream);
+        }
+        Ok(())
+    }
+
+    /// `emptyCache`: gives every cached block back to device memory.
+    pub fn empty_cache(&mut self) {
+        for (_, size, ptr) in std::mem::take(&mut self.cached) {
+            if self.memory.free(ptr).is_ok() {
+                self.stats.num_device_free += 1;
+                self.stats.segment.decrease(1);
+                self.stats.reserved_bytes.decrease(size as i64);
+            }
+        }
+    }
+
+    /// True when `ptr` is the start of a block handed to a caller.
+    pub fn is_active(&self, ptr: usize) -> bool {
+        self.active.contains_key(&ptr)
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> DeviceStats {
+        self.stats
+    }
+
+    /// `resetPeakStats`: every peak becomes the current value.
+    pub fn reset_peak_stats(&mut self) {
+        let s = &mut self.stats;
+        for st in [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes] {
+            st.reset_peak();
+        }
+    }
+
+    /// `resetAccumulatedStats`: allocated/freed totals and event counters go to 0.
+    pub fn reset_accumulated_stats(&mut self) {
+        let s = &mut self.stats;
+        for st in [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes] {
+            st.reset_accumulated();
+        }
+        s.num_alloc_retries = 0;
+        s.num_ooms = 0;
+        s.num_device_alloc = 0;
+        s.num_device_free = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(cap: usize) -> CachingAllocator {
+        CachingAllocator::new(DeviceMemory::reserve(0, cap).unwrap())
+    }
+
+    #[test]
+    fn caches_per_stream_and_counts() {
+        let mut a = alloc(1 << 20);
+        let p = a.allocate(1000, 0).unwrap();
+        assert_eq!(a.stats().allocated_bytes.current, 1024);
+        assert_eq!(a.stats().requested_bytes.current, 1000);
+        a.free(p).unwrap();
+        assert_eq!(a.stats().allocated_bytes.current, 0);
+        assert_eq!(a.stats().reserved_bytes.current, 1024);
+        let other_stream = a.allocate(1000, 5).unwrap();
+        assert_ne!(other_stream, p, "a block cached for stream 0 is not reused on stream 5");
+        let q = a.allocate(900, 0).unwrap();
+        assert_eq!(q, p, "same stream, fitting size: reuse");
+        assert_eq!(a.stats().num_device_alloc, 2);
+        assert_eq!(a.stats().allocated_bytes.peak, 2048);
+        assert_eq!(a.allocate(0, 0).unwrap(), 0);
+        a.free(0).unwrap();
+        assert!(matches!(a.free(12345), Err(Error::InvalidPointer { .. })));
+    }
+
+    #[test]
+    fn small_requests_do_not_take_large_blocks() {
+        let mut a = alloc(1 << 20);
+        let big = a.allocate(64 << 10, 0).unwrap();
+        a.free(big).unwrap();
+        let small = a.allocate(512, 0).unwrap();
+        assert_ne!(small, big);
+    }
+
+    #[test]
+    fn oom_retries_after_emptying_cache_then_reports() {
+        let mut a = alloc(1 << 20);
+        let p = a.allocate(600 << 10, 0).unwrap();
+        a.free(p).unwrap();
+        let q = a.allocate(700 << 10, 0).unwrap();
+        assert_eq!(a.stats().num_alloc_retries, 1);
+        match a.allocate(700 << 10, 0) {
+            Err(Error::OutOfMemory { requested, allocated, reserved, capacity, .. }) => {
+                assert_eq!((requested, allocated, reserved, capacity), (700 << 10, 700 << 10, 700 << 10, 1 << 20));
+            }
+            other => panic!("expected OOM, got {other:?}"),
+        }
+        assert_eq!(a.stats().num_ooms, 1);
+        a.free(q).unwrap();
+        a.empty_cache();
+        assert_eq!(a.stats().reserved_bytes.current, 0);
+        assert_eq!(a.memory().used(), 0);
+    }
+
+    #[test]
+    fn peak_and_accumulated_resets() {
+        let mut a = alloc(1 << 20);
+        let p = a.allocate(4096, 0).unwrap();
+        a.record_stream(p, 3).unwrap();
+        a.free(p).unwrap();
+        a.reset_peak_stats();
+        assert_eq!(a.stats().allocated_bytes.peak, 0);
+        a.reset_accumulated_stats();
+        assert_eq!(a.stats().allocated_bytes.allocated, 0);
+        assert_eq!(a.stats().num_device_alloc, 0);
+    }
+}

@@ -1,0 +1,46 @@
+//! The runtime's error type. Every variant carries the structured fields a
+//! caller needs to build an actionable message (device, bytes, handles).
+
+/// Errors returned by every fallible runtime call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A device index outside `0..device_count` (cudaErrorInvalidDevice).
+    #[error("invalid device index {index}: oxide has {count} device(s) (indices 0..{count}; set OXIDE_DEVICE_COUNT to change)")]
+    InvalidDevice { index: i64, count: usize },
+
+    /// A device allocation that does not fit (cudaErrorMemoryAllocation).
+    /// All sizes are in bytes.
+    #[error("oxide out of memory: tried to allocate {requested} bytes on oxide:{device}; {allocated} bytes allocated by tensors, {reserved} bytes reserved by the caching allocator, device capacity {capacity} bytes (set OXIDE_DEVICE_MEMORY to change)")]
+    OutOfMemory { device: usize, requested: usize, allocated: usize, reserved: usize, capacity: usize },
+
+    /// A pointer that is not the start of a live device allocation.
+    #[error("pointer {ptr:#x} is not a live allocation on any oxide device")]
+    InvalidPointer { ptr: usize },
+
+    /// A copy whose source or destination range leaves the memory it names.
+    #[error("invalid {kind} copy of {bytes} bytes from {src:#x} to {dst:#x}: {reason}")]
+    InvalidCopy { kind: &'static str, bytes: usize, src: usize, dst: usize, reason: &'static str },
+
+    /// A stream handle that does not name a stream of the given device.
+    #[error("invalid stream id {stream} on oxide:{device}")]
+    InvalidStream { device: usize, stream: i64 },
+
+    /// `elapsed_time` on events that were not created with timing, or were not recorded.
+    #[error("invalid event: {reason}")]
+    InvalidEvent { reason: &'static str },
+
+    /// Any use of the runtime in a process forked after it was initialised.
+    #[error("the oxide runtime cannot be used in a forked subprocess after it was initialised in the parent; use the 'spawn' start method for multiprocessing")]
+    Forked,
+
+    /// An environment variable with a value the runtime cannot use.
+    #[error("invalid value {value:?} for {var}: {reason}")]
+    Config { var: &'static str, value: String, reason: String },
+
+    /// The operating system refused to reserve a device's address range.
+    #[error("could not reserve {bytes} bytes of address space for oxide:{device}: {reason}")]
+    Reserve { device: usize, bytes: usize, reason: String },
+}
+
+/// Shorthand used throughout the runtime.
+pub type Result<T> = std::result::Result<T, Error>;

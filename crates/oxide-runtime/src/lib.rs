@@ -1,0 +1,364 @@
+//! oxide-runtime: the device runtime behind torch-oxide's `oxide` device.
+//!
+//! Shaped like the CUDA runtime API (see this crate's README for the call
+//! mapping): devices with a thread-local current device, per-device memory
+//! behind a caching allocator, pinned host memory, streams and events, and
+//! copies between host and devices. It knows nothing of PyTorch.
+//!
+//! The runtime is created lazily on first use from the environment
+//! (`OXIDE_DEVICE_COUNT`, `OXIDE_DEVICE_MEMORY`). A process forked after
+//! initialisation gets [`Error::Forked`] from every call, as `torch.cuda` does.
+
+pub mod allocator;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod host;
+pub mod memory;
+pub mod stream;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+pub use allocator::{CachingAllocator, DeviceStats, Stat};
+pub use config::Config;
+pub use error::{Error, Result};
+pub use event::Event;
+pub use host::HostMemory;
+pub use stream::{StreamId, Streams, DEFAULT_STREAM};
+
+/// One device: its caching allocator (owning its memory) and its streams.
+pub struct Device {
+    index: usize,
+    allocator: Mutex<CachingAllocator>,
+    range: (usize, usize),
+    streams: Streams,
+}
+
+impl Device {
+    /// Index of the device.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// The device's caching allocator, locked.
+    pub fn allocator(&self) -> MutexGuard<'_, CachingAllocator> {
+        self.allocator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// The device's streams.
+    pub fn streams(&self) -> &Streams {
+        &self.streams
+    }
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.range.1
+    }
+    fn contains(&self, ptr: usize) -> bool {
+        ptr >= self.range.0 && ptr < self.range.0 + self.range.1
+    }
+}
+
+/// The process-wide runtime.
+pub struct Runtime {
+    config: Config,
+    devices: Vec<Device>,
+    host: HostMemory,
+}
+
+static RUNTIME: OnceLock<std::result::Result<Runtime, Error>> = OnceLock::new();
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked_child() {
+    if INITIALIZED.load(Ordering::Relaxed) {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    static CURRENT_DEVICE: RefCell<usize> = const { RefCell::new(0) };
+    /// Current stream per device index on this thread.
+    static CURRENT_STREAMS: RefCell<Vec<StreamId>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Copy directions, as `cudaMemcpyKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemcpyKind {
+    HostToHost,
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+}
+
+impl MemcpyKind {
+    fn name(self) -> &'static str {
+        match self {
+            MemcpyKind::HostToHost => "host-to-host",
+            MemcpyKind::HostToDevice => "host-to-device",
+            MemcpyKind::DeviceToHost => "device-to-host",
+            MemcpyKind::DeviceToDevice => "device-to-device",
+        }
+    }
+}
+
+/// What a pointer is, as `cudaPointerGetAttributes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PointerKind {
+    /// Inside the address range of this device (allocated or not).
+    Device(usize),
+    /// Inside a live pinned host block.
+    PinnedHost,
+    /// Anything else: ordinary host memory.
+    Host,
+}
+
+/// True once the runtime has been created in this process.
+pub fn is_initialized() -> bool {
+    INITIALIZED.load(Ordering::Relaxed)
+}
+
+/// True in a child forked after the parent initialised the runtime.
+pub fn is_in_bad_fork() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// The runtime, created on first call.
+///
+/// Errors: [`Error::Forked`] in a forked child; [`Error::Config`] or
+/// [`Error::Reserve`] when the environment asks for something impossible.
+pub fn runtime() -> Result<&'static Runtime> {
+    if FORKED.load(Ordering::Relaxed) {
+        return Err(Error::Forked);
+    }
+    RUNTIME
+        .get_or_init(|| {
+            let config = Config::from_env()?;
+            let devices = (0..config.device_count)
+                .map(|i| {
+                    let memory = memory::DeviceMemory::reserve(i, config.device_memory)?;
+                    let range = (memory.base(), memory.capacity());
+                    Ok(Device { index: i, allocator: Mutex::new(CachingAllocator::new(memory)), range, streams: Streams::new(i) })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            // SAFETY: registering a plain extern "C" function with no captured state.
+            unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) };
+            INITIALIZED.store(true, Ordering::Relaxed);
+            Ok(Runtime { config, devices, host: HostMemory::default() })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// `cudaGetDeviceCount` that never fails: 0 when the runtime cannot start.
+pub fn device_count() -> usize {
+    runtime().map_or(0, |r| r.devices.len())
+}
+
+impl Runtime {
+    /// The configuration the runtime was created with.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Number of devices.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Device `index`.
+    ///
+    /// Errors: [`Error::InvalidDevice`] for an index outside `0..device_count`.
+    pub fn device(&self, index: i64) -> Result<&Device> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.devices.get(i))
+            .ok_or(Error::InvalidDevice { index, count: self.devices.len() })
+    }
+
+    /// Pinned host memory.
+    pub fn host(&self) -> &HostMemory {
+        &self.host
+    }
+
+    /// `cudaGetDevice` for the calling thread.
+    pub fn current_device(&self) -> usize {
+        CURRENT_DEVICE.with(|d| *d.borrow())
+    }
+
+    /// `cudaSetDevice` for the calling thread.
+    ///
+    /// Errors: [`Error::InvalidDevice`].
+    pub fn set_device(&self, index: i64) -> Result<()> {
+        let d = self.device(index)?.index;
+        CURRENT_DEVICE.with(|c| *c.borrow_mut() = d);
+        Ok(())
+    }
+
+    /// The calling thread's current stream on `device` (the default stream unless set).
+    ///
+    /// Errors: [`Error::InvalidDevice`].
+    pub fn current_stream(&self, device: i64) -> Result<StreamId> {
+        let d = self.device(device)?.index;
+        Ok(CURRENT_STREAMS.with(|s| s.borrow().get(d).copied().unwrap_or(DEFAULT_STREAM)))
+    }
+
+    /// Makes `stream` the calling thread's current stream on `device`; returns the previous one.
+    ///
+    /// Errors: [`Error::InvalidDevice`], [`Error::InvalidStream`].
+    pub fn exchange_stream(&self, device: i64, stream: StreamId) -> Result<StreamId> {
+        let dev = self.device(device)?;
+        if !dev.streams.is_valid(stream) {
+            return Err(Error::InvalidStream { device: dev.index, stream });
+        }
+        Ok(CURRENT_STREAMS.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() <= dev.index {
+                s.resize(dev.index + 1, DEFAULT_STREAM);
+            }
+            std::mem::replace(&mut s[dev.index], stream)
+        }))
+    }
+
+    /// `cudaPointerGetAttributes`.
+    pub fn pointer_kind(&self, ptr: usize) -> PointerKind {
+        if let Some(d) = self.devices.iter().find(|d| d.contains(ptr)) {
+            PointerKind::Device(d.index)
+        } else if self.host.contains(ptr) {
+            PointerKind::PinnedHost
+        } else {
+            PointerKind::Host
+        }
+    }
+
+    /// `cudaDeviceSynchronize`.
+    ///
+    /// Errors: [`Error::InvalidDevice`].
+    pub fn synchronize_device(&self, device: i64) -> Result<()> {
+        self.device(device)?.streams.synchronize_all()
+    }
+
+    fn check_device_range(&self, ptr: usize, bytes: usize, kind: MemcpyKind, src: usize, dst: usize) -> Result<usize> {
+        let bad = |reason| Error::InvalidCopy { kind: kind.name(), bytes, src, dst, reason };
+        let PointerKind::Device(d) = self.pointer_kind(ptr) else {
+            return Err(bad("a device-side pointer is not oxide device memory"));
+        };
+        let alloc = self.devices[d].allocator();
+        let Some((start, len)) = alloc.memory().allocation_of(ptr) else {
+            return Err(bad("a device-side pointer is not inside a live allocation"));
+        };
+        if ptr + bytes > start + len {
+            return Err(bad("the copy runs past the end of the device allocation"));
+        }
+        Ok(d)
+    }
+
+    fn check_host(&self, ptr: usize, bytes: usize, kind: MemcpyKind, src: usize, dst: usize) -> Result<()> {
+        if let PointerKind::Device(_) = self.pointer_kind(ptr) {
+            return Err(Error::InvalidCopy { kind: kind.name(), bytes, src, dst, reason: "a host-side pointer is oxide device memory" });
+        }
+        Ok(())
+    }
+
+    /// `cudaMemcpyAsync`: copies `bytes` from `src` to `dst` in stream order on
+    /// `stream` of the device side (the destination for device-to-device).
+    /// The ranges must not overlap. Null pointers are allowed only for 0 bytes.
+    ///
+    /// Errors: [`Error::InvalidCopy`] when a pointer is on the wrong side or
+    /// the range leaves its allocation; [`Error::InvalidStream`].
+    pub fn memcpy_async(&self, dst: usize, src: usize, bytes: usize, kind: MemcpyKind, stream: StreamId) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let device = match kind {
+            MemcpyKind::HostToHost => {
+                self.check_host(src, bytes, kind, src, dst)?;
+                self.check_host(dst, bytes, kind, src, dst)?;
+                None
+            }
+            MemcpyKind::HostToDevice => {
+                self.check_host(src, bytes, kind, src, dst)?;
+                Some(self.check_device_range(dst, bytes, kind, src, dst)?)
+            }
+            MemcpyKind::DeviceToHost => {
+                self.check_host(dst, bytes, kind, src, dst)?;
+                Some(self.check_device_range(src, bytes, kind, src, dst)?)
+            }
+            MemcpyKind::DeviceToDevice => {
+                self.check_device_range(src, bytes, kind, src, dst)?;
+                Some(self.check_device_range(dst, bytes, kind, src, dst)?)
+            }
+        };
+        if src.max(dst) - src.min(dst) < bytes {
+            return Err(Error::InvalidCopy { kind: kind.name(), bytes, src, dst, reason: "source and destination overlap" });
+        }
+        // SAFETY: both ranges were checked above to be live, disjoint and `bytes` long
+        // (host ranges are the caller's contract, as with cudaMemcpy).
+        let copy = || unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
+        match device {
+            Some(d) => self.devices[d].streams.launch(stream, copy).map(|_| ()),
+            None => {
+                copy();
+                Ok(())
+            }
+        }
+    }
+
+    /// `cudaMemcpy`: [`Runtime::memcpy_async`] on the current stream, then synchronise it.
+    pub fn memcpy(&self, dst: usize, src: usize, bytes: usize, kind: MemcpyKind) -> Result<()> {
+        let d = self.current_device() as i64;
+        let stream = self.current_stream(d)?;
+        self.memcpy_async(dst, src, bytes, kind, stream)?;
+        self.device(d)?.streams.synchronize(stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_streams_and_copies() {
+        let rt = runtime().unwrap();
+        assert_eq!(rt.device_count(), config::DEFAULT_DEVICE_COUNT.min(rt.device_count()));
+        assert!(matches!(rt.device(99), Err(Error::InvalidDevice { index: 99, .. })));
+        assert!(matches!(rt.set_device(-1), Err(Error::InvalidDevice { .. })));
+
+        std::thread::spawn(move || {
+            rt.set_device(1).unwrap();
+            assert_eq!(rt.current_device(), 1);
+            let s = rt.device(1).unwrap().streams().create();
+            assert_eq!(rt.exchange_stream(1, s).unwrap(), DEFAULT_STREAM);
+            assert_eq!(rt.current_stream(1).unwrap(), s);
+            assert_eq!(rt.current_stream(0).unwrap(), DEFAULT_STREAM);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(rt.current_device(), 0, "current device is thread-local");
+
+        let d0 = rt.device(0).unwrap().allocator().allocate(64, 0).unwrap();
+        let d1 = rt.device(1).unwrap().allocator().allocate(64, 0).unwrap();
+        assert_eq!(rt.pointer_kind(d0), PointerKind::Device(0));
+        assert_eq!(rt.pointer_kind(d1 + 63), PointerKind::Device(1));
+        let host: Vec<u8> = (0..64).collect();
+        let mut back = vec![0u8; 64];
+        assert_eq!(rt.pointer_kind(host.as_ptr() as usize), PointerKind::Host);
+        rt.memcpy(d0, host.as_ptr() as usize, 64, MemcpyKind::HostToDevice).unwrap();
+        rt.memcpy(d1, d0, 64, MemcpyKind::DeviceToDevice).unwrap();
+        rt.memcpy(back.as_mut_ptr() as usize, d1, 64, MemcpyKind::DeviceToHost).unwrap();
+        assert_eq!(host, back);
+
+        let err = rt.memcpy(d0, host.as_ptr() as usize, 4096, MemcpyKind::HostToDevice).unwrap_err();
+        assert!(matches!(err, Error::InvalidCopy { .. }), "{err}");
+        let err = rt.memcpy(back.as_mut_ptr() as usize, host.as_ptr() as usize, 64, MemcpyKind::DeviceToHost).unwrap_err();
+        assert!(matches!(err, Error::InvalidCopy { .. }), "{err}");
+
+        rt.device(0).unwrap().allocator().free(d0).unwrap();
+        rt.device(1).unwrap().allocator().free(d1).unwrap();
+        rt.synchronize_device(0).unwrap();
+
+        let pinned = rt.host().malloc(128).unwrap();
+        assert_eq!(rt.pointer_kind(pinned + 5), PointerKind::PinnedHost);
+        rt.host().free(pinned).unwrap();
+        assert!(is_initialized() && !is_in_bad_fork());
+    }
+}
