@@ -1,0 +1,187 @@
+//! `torch_oxide._C`: the extension module. It holds three things:
+//! - [`abi`]: the `extern "C"` functions the C++ glue in `csrc/` calls;
+//! - [`fallback`]: CPU-fallback counting and its mode;
+//! - the PyO3 module below: the Python view of the runtime (device
+//!   management, memory statistics, fallback report) used by `torch.oxide`.
+//!
+//! The C++ glue is compiled by `build.rs` and linked whole-archive into this
+//! library, so its static registrations (allocator, guard, hooks, kernels,
+//! fallback) run when Python loads the module (after `import torch`).
+
+pub mod abi;
+pub mod fallback;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use oxide_runtime::runtime;
+
+fn to_py(e: oxide_runtime::Error) -> PyErr {
+    match e {
+        oxide_runtime::Error::Config { .. } => PyValueError::new_err(e.to_string()),
+        _ => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+fn device(index: i64) -> PyResult<&'static oxide_runtime::Device> {
+    runtime().and_then(|rt| rt.device(index)).map_err(to_py)
+}
+
+/// Number of oxide devices (0 if the runtime cannot start).
+#[pyfunction]
+fn device_count() -> usize {
+    oxide_runtime::device_count()
+}
+
+/// Starts the runtime. Raises RuntimeError in a forked child, ValueError on a bad configuration.
+#[pyfunction]
+fn init() -> PyResult<()> {
+    runtime().map(|_| ()).map_err(to_py)
+}
+
+/// True once the runtime has started.
+#[pyfunction]
+fn is_initialized() -> bool {
+    oxide_runtime::is_initialized()
+}
+
+/// True in a child forked after the runtime started.
+#[pyfunction]
+fn is_in_bad_fork() -> bool {
+    oxide_runtime::is_in_bad_fork()
+}
+
+/// Current device of the calling thread.
+#[pyfunction]
+fn current_device() -> PyResult<usize> {
+    runtime().map(|rt| rt.current_device()).map_err(to_py)
+}
+
+/// Sets the calling thread's current device. Raises RuntimeError for an invalid index.
+#[pyfunction]
+fn set_device(index: i64) -> PyResult<()> {
+    runtime().and_then(|rt| rt.set_device(index)).map_err(to_py)
+}
+
+/// Waits for all work on every stream of `index`.
+#[pyfunction]
+fn synchronize(index: i64) -> PyResult<()> {
+    runtime().and_then(|rt| rt.synchronize_device(index)).map_err(to_py)
+}
+
+/// Capacity of device `index` in bytes.
+#[pyfunction]
+fn device_capacity(index: i64) -> PyResult<usize> {
+    Ok(device(index)?.capacity())
+}
+
+/// `(free, total)` bytes of device `index`, as `torch.cuda.mem_get_info`.
+#[pyfunction]
+fn mem_get_info(index: i64) -> PyResult<(usize, usize)> {
+    let d = device(index)?;
+    let used = d.allocator().memory().used();
+    Ok((d.capacity() - used, d.capacity()))
+}
+
+/// Allocator statistics of device `index` as a flat dict keyed like
+/// `torch.cuda.memory_stats()` (`"allocated_bytes.all.current"`, ...).
+#[pyfunction]
+fn memory_stats<'py>(py: Python<'py>, index: i64) -> PyResult<Bound<'py, PyDict>> {
+    let s = device(index)?.allocator().stats();
+    let out = PyDict::new(py);
+    for (name, st) in [
+        ("allocation", s.allocation),
+        ("segment", s.segment),
+        ("active", s.allocation),
+        ("allocated_bytes", s.allocated_bytes),
+        ("reserved_bytes", s.reserved_bytes),
+        ("active_bytes", s.allocated_bytes),
+        ("requested_bytes", s.requested_bytes),
+    ] {
+        for (field, v) in [("current", st.current), ("peak", st.peak), ("allocated", st.allocated), ("freed", st.freed)] {
+            out.set_item(format!("{name}.all.{field}"), v)?;
+        }
+    }
+    out.set_item("num_alloc_retries", s.num_alloc_retries)?;
+    out.set_item("num_ooms", s.num_ooms)?;
+    out.set_item("num_device_alloc", s.num_device_alloc)?;
+    out.set_item("num_device_free", s.num_device_free)?;
+    Ok(out)
+}
+
+/// Resets the peak statistics of device `index`.
+#[pyfunction]
+fn reset_peak_memory_stats(index: i64) -> PyResult<()> {
+    device(index)?.allocator().reset_peak_stats();
+    Ok(())
+}
+
+/// Resets the accumulated statistics of device `index`.
+#[pyfunction]
+fn reset_accumulated_memory_stats(index: i64) -> PyResult<()> {
+    device(index)?.allocator().reset_accumulated_stats();
+    Ok(())
+}
+
+/// Releases all cached, unused blocks of every device.
+#[pyfunction]
+fn empty_cache() -> PyResult<()> {
+    let rt = runtime().map_err(to_py)?;
+    for d in 0..rt.device_count() {
+        rt.device(d as i64).map_err(to_py)?.allocator().empty_cache();
+    }
+    Ok(())
+}
+
+/// `{operator name: calls}` of operators that ran through the CPU fallback.
+#[pyfunction]
+fn fallback_stats() -> std::collections::BTreeMap<String, u64> {
+    fallback::counts()
+}
+
+/// Forgets the fallback counts.
+#[pyfunction]
+fn reset_fallback_stats() {
+    fallback::reset()
+}
+
+/// The fallback mode: "silent", "warn" or "error".
+#[pyfunction]
+fn get_fallback_mode() -> &'static str {
+    fallback::mode().name()
+}
+
+/// Sets the fallback mode. Raises ValueError for anything but "silent", "warn", "error".
+#[pyfunction]
+fn set_fallback_mode(mode: &str) -> PyResult<()> {
+    let m = fallback::Mode::parse(mode)
+        .ok_or_else(|| PyValueError::new_err(format!("invalid fallback mode {mode:?}: expected 'silent', 'warn' or 'error'")))?;
+    fallback::set_mode(m);
+    Ok(())
+}
+
+/// The extension module `torch_oxide._C`.
+#[pymodule]
+#[pyo3(name = "_C")]
+fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(is_initialized, m)?)?;
+    m.add_function(wrap_pyfunction!(is_in_bad_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(current_device, m)?)?;
+    m.add_function(wrap_pyfunction!(set_device, m)?)?;
+    m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(device_capacity, m)?)?;
+    m.add_function(wrap_pyfunction!(mem_get_info, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_peak_memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_accumulated_memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(fallback_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_fallback_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(get_fallback_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

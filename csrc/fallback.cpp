@@ -1,0 +1,39 @@
+// The boxed CPU fallback for every aten operator without a native oxide
+// kernel. Each call is counted per operator in the Rust runtime
+// (torch.oxide.fallback_stats()); OXIDE_FALLBACK decides whether it runs
+// silently, warns once per operator (default) or raises.
+#include "oxide.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& name = op.schema().operator_name();
+  const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  switch (oxide_fallback_record(full.c_str())) {
+    case OXIDE_FALLBACK_ERROR:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", full,
+                                  "' has no native oxide kernel, and OXIDE_FALLBACK=error forbids running it "
+                                  "on the CPU fallback");
+    case OXIDE_FALLBACK_WARN:
+      TORCH_WARN("oxide: operator '", full,
+                 "' has no native oxide kernel and runs on the CPU fallback (its tensors are copied to the host "
+                 "and back). See torch.oxide.fallback_stats(); OXIDE_FALLBACK=silent hides this warning, "
+                 "OXIDE_FALLBACK=error forbids the fallback.");
+      break;
+    default:
+      break;
+  }
+  at::native::cpu_fallback(op, stack);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
+}
+
+} // namespace oxide

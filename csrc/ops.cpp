@@ -1,0 +1,228 @@
+// The minimal native operator set every PrivateUse1 backend needs before
+// anything else works: allocation (empty, empty_strided), views (as_strided,
+// view, _reshape_alias), resizing (resize_, set_), copies between host and
+// devices (_copy_from, _copy_from_and_resize) and _local_scalar_dense.
+// View semantics are PyTorch's own device-generic implementations; only
+// memory and copies are ours.
+#include "oxide.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+constexpr auto kOxideKey = c10::DispatchKey::PrivateUse1;
+
+void check_create_args(c10::Device device, std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_INTERNAL_ASSERT(device.is_privateuseone());
+  TORCH_CHECK_NOT_IMPLEMENTED(c10::layout_or_default(layout) == c10::Layout::Strided,
+                              "oxide supports only the torch.strided layout, got ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  const auto dev = c10::device_or_default(device);
+  check_create_args(dev, layout, pin_memory);
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(kOxideKey),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  const auto dev = c10::device_or_default(device);
+  check_create_args(dev, layout, pin_memory);
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_strided_generic(size, stride, device_allocator(), c10::DispatchKeySet(kOxideKey),
+                                           c10::dtype_or_default(dtype));
+}
+
+// Sets sizes (and strides, or contiguous strides) and grows the storage if
+// the new geometry needs more bytes; never shrinks (as CPU's resize_).
+void restride_and_grow(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::IntArrayRef> stride) {
+  auto* impl = self.unsafeGetTensorImpl();
+  const auto itemsize = self.dtype().itemsize();
+  const auto offset = impl->storage_offset();
+  size_t nbytes = 0;
+  if (stride) {
+    impl->set_sizes_and_strides(size, *stride);
+    nbytes = at::detail::computeStorageNbytes(size, *stride, itemsize, offset);
+  } else {
+    impl->set_sizes_contiguous(size);
+    nbytes = at::detail::computeStorageNbytesContiguous(size, itemsize, offset);
+  }
+  if (nbytes > self.storage().nbytes()) {
+    resize_storage_bytes(self.storage(), nbytes);
+  }
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  for (const auto s : size) {
+    TORCH_CHECK_VALUE(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+  }
+  if (!(self.sizes() == size && !memory_format)) {
+    restride_and_grow(self, size, std::nullopt);
+  }
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve, "Unsupported memory format ", *memory_format);
+    self.unsafeGetTensorImpl()->empty_tensor_restride(*memory_format);
+  }
+  return self;
+}
+
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                               c10::IntArrayRef stride) {
+  at::native::checkSetStorage(self, std::move(source), offset, size, stride);
+  self.unsafeGetTensorImpl()->set_storage_offset(offset);
+  restride_and_grow(self, size, stride.data() != nullptr ? std::optional<c10::IntArrayRef>(stride) : std::nullopt);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage_offset(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.unsafeGetTensorImpl() != source.unsafeGetTensorImpl()) {
+    return set_storage_offset(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+  }
+  return self;
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  const c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return set_storage_offset(self, std::move(storage), 0, {0}, {});
+}
+
+int64_t stream_of(const at::Tensor& t) {
+  return current_stream(t.device().index());
+}
+
+void memcpy_on(const at::Tensor& device_side, void* dst, const void* src, size_t bytes, int32_t kind) {
+  const auto index = device_side.device().index();
+  const int64_t stream = current_stream(index);
+  OXIDE_CHECK(oxide_memcpy_async(dst, src, bytes, kind, index, stream));
+  OXIDE_CHECK(oxide_stream_synchronize(index, stream));
+}
+
+// Same dtype, both on oxide (possibly different devices), src already expanded to dst's shape.
+void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.device() != dst.device()) {
+    OXIDE_CHECK(oxide_device_synchronize(src.device().index()));
+  }
+  const c10::DeviceGuard guard(dst.device());
+  const auto ndim = static_cast<size_t>(dst.dim());
+  OXIDE_CHECK(oxide_copy_strided(dst.device().index(), stream_of(dst), dst.element_size(), ndim,
+                                 dst.sizes().data(), dst.data_ptr(), dst.strides().data(), src.const_data_ptr(),
+                                 src.strides().data()));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
+  if (dst.numel() == 0 || self.is_same(dst)) {
+    return dst;
+  }
+  const bool src_dev = self.is_privateuseone();
+  const bool dst_dev = dst.is_privateuseone();
+  TORCH_CHECK((src_dev || self.is_cpu()) && (dst_dev || dst.is_cpu()),
+              "oxide copies only between cpu and oxide tensors, got ", self.device(), " -> ", dst.device());
+  at::assert_no_internal_overlap(dst);
+
+  if (src_dev && dst_dev) {
+    if (self.scalar_type() != dst.scalar_type()) {
+      // Casts on the device come with the kernel engine; until then they are staged through the host.
+      dst.copy_(self.to(at::kCPU).to(dst.scalar_type()), non_blocking);
+      return dst;
+    }
+    at::Tensor src = self.expand(dst.sizes());
+    if (src.is_alias_of(dst)) {
+      src = src.clone();  // overlapping source and destination: read everything before writing
+    }
+    copy_device_to_device(src, dst);
+    return dst;
+  }
+
+  if (dst_dev) {  // host -> device
+    const c10::DeviceGuard guard(dst.device());
+    const at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes());
+    if (!dst.is_non_overlapping_and_dense()) {
+      at::Tensor staging = at::empty(dst.sizes(), dst.options());
+      copy_from(src, staging, non_blocking);
+      copy_device_to_device(staging, dst);
+      return dst;
+    }
+    // Lay the host data out exactly like dst, then move the bytes in one copy.
+    at::Tensor host = at::empty_strided(dst.sizes(), dst.strides(), src.options());
+    host.copy_(src);
+    memcpy_on(dst, dst.data_ptr(), host.const_data_ptr(), host.nbytes(), OXIDE_MEMCPY_HOST_TO_DEVICE);
+    return dst;
+  }
+
+  // device -> host
+  const c10::DeviceGuard guard(self.device());
+  const at::Tensor src = self.is_non_overlapping_and_dense() ? self : self.contiguous();
+  at::Tensor host = at::empty_strided(src.sizes(), src.strides(), src.options().device(at::kCPU));
+  memcpy_on(src, host.data_ptr(), src.const_data_ptr(), host.nbytes(), OXIDE_MEMCPY_DEVICE_TO_HOST);
+  dst.copy_(host);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  return at::_local_scalar_dense(self.to(at::kCPU));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+}
+
+} // namespace oxide

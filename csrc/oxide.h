@@ -1,0 +1,68 @@
+// Shared helpers of the C++ glue: the generated C ABI header, the status
+// check that turns a Rust error into the matching c10 exception, and the
+// few small functions several glue files need.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Storage.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+#include "oxide_abi.h"
+
+namespace oxide {
+
+// The calling thread's last runtime error message.
+inline std::string last_error() {
+  std::string msg(oxide_last_error(nullptr, 0), '\0');
+  oxide_last_error(msg.data(), msg.size() + 1);
+  return msg;
+}
+
+// Throws the c10 exception for a failed ABI call, with the caller's location
+// (TORCH_CHECK records __FILE__/__LINE__ of the expansion site).
+#define OXIDE_CHECK(expr)                                                   \
+  do {                                                                      \
+    const int32_t oxide_status_ = (expr);                                   \
+    if (C10_UNLIKELY(oxide_status_ != OXIDE_STATUS_SUCCESS)) {              \
+      const std::string oxide_msg_ = ::oxide::last_error();                 \
+      TORCH_CHECK_WITH(                                                     \
+          OutOfMemoryError,                                                 \
+          oxide_status_ != OXIDE_STATUS_OUT_OF_MEMORY,                      \
+          oxide_msg_);                                                      \
+      TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_); \
+      TORCH_CHECK(false, oxide_msg_);                                       \
+    }                                                                       \
+  } while (0)
+
+inline c10::DeviceIndex current_device() {
+  int32_t d = 0;
+  OXIDE_CHECK(oxide_get_device(&d));
+  return static_cast<c10::DeviceIndex>(d);
+}
+
+inline int64_t current_stream(c10::DeviceIndex device) {
+  int64_t s = 0;
+  OXIDE_CHECK(oxide_stream_current(device, &s));
+  return s;
+}
+
+// The registered device allocator (allocator.cpp).
+c10::Allocator* device_allocator();
+
+// Grows or shrinks a storage to `nbytes`, keeping min(old, new) bytes
+// (shared by resize_, set_ and untyped_storage().resize_()).
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+
+} // namespace oxide
+
+#include <ATen/core/Generator.h>
+
+namespace oxide {
+// A new generator on `device` (-1: current device); raises for an invalid index (generator.cpp).
+at::Generator make_generator(c10::DeviceIndex device);
+// The default generator of `device` (-1: current device), created on first use (generator.cpp).
+const at::Generator& default_generator(c10::DeviceIndex device);
+} // namespace oxide

@@ -1,0 +1,223 @@
+"""``torch.oxide``: the device module of the oxide backend, shaped like ``torch.cuda``.
+
+Devices are numbered ``0..device_count()-1`` (``OXIDE_DEVICE_COUNT``, default 2);
+each has ``OXIDE_DEVICE_MEMORY`` bytes of memory (default 4 GiB). The runtime starts
+lazily on first use. A process forked after that cannot use oxide (use the ``spawn``
+start method), as with CUDA.
+
+Memory functions take ``device`` as an int, ``"oxide:N"``, a ``torch.device`` or
+None (current device) and report bytes. Invalid devices raise ``RuntimeError``
+(bad index) or ``ValueError`` (not an oxide device).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from .. import _C
+
+__all__ = [
+    "is_available",
+    "is_initialized",
+    "init",
+    "device_count",
+    "current_device",
+    "set_device",
+    "device",
+    "synchronize",
+    "get_device_name",
+    "mem_get_info",
+    "memory_stats",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats",
+    "empty_cache",
+    "fallback_stats",
+    "reset_fallback_stats",
+    "get_fallback_mode",
+    "set_fallback_mode",
+]
+
+_DeviceLike = Union[int, str, torch.device, None]
+
+
+def _check_fallback_env() -> None:
+    value = os.environ.get("OXIDE_FALLBACK")
+    if value is not None and value.strip().lower() not in ("silent", "warn", "error"):
+        raise ValueError(f"OXIDE_FALLBACK={value!r} is invalid: expected 'silent', 'warn' or 'error'")
+
+
+_check_fallback_env()
+
+
+def _lazy_init() -> None:
+    if _C.is_in_bad_fork():
+        raise RuntimeError(
+            "Cannot re-initialize oxide in a forked subprocess. To use oxide with "
+            "multiprocessing, use the 'spawn' start method."
+        )
+    _C.init()
+
+
+def init() -> None:
+    """Start the oxide runtime now instead of on first use.
+
+    Raises RuntimeError in a forked child, ValueError for a bad OXIDE_* setting.
+    """
+    _lazy_init()
+
+
+def is_initialized() -> bool:
+    """True once the runtime has started in this process."""
+    return _C.is_initialized() and not _C.is_in_bad_fork()
+
+
+def is_available() -> bool:
+    """True when at least one oxide device exists (the runtime can start)."""
+    return _C.device_count() > 0
+
+
+def device_count() -> int:
+    """Number of oxide devices (0 if the runtime cannot start)."""
+    return _C.device_count()
+
+
+def _device_index(dev: _DeviceLike, optional: bool = True) -> int:
+    if dev is None:
+        if not optional:
+            raise ValueError("an oxide device is required")
+        return current_device()
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        return dev
+    if isinstance(dev, str):
+        dev = torch.device(dev)
+    if isinstance(dev, torch.device):
+        if dev.type != "oxide":
+            raise ValueError(f"expected an oxide device, got {dev}")
+        return current_device() if dev.index is None else dev.index
+    raise TypeError(f"expected an int, str or torch.device, got {type(dev).__name__}")
+
+
+def current_device() -> int:
+    """Index of the calling thread's current oxide device."""
+    _lazy_init()
+    return _C.current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    """Set the calling thread's current oxide device. Raises RuntimeError for a bad index."""
+    _lazy_init()
+    _C.set_device(_device_index(device))
+
+
+class device:
+    """Context manager that makes ``device`` current and restores the previous one on exit.
+
+    ``device(None)`` and ``device(-1)`` change nothing, as with ``torch.cuda.device``.
+    """
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = -1 if device is None else _device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx != -1:
+            self.prev_idx = current_device()
+            if self.prev_idx != self.idx:
+                set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.idx != -1 and self.prev_idx != self.idx:
+            set_device(self.prev_idx)
+        return False
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Wait until all work on every stream of ``device`` has finished."""
+    _lazy_init()
+    _C.synchronize(_device_index(device))
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    """Name of the device: the emulated accelerator and its memory size."""
+    _lazy_init()
+    idx = _device_index(device)
+    gib = _C.device_capacity(idx) / 2**30
+    return f"oxide:{idx} (Rust runtime on host CPU, {gib:g} GiB)"
+
+
+def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
+    """``(free, total)`` device memory in bytes; free excludes memory the caching allocator holds."""
+    _lazy_init()
+    return _C.mem_get_info(_device_index(device))
+
+
+def memory_stats(device: _DeviceLike = None) -> Dict[str, int]:
+    """Caching-allocator statistics, keyed as ``torch.cuda.memory_stats()`` (bytes and counts)."""
+    _lazy_init()
+    return dict(sorted(_C.memory_stats(_device_index(device)).items()))
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    """Bytes currently held by tensors on ``device``."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    """Peak of :func:`memory_allocated` since start or the last :func:`reset_peak_memory_stats`."""
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    """Bytes held by the caching allocator on ``device`` (in use or cached)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    """Peak of :func:`memory_reserved`."""
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    """Make every peak statistic equal to its current value."""
+    _lazy_init()
+    _C.reset_peak_memory_stats(_device_index(device))
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    """Zero the accumulated (allocated/freed totals, retries, OOM) statistics."""
+    _lazy_init()
+    _C.reset_accumulated_memory_stats(_device_index(device))
+
+
+def empty_cache() -> None:
+    """Release every cached, unused block of every device back to device memory."""
+    if is_initialized():
+        _C.empty_cache()
+
+
+def fallback_stats() -> Dict[str, int]:
+    """``{aten operator: calls}`` for operators that ran through the CPU fallback."""
+    return dict(_C.fallback_stats())
+
+
+def reset_fallback_stats() -> None:
+    """Forget the fallback counts (and warn again on the next fallback of each operator)."""
+    _C.reset_fallback_stats()
+
+
+def get_fallback_mode() -> str:
+    """``"warn"`` (default: warn once per operator), ``"silent"`` or ``"error"`` (``OXIDE_FALLBACK``)."""
+    return _C.get_fallback_mode()
+
+
+def set_fallback_mode(mode: str) -> None:
+    """Set the fallback mode for this process. Raises ValueError for an unknown mode."""
+    _C.set_fallback_mode(mode)
