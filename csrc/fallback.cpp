@@ -36,4 +36,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
 }
 
+// Composite operators whose generic kernel picks a backend implementation and
+// refuses unknown devices (convolution ends in convolution_overrideable, which
+// throws). Registering the counted fallback for them directly keeps them working
+// (forward and, through convolution_backward, autograd) until native kernels exist.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
+}
+
 } // namespace oxide

@@ -1,12 +1,13 @@
 // c10::GeneratorImpl for PrivateUse1: the per-device random state (seed and
-// Philox-style offset), one default generator per device through the hooks,
-// and REGISTER_GENERATOR_PRIVATEUSE1 as the seed tutorial describes.
+// Philox-style offset), one default generator per device through the hooks
+// (getDefaultGenerator / getNewGenerator). torch 2.15 deprecates
+// REGISTER_GENERATOR_PRIVATEUSE1 in favour of the hooks and warns on every
+// import when it is used, so it is not registered here.
 // State layout of get_state/set_state: 16 bytes, uint8 CPU tensor
 // = [seed: u64 little-endian, offset: u64 little-endian].
 #include "oxide.h"
 
 #include <ATen/Functions.h>
-#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -95,7 +96,5 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   }
   return generators[index];
 }
-
-REGISTER_GENERATOR_PRIVATEUSE1(make_generator)
 
 } // namespace oxide

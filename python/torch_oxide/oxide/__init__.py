@@ -42,6 +42,15 @@ __all__ = [
     "reset_fallback_stats",
     "get_fallback_mode",
     "set_fallback_mode",
+    "manual_seed",
+    "manual_seed_all",
+    "seed",
+    "seed_all",
+    "initial_seed",
+    "get_rng_state",
+    "get_rng_state_all",
+    "set_rng_state",
+    "set_rng_state_all",
 ]
 
 _DeviceLike = Union[int, str, torch.device, None]
@@ -54,6 +63,11 @@ def _check_fallback_env() -> None:
 
 
 _check_fallback_env()
+
+
+def _is_in_bad_fork() -> bool:
+    """True in a child forked after the parent started the runtime (used by torch.manual_seed)."""
+    return _C.is_in_bad_fork()
 
 
 def _lazy_init() -> None:
@@ -221,3 +235,16 @@ def get_fallback_mode() -> str:
 def set_fallback_mode(mode: str) -> None:
     """Set the fallback mode for this process. Raises ValueError for an unknown mode."""
     _C.set_fallback_mode(mode)
+
+
+from .random import (  # noqa: E402  (needs the helpers above)
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
