@@ -1,7 +1,8 @@
 // The minimal native operator set every PrivateUse1 backend needs before
 // anything else works: allocation (empty, empty_strided), views (as_strided,
 // view, _reshape_alias), resizing (resize_, set_), copies between host and
-// devices (_copy_from, _copy_from_and_resize) and _local_scalar_dense.
+// devices (_copy_from, _copy_from_and_resize), _local_scalar_dense, and
+// fill_/zero_ (needed by every factory such as zeros, ones, full).
 // View semantics are PyTorch's own device-generic implementations; only
 // memory and copies are ours.
 #include "oxide.h"
@@ -14,6 +15,7 @@
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -183,6 +185,30 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   return dst;
 }
 
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) {
+    return self;
+  }
+  at::assert_no_internal_overlap(self);
+  // The scalar converted to self's dtype by CPU PyTorch's rules (checked narrowing, bool, complex).
+  const at::Tensor element = at::scalar_tensor(value, self.options().device(at::kCPU));
+  const c10::DeviceGuard guard(self.device());
+  OXIDE_CHECK(oxide_fill_strided(self.device().index(), stream_of(self), self.element_size(),
+                                 static_cast<size_t>(self.dim()), self.sizes().data(), self.data_ptr(),
+                                 self.strides().data(), element.const_data_ptr()));
+  return self;
+}
+
+at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(), " dimensions.");
+  return fill_scalar(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  return fill_scalar(self, 0);
+}
+
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (!dst.sizes().equals(self.sizes())) {
     dst.resize_(self.sizes());
@@ -223,6 +249,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
+  m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
+  m.impl("zero_", TORCH_FN(zero_));
 }
 
 } // namespace oxide

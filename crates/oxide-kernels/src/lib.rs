@@ -9,6 +9,7 @@
 pub mod copy;
 pub mod dtype;
 pub mod error;
+pub mod fill;
 pub mod layout;
 
 pub use dtype::DType;

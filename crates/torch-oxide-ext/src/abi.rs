@@ -325,15 +325,9 @@ pub unsafe extern "C" fn oxide_copy_strided(
     src_strides: *const i64,
 ) -> i32 {
     ffi(|| {
-        let slice = |p: *const i64| -> &[i64] {
-            if ndim == 0 {
-                &[]
-            } else {
-                // SAFETY: the glue passes ndim-long arrays.
-                unsafe { std::slice::from_raw_parts(p, ndim) }
-            }
-        };
-        let layout = Layout::new("copy_", slice(shape), [slice(dst_strides), slice(src_strides)])?;
+        // SAFETY: the glue passes ndim-long arrays.
+        let (shape, ds, ss) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(src_strides, ndim)) };
+        let layout = Layout::new("copy_", shape, [ds, ss])?;
         let rt = runtime()?;
         for p in [dst as usize, src as usize] {
             if layout.numel() > 0 && !matches!(rt.pointer_kind(p), PointerKind::Device(_)) {
@@ -346,6 +340,53 @@ pub unsafe extern "C" fn oxide_copy_strided(
         })?;
         Ok(r?)
     })
+}
+
+/// Writes the `elem_size` bytes at `pattern` to every element of the strided
+/// device operand `dst` (`ndim` dimensions, strides in elements), enqueued on
+/// `stream` of `device`.
+///
+/// # Safety
+/// The glue guarantees that every addressed element lies in live device
+/// memory and that `pattern` holds `elem_size` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_fill_strided(
+    device: i32,
+    stream: i64,
+    elem_size: usize,
+    ndim: usize,
+    shape: *const i64,
+    dst: *mut c_void,
+    dst_strides: *const i64,
+    pattern: *const c_void,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: the glue passes ndim-long arrays.
+        let (shape, strides) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim)) };
+        let layout = Layout::new("fill_", shape, [strides])?;
+        let rt = runtime()?;
+        if layout.numel() > 0 && !matches!(rt.pointer_kind(dst as usize), PointerKind::Device(_)) {
+            return Err(oxide_runtime::Error::InvalidPointer { ptr: dst as usize }.into());
+        }
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+            // SAFETY: see the function's contract.
+            unsafe { oxide_kernels::fill::fill_strided(elem_size, &layout, dst as *mut u8, pattern as *const u8) }
+        })?;
+        Ok(r?)
+    })
+}
+
+/// `ndim` values at `p` (an empty slice for `ndim == 0`, whatever `p` is).
+///
+/// # Safety
+/// For `ndim > 0`, `p` points to `ndim` readable values.
+unsafe fn dims<'a>(p: *const i64, ndim: usize) -> &'a [i64] {
+    if ndim == 0 {
+        &[]
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::slice::from_raw_parts(p, ndim) }
+    }
 }
 
 /// The calling thread's current stream on `device`.

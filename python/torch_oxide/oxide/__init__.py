@@ -13,7 +13,7 @@ None (current device) and report bytes. Invalid devices raise ``RuntimeError``
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Union
 
 import torch
 
@@ -51,6 +51,11 @@ __all__ = [
     "get_rng_state_all",
     "set_rng_state",
     "set_rng_state_all",
+    "get_amp_supported_dtype",
+    "is_autocast_enabled",
+    "set_autocast_enabled",
+    "get_autocast_dtype",
+    "set_autocast_dtype",
 ]
 
 _DeviceLike = Union[int, str, torch.device, None]
@@ -235,6 +240,34 @@ def get_fallback_mode() -> str:
 def set_fallback_mode(mode: str) -> None:
     """Set the fallback mode for this process. Raises ValueError for an unknown mode."""
     _C.set_fallback_mode(mode)
+
+
+# The autocast hooks the PrivateUse1 tutorial asks of a device module; torch.autocast("oxide") checks for them.
+
+
+def get_amp_supported_dtype() -> List[torch.dtype]:
+    """Lower-precision dtypes torch.autocast("oxide") accepts."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_autocast_enabled() -> bool:
+    """True inside an enabled ``torch.autocast("oxide")`` region."""
+    return torch.is_autocast_enabled("oxide")
+
+
+def set_autocast_enabled(enabled: bool) -> None:
+    """Enable or disable oxide autocast for the calling thread."""
+    torch.set_autocast_enabled("oxide", enabled)
+
+
+def get_autocast_dtype() -> torch.dtype:
+    """The dtype oxide autocast casts to (default torch.float16)."""
+    return torch.get_autocast_dtype("oxide")
+
+
+def set_autocast_dtype(dtype: torch.dtype) -> None:
+    """Set the dtype oxide autocast casts to; one of :func:`get_amp_supported_dtype`."""
+    torch.set_autocast_dtype("oxide", dtype)
 
 
 from .random import (  # noqa: E402  (needs the helpers above)

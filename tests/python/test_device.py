@@ -1,0 +1,119 @@
+"""Devices: count, current device, switching, context manager, invalid indices, torch.accelerator."""
+
+import threading
+
+import pytest
+import torch
+
+
+def test_device_count_and_availability():
+    assert torch.oxide.is_available()
+    assert torch.oxide.device_count() == 2  # OXIDE_DEVICE_COUNT default
+    assert torch.accelerator.device_count() == 2
+    assert torch.accelerator.is_available()
+
+
+def test_current_accelerator_is_oxide():
+    acc = torch.accelerator.current_accelerator()
+    assert acc.type == "oxide"
+    assert torch._C._get_privateuse1_backend_name() == "oxide"
+
+
+def test_set_device_and_context_manager():
+    assert torch.oxide.current_device() == 0
+    with torch.oxide.device(1):
+        assert torch.oxide.current_device() == 1
+        assert torch.accelerator.current_device_index() == 1
+        t = torch.empty(3, device="oxide")
+        assert t.device == torch.device("oxide:1")
+    assert torch.oxide.current_device() == 0
+    torch.oxide.set_device("oxide:1")
+    try:
+        assert torch.oxide.current_device() == 1
+        assert torch.ones(1, device="oxide").device.index == 1
+    finally:
+        torch.oxide.set_device(0)
+    with torch.oxide.device(None):
+        assert torch.oxide.current_device() == 0
+
+
+def test_accelerator_device_index_switch():
+    torch.accelerator.set_device_index(1)
+    try:
+        assert torch.oxide.current_device() == 1
+    finally:
+        torch.accelerator.set_device_index(0)
+    with torch.accelerator.device_index(1):
+        assert torch.oxide.current_device() == 1
+    assert torch.oxide.current_device() == 0
+
+
+def test_current_device_is_thread_local():
+    seen = []
+
+    def worker():
+        torch.oxide.set_device(1)
+        seen.append(torch.oxide.current_device())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [1]
+    assert torch.oxide.current_device() == 0
+
+
+def test_tensor_device_placement():
+    a = torch.zeros(2, device="oxide:1")
+    assert a.device == torch.device("oxide", 1)
+    assert a.is_oxide
+    assert torch.device("oxide").type == "oxide"
+
+
+@pytest.mark.parametrize("bad", ["oxide:99", "oxide:2"])
+def test_invalid_device_index_for_tensors(bad):
+    with pytest.raises(RuntimeError, match=r"invalid device index \d+: oxide has 2 device"):
+        torch.ones(2, device=bad)
+    with pytest.raises(RuntimeError, match="invalid device index"):
+        torch.ones(2).to(bad)
+    # the process and the device are still fine
+    assert torch.ones(2, device="oxide").sum().item() == 2
+
+
+def test_invalid_device_index_for_generators():
+    with pytest.raises(RuntimeError, match="invalid device index 99"):
+        torch.Generator(device="oxide:99")
+    g = torch.Generator(device="oxide:1")
+    assert g.device == torch.device("oxide:1")
+
+
+def test_invalid_device_in_module_functions():
+    with pytest.raises(RuntimeError, match="invalid device index 5"):
+        torch.oxide.set_device(5)
+    with pytest.raises(RuntimeError, match="invalid device index"):
+        torch.oxide.memory_allocated(7)
+    with pytest.raises(ValueError, match="expected an oxide device"):
+        torch.oxide.memory_allocated("cpu")
+    with pytest.raises(RuntimeError, match="invalid device index"):
+        with torch.oxide.device(3):
+            pass
+    assert torch.oxide.current_device() == 0
+
+
+def test_synchronize():
+    x = torch.ones(10, device="oxide:1")
+    torch.oxide.synchronize()
+    torch.oxide.synchronize(1)
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(1)
+    assert x.cpu().sum().item() == 10
+
+
+def test_device_name_and_seed_api():
+    assert torch.oxide.get_device_name(1).startswith("oxide:1")
+    torch.manual_seed(1234)  # reaches torch.oxide.manual_seed_all
+    assert torch.oxide.initial_seed() == 1234
+    state = torch.oxide.get_rng_state(1)
+    assert state.dtype == torch.uint8
+    torch.oxide.manual_seed_all(7)
+    torch.oxide.set_rng_state(state, 1)
+    assert torch._C._accelerator_getDefaultGenerator(1).initial_seed() == 1234
