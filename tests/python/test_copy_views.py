@@ -51,7 +51,7 @@ def test_host_device_host_non_contiguous(native_only):
     torch.testing.assert_close(dst._base.cpu()[:, 0], torch.zeros(6))
     # non-contiguous device source to non-contiguous host destination
     host = torch.zeros(8, 6)[::2]
-    host.copy_(torch.arange(24.0, device="oxide").reshape(6, 4).t())
+    host.copy_(torch.arange(24.0).reshape(6, 4).to("oxide").t())
     torch.testing.assert_close(host, torch.arange(24.0).reshape(6, 4).t())
 
 
