@@ -209,6 +209,15 @@ at::Tensor& zero_(at::Tensor& self) {
   return fill_scalar(self, 0);
 }
 
+// Tensor.record_stream: the block must not be reused before `stream`'s work is done.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1 && stream.device() == self.device(),
+              "record_stream: stream ", stream, " is not on the tensor's device ", self.device());
+  if (self.storage().data() != nullptr) {
+    OXIDE_CHECK(oxide_record_stream(self.storage().mutable_data(), stream.id()));
+  }
+}
+
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (!dst.sizes().equals(self.sizes())) {
     dst.resize_(self.sizes());
@@ -252,6 +261,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
   m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
   m.impl("zero_", TORCH_FN(zero_));
+  m.impl("record_stream", TORCH_FN(record_stream));
 }
 
 } // namespace oxide

@@ -6,10 +6,19 @@ entry point) renames PrivateUse1 to ``oxide``, registers the device module as
 ``Storage.oxide()`` / ``PackedSequence.oxide()`` family of methods.
 """
 
-import torch  # first: the extension resolves c10 and torch_cpu from the loaded torch
 
-from . import _C
-from . import oxide
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this package did the work.
+
+    Defined before ``import torch``: when a program imports ``torch_oxide`` first,
+    torch's own autoload looks this function up on the partially imported package.
+    """
+
+
+import torch  # noqa: E402  first: the extension resolves c10 and torch_cpu from the loaded torch
+
+from . import _C  # noqa: E402
+from . import oxide  # noqa: E402
 
 __version__ = _C.__version__
 __all__ = ["oxide", "__version__"]
@@ -29,7 +38,3 @@ def _register() -> None:
 
 if not hasattr(torch, _BACKEND):
     _register()
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package did the work."""

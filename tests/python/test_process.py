@@ -1,0 +1,83 @@
+"""Process-level behaviour: autoload from a bare `import torch`, fork poisoning, the CLI report, bad config."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import run_python
+
+
+def test_autoload_with_only_import_torch():
+    out = run_python("""
+        import torch
+        x = torch.ones(2, device="oxide")
+        print(type(torch.oxide).__name__, x.device, x.cpu().tolist())
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "module oxide:0 [1.0, 1.0]" in out.stdout
+
+
+def test_autoload_can_be_disabled():
+    out = run_python("""
+        import torch
+        print(hasattr(torch, "oxide"))
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork semantics are tested on Linux")
+def test_fork_after_init_gives_clear_error_in_child():
+    torch.ones(1, device="oxide")  # make sure the runtime is initialised in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report what happened through the pipe, never run pytest machinery
+        os.close(r)
+        try:
+            torch.ones(2, device="oxide")
+            msg = b"no error"
+        except RuntimeError as e:
+            msg = str(e).encode()[:4000]
+        except BaseException as e:  # noqa: BLE001
+            msg = f"wrong exception {type(e).__name__}: {e}".encode()[:4000]
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        msg = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "child crashed"
+    assert "forked subprocess" in msg and "spawn" in msg, msg
+    assert torch.ones(2, device="oxide").sum().item() == 2  # parent unaffected
+
+
+def test_environment_report():
+    out = run_python("import runpy; runpy.run_module('torch_oxide', run_name='__main__')")
+    assert out.returncode == 0, out.stderr
+    for needle in ["torch-oxide 0.1.0", "torch 2.15", "devices: 2", "oxide:1: capacity 4.00 GiB", "fallback mode"]:
+        assert needle in out.stdout
+
+
+def test_device_count_and_memory_from_environment():
+    out = run_python("""
+        import torch
+        print(torch.oxide.device_count(), torch.oxide.mem_get_info(2)[1])
+    """, env={"OXIDE_DEVICE_COUNT": "3", "OXIDE_DEVICE_MEMORY": "256MiB"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", str(256 * 2**20)]
+
+
+def test_bad_configuration_is_a_clear_error():
+    out = run_python("""
+        import torch
+        try:
+            torch.oxide.init()
+        except ValueError as e:
+            print("ValueError:", e)
+        print("count", torch.oxide.device_count())
+    """, env={"OXIDE_DEVICE_MEMORY": "lots"})
+    assert out.returncode == 0, out.stderr
+    assert "ValueError: invalid value \"lots\" for OXIDE_DEVICE_MEMORY" in out.stdout
+    assert "count 0" in out.stdout

@@ -1,0 +1,86 @@
+"""Every static registration of the glue is live (the linker could drop it silently).
+
+One test per registration macro: REGISTER_ALLOCATOR, C10_REGISTER_GUARD_IMPL,
+RegisterPrivateUse1HooksInterface, the generator behind the hooks,
+TORCH_LIBRARY_IMPL(aten, PrivateUse1), TORCH_LIBRARY_IMPL(_, PrivateUse1) and
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1).
+"""
+
+import gc
+
+import pytest
+import torch
+
+NATIVE_OPS = [
+    "aten::empty.memory_format", "aten::empty_strided", "aten::as_strided", "aten::view",
+    "aten::_reshape_alias", "aten::resize_", "aten::_copy_from", "aten::_copy_from_and_resize",
+    "aten::_local_scalar_dense", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
+    "aten::set_.source_Tensor", "aten::set_", "aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_",
+    "aten::record_stream", "aten::convolution", "aten::convolution_backward",
+]
+
+
+@pytest.mark.parametrize("op", NATIVE_OPS)
+def test_kernel_registered_for_privateuse1(op):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1")
+
+
+def test_device_allocator_registered():
+    # torch.accelerator casts the registered allocator to c10::DeviceAllocator and would
+    # hit an internal assert for a plain Allocator, or CPU's when nothing is registered.
+    gc.collect()  # garbage of earlier tests must not be freed between the two readings
+    before = torch.accelerator.memory_allocated()
+    x = torch.empty(1024, dtype=torch.uint8, device="oxide")
+    assert torch.accelerator.memory_allocated() == before + 1024
+    assert torch._C._accelerator_isAllocatorInitialized()
+    del x
+
+
+def test_guard_impl_registered():
+    assert torch._C._accelerator_hooks_device_count() == 2
+    s = torch.Stream(device="oxide:1")  # getNewStream of the guard
+    assert s.device.index == 1
+    with torch.accelerator.device_index(1):
+        assert torch.accelerator.current_device_index() == 1
+
+
+def test_hooks_registered():
+    assert torch._C._get_privateuse1_backend_name() == "oxide"
+    assert torch.accelerator.is_available()  # isAvailable
+    x = torch.ones(2, device="oxide")
+    x.requires_grad_()
+    (x * 3).sum().backward()  # backward asks hasPrimaryContext
+    assert x.grad is not None
+    p = torch.ones(3).pin_memory()  # getPinnedMemoryAllocator / isPinnedPtr
+    assert p.is_pinned() and not torch.ones(3).is_pinned()
+
+
+def test_generator_via_hooks():
+    g = torch.Generator(device="oxide")  # getNewGenerator
+    g.manual_seed(5)
+    assert g.initial_seed() == 5
+    assert g.device.type == "oxide"
+    d = torch._C._accelerator_getDefaultGenerator(0)  # getDefaultGenerator
+    assert d.device == torch.device("oxide:0")
+    clone = g.clone_state() if hasattr(g, "clone_state") else g.graphsafe_get_state()
+    assert clone.initial_seed() == 5
+
+
+def test_cpu_fallback_registered_and_counted():
+    torch.oxide.reset_fallback_stats()
+    x = torch.tensor([-1.0, 2.0]).to("oxide")
+    y = torch.abs(x)
+    assert y.device.type == "oxide"
+    assert y.cpu().tolist() == [1.0, 2.0]
+    assert torch.oxide.fallback_stats().get("aten::abs.out", 0) + torch.oxide.fallback_stats().get("aten::abs", 0) >= 1
+
+
+def test_autocast_fallthrough_registered():
+    x = torch.ones(4, device="oxide")
+    with torch.autocast("oxide", dtype=torch.bfloat16):
+        assert torch.oxide.is_autocast_enabled()
+        assert torch.oxide.get_autocast_dtype() == torch.bfloat16
+        y = x + 1  # no policy for add: falls through to the kernel
+    assert y.dtype == torch.float32 and y.sum().item() == 8
+    with torch.autocast("oxide", enabled=False):
+        assert not torch.oxide.is_autocast_enabled()
