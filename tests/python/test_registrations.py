@@ -84,3 +84,25 @@ def test_autocast_fallthrough_registered():
     assert y.dtype == torch.float32 and y.sum().item() == 8
     with torch.autocast("oxide", enabled=False):
         assert not torch.oxide.is_autocast_enabled()
+
+
+def test_hooks_device_calls():
+    assert torch._C._accelerator_hooks_device_count() == 2
+    old = torch._C._accelerator_hooks_exchange_device(1)
+    try:
+        assert old == 0 and torch._C._accelerator_hooks_get_current_device() == 1
+    finally:
+        torch._C._accelerator_hooks_set_current_device(0)
+    assert torch._C._accelerator_hooks_maybe_exchange_device(0) == 0
+
+
+def test_generated_backend_methods():
+    x = torch.ones(3)
+    assert x.oxide().is_oxide and x.oxide(1).device.index == 1
+    m = torch.nn.Linear(2, 2).oxide()
+    assert next(m.parameters()).is_oxide
+    s = torch.ones(4).untyped_storage().oxide()
+    assert s.is_oxide and s.device.type == "oxide"
+    seq = torch.nn.utils.rnn.pack_sequence([torch.ones(3, 2), torch.ones(2, 2)])
+    packed = seq.oxide()
+    assert packed.is_oxide and packed.data.device.type == "oxide"

@@ -13,6 +13,9 @@ use crate::layout::Layout;
 /// Every element addressed by the layout must be valid for reads (`src`) or
 /// writes (`dst`), and the destination elements must not overlap the source.
 pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, src: *const u8) -> Result<()> {
+    if ![1, 2, 4, 8, 16].contains(&elem_size) {
+        return Err(Error::InvalidLayout { op: "copy_", reason: format!("element size {elem_size}") });
+    }
     let l = layout.coalesced();
     let contiguous = l.shape.len() <= 1 && l.strides.iter().all(|s| s.first().is_none_or(|&x| x == 1));
     if contiguous {
@@ -21,16 +24,7 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
         return Ok(());
     }
     // SAFETY: forwarded caller contract.
-    unsafe {
-        match elem_size {
-            1 => rows::<u8>(&l, dst, src),
-            2 => rows::<u16>(&l, dst, src),
-            4 => rows::<u32>(&l, dst, src),
-            8 => rows::<u64>(&l, dst, src),
-            16 => rows::<u128>(&l, dst, src),
-            n => return Err(Error::InvalidLayout { op: "copy", reason: format!("element size {n}") }),
-        }
-    }
+    with_element_bits!(elem_size, "copy_", |T| unsafe { rows::<T>(&l, dst, src) });
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! (the kernel behind `fill_` and `zero_`; the glue turns the scalar into the
 //! destination dtype's bytes, so this loop is dtype-agnostic).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::layout::Layout;
 
 /// Writes `pattern` (`elem_size` bytes) to every element of `dst` addressed by `layout`.
@@ -15,16 +15,7 @@ use crate::layout::Layout;
 pub unsafe fn fill_strided(elem_size: usize, layout: &Layout<1>, dst: *mut u8, pattern: *const u8) -> Result<()> {
     let l = layout.coalesced();
     // SAFETY: forwarded caller contract.
-    unsafe {
-        match elem_size {
-            1 => rows::<u8>(&l, dst, pattern),
-            2 => rows::<u16>(&l, dst, pattern),
-            4 => rows::<u32>(&l, dst, pattern),
-            8 => rows::<u64>(&l, dst, pattern),
-            16 => rows::<u128>(&l, dst, pattern),
-            n => return Err(Error::InvalidLayout { op: "fill_", reason: format!("element size {n}") }),
-        }
-    }
+    with_element_bits!(elem_size, "fill_", |T| unsafe { rows::<T>(&l, dst, pattern) });
     Ok(())
 }
 
