@@ -1,5 +1,5 @@
-// c10::GeneratorImpl for PrivateUse1: the per-device random state (seed and
-// Philox-style offset), one default generator per device through the hooks
+// c10::GeneratorImpl for PrivateUse1: the per-device Philox4x32-10 state
+// (seed = key, offset = next counter, in 128-bit blocks), one default generator per device through the hooks
 // (getDefaultGenerator / getNewGenerator). torch 2.15 deprecates
 // REGISTER_GENERATOR_PRIVATEUSE1 in favour of the hooks and warns on every
 // import when it is used, so it is not registered here.
@@ -8,6 +8,7 @@
 #include "oxide.h"
 
 #include <ATen/Functions.h>
+#include <ATen/core/DistributionsHelper.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -24,6 +25,10 @@ struct OxideGeneratorImpl final : c10::GeneratorImpl {
   explicit OxideGeneratorImpl(c10::DeviceIndex device)
       : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+
+  static c10::DeviceType device_type() {
+    return c10::DeviceType::PrivateUse1;
+  }
 
   void set_current_seed(uint64_t seed) override {
     seed_ = seed;
@@ -80,6 +85,14 @@ c10::DeviceIndex checked(c10::DeviceIndex device) {
 }
 
 } // namespace
+
+OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks) {
+  auto* g = at::get_generator_or_default<OxideGeneratorImpl>(gen, default_generator(device.index()));
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  OxidePhilox state{g->current_seed(), g->get_offset()};
+  g->set_offset(state.offset + blocks);
+  return state;
+}
 
 at::Generator make_generator(c10::DeviceIndex device) {
   return at::make_generator<OxideGeneratorImpl>(checked(device));

@@ -8,9 +8,26 @@
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
+#include <c10/core/ScalarType.h>
+
+#include <optional>
 #include <string>
 
 #include "oxide_abi.h"
+
+// The ABI's dtype codes are c10::ScalarType values (checked on the Rust side against oxide_kernels::DType).
+static_assert(static_cast<int>(c10::ScalarType::Byte) == OXIDE_DTYPE_UINT8);
+static_assert(static_cast<int>(c10::ScalarType::Char) == OXIDE_DTYPE_INT8);
+static_assert(static_cast<int>(c10::ScalarType::Short) == OXIDE_DTYPE_INT16);
+static_assert(static_cast<int>(c10::ScalarType::Int) == OXIDE_DTYPE_INT32);
+static_assert(static_cast<int>(c10::ScalarType::Long) == OXIDE_DTYPE_INT64);
+static_assert(static_cast<int>(c10::ScalarType::Half) == OXIDE_DTYPE_FLOAT16);
+static_assert(static_cast<int>(c10::ScalarType::Float) == OXIDE_DTYPE_FLOAT32);
+static_assert(static_cast<int>(c10::ScalarType::Double) == OXIDE_DTYPE_FLOAT64);
+static_assert(static_cast<int>(c10::ScalarType::ComplexFloat) == OXIDE_DTYPE_COMPLEX64);
+static_assert(static_cast<int>(c10::ScalarType::ComplexDouble) == OXIDE_DTYPE_COMPLEX128);
+static_assert(static_cast<int>(c10::ScalarType::Bool) == OXIDE_DTYPE_BOOL);
+static_assert(static_cast<int>(c10::ScalarType::BFloat16) == OXIDE_DTYPE_BFLOAT16);
 
 namespace oxide {
 
@@ -33,6 +50,7 @@ inline std::string last_error() {
           oxide_status_ != OXIDE_STATUS_OUT_OF_MEMORY,                      \
           oxide_msg_);                                                      \
       TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_); \
+      TORCH_CHECK_NOT_IMPLEMENTED(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_); \
       TORCH_CHECK(false, oxide_msg_);                                       \
     }                                                                       \
   } while (0)
@@ -61,6 +79,11 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 #include <ATen/core/Generator.h>
 
 namespace oxide {
+// Philox state for one kernel that consumes `blocks` 128-bit blocks: the
+// generator's seed and current offset; the offset then advances by `blocks`.
+// `gen` empty means the default generator of `device`; a generator of another
+// device type raises (generator.cpp).
+OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks);
 // A new generator on `device` (-1: current device); raises for an invalid index (generator.cpp).
 at::Generator make_generator(c10::DeviceIndex device);
 // The default generator of `device` (-1: current device), created on first use (generator.cpp).

@@ -88,3 +88,148 @@ mod tests {
         assert_eq!(DType::BF16.to_string(), "bfloat16");
     }
 }
+
+/// A real element type a kernel can read and write. Conversions follow C++
+/// `static_cast` semantics as PyTorch uses them (float -> int truncates;
+/// nonzero -> true).
+pub trait Element: Copy + Send + Sync + 'static {
+    /// The dtype of this Rust type.
+    const DTYPE: DType;
+    /// Rounds/truncates a double into this type.
+    fn from_f64(v: f64) -> Self;
+    /// Converts an integer into this type (exact where representable).
+    fn from_i64(v: i64) -> Self;
+    /// Widens to double.
+    fn to_f64(self) -> f64;
+    /// `self * s` computed as PyTorch's CPU kernels do for a tensor-scalar
+    /// product: in float for float32/float16/bfloat16 (the scalar rounded to
+    /// float), in double for float64, through double for integers.
+    fn mul_scalar(self, s: f64) -> Self {
+        Self::from_f64(self.to_f64() * s)
+    }
+}
+
+macro_rules! int_element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            #[inline] fn from_f64(v: f64) -> Self { v as i64 as $t }
+            #[inline] fn from_i64(v: i64) -> Self { v as $t }
+            #[inline] fn to_f64(self) -> f64 { self as f64 }
+        }
+    )*};
+}
+int_element!(u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64);
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline]
+    fn mul_scalar(self, s: f64) -> Self {
+        self * s as f32
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        v as f32
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        v as f64
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+    #[inline]
+    fn mul_scalar(self, s: f64) -> Self {
+        half::f16::from_f32(self.to_f32() * s as f32)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        half::f16::from_f64(v)
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        half::f16::from_f64(v as f64)
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+}
+
+impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
+    #[inline]
+    fn mul_scalar(self, s: f64) -> Self {
+        half::bf16::from_f32(self.to_f32() * s as f32)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        half::bf16::from_f64(v)
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        half::bf16::from_f64(v as f64)
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self.to_f64()
+    }
+}
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        v != 0
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as u8 as f64
+    }
+}
+
+/// Runs `$body` with `$T` bound to the [`Element`] type of `$dtype` (real dtypes only).
+/// Any other dtype returns [`Error::UnsupportedDtype`] naming `$op`.
+#[macro_export]
+macro_rules! with_real_dtype {
+    ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
+        match $dtype {
+            $crate::DType::U8 => { type $T = u8; $body }
+            $crate::DType::I8 => { type $T = i8; $body }
+            $crate::DType::I16 => { type $T = i16; $body }
+            $crate::DType::I32 => { type $T = i32; $body }
+            $crate::DType::I64 => { type $T = i64; $body }
+            $crate::DType::F16 => { type $T = $crate::half::f16; $body }
+            $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
+            $crate::DType::F32 => { type $T = f32; $body }
+            $crate::DType::F64 => { type $T = f64; $body }
+            $crate::DType::Bool => { type $T = bool; $body }
+            d => return Err($crate::Error::UnsupportedDtype { op: $op, dtype: d }),
+        }
+    };
+}

@@ -11,6 +11,9 @@ pub enum Error {
     /// A dtype code the ABI does not define.
     #[error("unknown dtype code {code}")]
     UnknownDtype { code: i32 },
+    /// Input values the operation rejects (PyTorch raises RuntimeError for these).
+    #[error("{reason}")]
+    InvalidValue { op: &'static str, reason: String },
     /// Operands whose shape/stride arrays disagree in length, or a negative extent.
     #[error("{op}: invalid layout: {reason}")]
     InvalidLayout { op: &'static str, reason: String },

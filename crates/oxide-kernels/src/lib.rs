@@ -22,12 +22,15 @@ macro_rules! with_element_bits {
     };
 }
 
+pub mod cast;
 pub mod copy;
 pub mod dtype;
 pub mod error;
 pub mod fill;
 pub mod layout;
+pub mod random;
 
-pub use dtype::DType;
+pub use dtype::{DType, Element};
+pub use half;
 pub use error::{Error, Result};
 pub use layout::Layout;

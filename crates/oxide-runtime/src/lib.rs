@@ -15,6 +15,7 @@ pub mod error;
 pub mod event;
 pub mod host;
 pub mod memory;
+pub mod philox;
 pub mod stream;
 
 use std::cell::RefCell;
@@ -26,6 +27,7 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use event::Event;
 pub use host::HostMemory;
+pub use philox::Philox4x32;
 pub use stream::{StreamId, Streams, DEFAULT_STREAM};
 
 /// One device: its caching allocator (owning its memory) and its streams.

@@ -31,6 +31,37 @@ pub const OXIDE_STATUS_FORKED: i32 = 4;
 /// The runtime could not start or an internal error (including a caught panic).
 pub const OXIDE_STATUS_INTERNAL: i32 = 5;
 
+/// A kernel rejected its input values (becomes a RuntimeError, as on CPU).
+pub const OXIDE_STATUS_KERNEL_ERROR: i32 = 6;
+/// The kernel has no loop for the dtype (becomes a NotImplementedError, as AT_DISPATCH does).
+pub const OXIDE_STATUS_UNSUPPORTED_DTYPE: i32 = 7;
+
+/// Dtype codes of the ABI. They equal `c10::ScalarType` values: `tests` below
+/// check them against `oxide_kernels::DType`, and the glue `static_assert`s them
+/// against `c10::ScalarType`, so neither side is synchronised by hand.
+pub const OXIDE_DTYPE_UINT8: i32 = 0;
+pub const OXIDE_DTYPE_INT8: i32 = 1;
+pub const OXIDE_DTYPE_INT16: i32 = 2;
+pub const OXIDE_DTYPE_INT32: i32 = 3;
+pub const OXIDE_DTYPE_INT64: i32 = 4;
+pub const OXIDE_DTYPE_FLOAT16: i32 = 5;
+pub const OXIDE_DTYPE_FLOAT32: i32 = 6;
+pub const OXIDE_DTYPE_FLOAT64: i32 = 7;
+pub const OXIDE_DTYPE_COMPLEX64: i32 = 9;
+pub const OXIDE_DTYPE_COMPLEX128: i32 = 10;
+pub const OXIDE_DTYPE_BOOL: i32 = 11;
+pub const OXIDE_DTYPE_BFLOAT16: i32 = 15;
+
+const _: () = {
+    use oxide_kernels::DType as D;
+    assert!(D::U8 as i32 == OXIDE_DTYPE_UINT8 && D::I8 as i32 == OXIDE_DTYPE_INT8);
+    assert!(D::I16 as i32 == OXIDE_DTYPE_INT16 && D::I32 as i32 == OXIDE_DTYPE_INT32);
+    assert!(D::I64 as i32 == OXIDE_DTYPE_INT64 && D::F16 as i32 == OXIDE_DTYPE_FLOAT16);
+    assert!(D::F32 as i32 == OXIDE_DTYPE_FLOAT32 && D::F64 as i32 == OXIDE_DTYPE_FLOAT64);
+    assert!(D::C64 as i32 == OXIDE_DTYPE_COMPLEX64 && D::C128 as i32 == OXIDE_DTYPE_COMPLEX128);
+    assert!(D::Bool as i32 == OXIDE_DTYPE_BOOL && D::BF16 as i32 == OXIDE_DTYPE_BFLOAT16);
+};
+
 /// Copy directions for [`oxide_memcpy_async`] (values of `cudaMemcpyKind`).
 pub const OXIDE_MEMCPY_HOST_TO_HOST: i32 = 0;
 pub const OXIDE_MEMCPY_HOST_TO_DEVICE: i32 = 1;
@@ -63,6 +94,8 @@ impl AbiError {
             AbiError::Runtime(E::OutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
             AbiError::Runtime(E::Forked) => OXIDE_STATUS_FORKED,
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
+            AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
+            AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
             AbiError::Runtime(_) | AbiError::Kernel(_) | AbiError::Invalid(_) => OXIDE_STATUS_INVALID_VALUE,
         }
     }
@@ -542,4 +575,237 @@ pub unsafe extern "C" fn oxide_fallback_record(op: *const c_char) -> i32 {
         fallback::record(&name)
     })
     .unwrap_or(OXIDE_FALLBACK_RUN)
+}
+
+/// Distribution kinds of [`OxideDistribution`].
+pub const OXIDE_DIST_UNIFORM: i32 = 0;
+pub const OXIDE_DIST_NORMAL: i32 = 1;
+pub const OXIDE_DIST_BERNOULLI: i32 = 2;
+pub const OXIDE_DIST_EXPONENTIAL: i32 = 3;
+pub const OXIDE_DIST_CAUCHY: i32 = 4;
+pub const OXIDE_DIST_LOG_NORMAL: i32 = 5;
+pub const OXIDE_DIST_GEOMETRIC: i32 = 6;
+pub const OXIDE_DIST_INTEGERS: i32 = 7;
+
+/// A distribution and its parameters: `a`, `b` are (from, to), (mean, std),
+/// (p, -), (lambda, -), (median, sigma) or (p, -) by kind; integers use
+/// `base + bits % range` (`range` 0 = 2^64).
+#[repr(C)]
+pub struct OxideDistribution {
+    pub kind: i32,
+    pub a: f64,
+    pub b: f64,
+    pub base: i64,
+    pub range: u64,
+}
+
+/// Philox4x32-10 state for one kernel: the key (seed) and the first counter (offset).
+#[repr(C)]
+pub struct OxidePhilox {
+    pub seed: u64,
+    pub offset: u64,
+}
+
+fn philox(p: &OxidePhilox) -> impl Fn(u64) -> [u32; 4] + Sync {
+    let engine = oxide_runtime::Philox4x32::new(p.seed);
+    let offset = p.offset;
+    move |i| engine.block(offset.wrapping_add(i))
+}
+
+fn dtype(code: i32) -> Result<oxide_kernels::DType, AbiError> {
+    Ok(oxide_kernels::DType::from_code(code)?)
+}
+
+fn check_device_ptr(rt: &oxide_runtime::Runtime, p: *const c_void, numel: usize) -> Result<(), AbiError> {
+    if numel > 0 && !matches!(rt.pointer_kind(p as usize), PointerKind::Device(_)) {
+        return Err(oxide_runtime::Error::InvalidPointer { ptr: p as usize }.into());
+    }
+    Ok(())
+}
+
+/// Fills the strided device operand `dst` (`ndim` dims, element strides) of
+/// dtype `dtype_code` with samples of `dist`; element k in iteration order uses
+/// Philox block `philox.offset + k`. Enqueued on `stream` of `device`.
+///
+/// # Safety
+/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_random_sample(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    ndim: usize,
+    shape: *const i64,
+    dst: *mut c_void,
+    strides: *const i64,
+    dist: OxideDistribution,
+    philox_state: OxidePhilox,
+) -> i32 {
+    use oxide_kernels::random::Distribution as D;
+    ffi(|| {
+        // SAFETY: the glue passes ndim-long arrays.
+        let layout = Layout::new("random", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
+        let d = match dist.kind {
+            OXIDE_DIST_UNIFORM => D::Uniform { from: dist.a, to: dist.b },
+            OXIDE_DIST_NORMAL => D::Normal { mean: dist.a, std: dist.b },
+            OXIDE_DIST_BERNOULLI => D::Bernoulli { p: dist.a },
+            OXIDE_DIST_EXPONENTIAL => D::Exponential { lambda: dist.a },
+            OXIDE_DIST_CAUCHY => D::Cauchy { median: dist.a, sigma: dist.b },
+            OXIDE_DIST_LOG_NORMAL => D::LogNormal { mean: dist.a, std: dist.b },
+            OXIDE_DIST_GEOMETRIC => D::Geometric { p: dist.a },
+            OXIDE_DIST_INTEGERS => D::Integers { base: dist.base, range: dist.range },
+            k => return Err(AbiError::Invalid(format!("unknown distribution kind {k}"))),
+        };
+        let dt = dtype(dtype_code)?;
+        let rt = runtime()?;
+        check_device_ptr(rt, dst, layout.numel())?;
+        let bits = philox(&philox_state);
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+            // SAFETY: see the function's contract.
+            unsafe { oxide_kernels::random::sample(dt, &layout, dst as *mut u8, d, &bits) }
+        })?;
+        Ok(r?)
+    })
+}
+
+/// `bernoulli_(p)` with a float64 probability operand `p` already broadcast to `dst`'s shape.
+///
+/// # Safety
+/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_bernoulli_tensor(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    ndim: usize,
+    shape: *const i64,
+    dst: *mut c_void,
+    dst_strides: *const i64,
+    p: *const c_void,
+    p_strides: *const i64,
+    philox_state: OxidePhilox,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: the glue passes ndim-long arrays.
+        let (sh, ds, ps) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(p_strides, ndim)) };
+        let layout = Layout::new("bernoulli_", sh, [ds, ps])?;
+        let dt = dtype(dtype_code)?;
+        let rt = runtime()?;
+        check_device_ptr(rt, dst, layout.numel())?;
+        check_device_ptr(rt, p, layout.numel())?;
+        let bits = philox(&philox_state);
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+            // SAFETY: see the function's contract.
+            unsafe { oxide_kernels::random::bernoulli_tensor(dt, &layout, dst as *mut u8, p as *const f64, &bits) }
+        })?;
+        Ok(r?)
+    })
+}
+
+/// Dropout scaling `out = mask ? input * scale : 0` over three strided device
+/// operands (`out`, `input` of `dtype_code`, `mask` of bool).
+///
+/// # Safety
+/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_masked_scale(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    ndim: usize,
+    shape: *const i64,
+    out: *mut c_void,
+    out_strides: *const i64,
+    input: *const c_void,
+    input_strides: *const i64,
+    mask: *const c_void,
+    mask_strides: *const i64,
+    scale: f64,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: the glue passes ndim-long arrays.
+        let (sh, os, is, ms) = unsafe { (dims(shape, ndim), dims(out_strides, ndim), dims(input_strides, ndim), dims(mask_strides, ndim)) };
+        let layout = Layout::new("masked_scale", sh, [os, is, ms])?;
+        let dt = dtype(dtype_code)?;
+        let rt = runtime()?;
+        for p in [out as *const c_void, input, mask] {
+            check_device_ptr(rt, p, layout.numel())?;
+        }
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+            // SAFETY: see the function's contract.
+            unsafe { oxide_kernels::random::masked_scale(dt, &layout, out as *mut u8, input as *const u8, mask as *const bool, scale) }
+        })?;
+        Ok(r?)
+    })
+}
+
+/// `randperm(n)` into the 1-D strided device operand `out` (`n` elements at
+/// `stride`) of dtype `dtype_code`; swap i uses Philox block `offset + i`.
+///
+/// # Safety
+/// `out` addresses `n` live device elements at `stride`.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_randperm(device: i32, stream: i64, dtype_code: i32, n: i64, out: *mut c_void, stride: i64, philox_state: OxidePhilox) -> i32 {
+    ffi(|| {
+        let layout = Layout::new("randperm", &[n], [&[stride]])?;
+        let dt = dtype(dtype_code)?;
+        let rt = runtime()?;
+        check_device_ptr(rt, out, layout.numel())?;
+        let bits = philox(&philox_state);
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || -> Result<(), AbiError> {
+            let perm = oxide_kernels::random::randperm(n as usize, &bits);
+            let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
+            // SAFETY: out addresses n elements (contract); perm is a host buffer of n i64s
+            // converted element by element into the destination dtype.
+            unsafe { oxide_kernels::cast::cast_from_i64(dt, &src, out as *mut u8, &perm)? };
+            Ok(())
+        })?;
+        r
+    })
+}
+
+/// `multinomial`: `samples` draws per row of the contiguous `rows x categories`
+/// weights (float32 or float64) into the contiguous int64 `out`.
+///
+/// # Safety
+/// `weights` holds rows*categories live device elements, `out` rows*samples.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_multinomial(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    rows: usize,
+    categories: usize,
+    weights: *const c_void,
+    samples: usize,
+    replacement: bool,
+    out: *mut c_void,
+    philox_state: OxidePhilox,
+) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let rt = runtime()?;
+        check_device_ptr(rt, weights, rows * categories)?;
+        check_device_ptr(rt, out, rows * samples)?;
+        let bits = philox(&philox_state);
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || -> Result<(), AbiError> {
+            // SAFETY: sizes per the contract.
+            let out = unsafe { std::slice::from_raw_parts_mut(out as *mut i64, rows * samples) };
+            match dt {
+                oxide_kernels::DType::F32 => {
+                    // SAFETY: sizes per the contract.
+                    let w = unsafe { std::slice::from_raw_parts(weights as *const f32, rows * categories) };
+                    oxide_kernels::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
+                }
+                oxide_kernels::DType::F64 => {
+                    // SAFETY: sizes per the contract.
+                    let w = unsafe { std::slice::from_raw_parts(weights as *const f64, rows * categories) };
+                    oxide_kernels::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
+                }
+                d => return Err(oxide_kernels::Error::UnsupportedDtype { op: "multinomial", dtype: d }.into()),
+            }
+            Ok(())
+        })?;
+        r
+    })
 }
