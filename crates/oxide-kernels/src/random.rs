@@ -199,9 +199,12 @@ pub fn randperm(n: usize, bits: &impl BitSource) -> Vec<i64> {
 /// `samples` largest keys `ln(u) / w` (Efraimidis and Spirakis, "Weighted
 /// random sampling with a reservoir", IPL 2006; block `row * categories + c`).
 ///
+/// Without replacement, once the positive-weight categories are used up the
+/// remaining draws take zero-weight categories (in index order), as CPU
+/// PyTorch's exponential-keys implementation does.
+///
 /// Errors: [`Error::InvalidValue`] with CPU PyTorch's messages for a negative,
-/// infinite or NaN weight, a row summing to 0, or (without replacement) fewer
-/// positive weights than samples.
+/// infinite or NaN weight, or a row summing to 0.
 pub fn multinomial<T: Element>(weights: &[T], rows: usize, categories: usize, samples: usize, replacement: bool, bits: &impl BitSource, out: &mut [i64]) -> Result<()> {
     for r in 0..rows {
         let w: Vec<f64> = weights[r * categories..(r + 1) * categories].iter().map(|x| x.to_f64()).collect();
@@ -231,12 +234,6 @@ pub fn multinomial<T: Element>(weights: &[T], rows: usize, categories: usize, sa
                 *slot = c as i64;
             }
         } else {
-            if w.iter().filter(|x| **x > 0.0).count() < samples {
-                return Err(Error::InvalidValue {
-                    op: "multinomial",
-                    reason: "invalid multinomial distribution (with replacement=False, not enough non-negative category to sample)".into(),
-                });
-            }
             let mut keys: Vec<(f64, usize)> = w
                 .iter()
                 .enumerate()
@@ -378,6 +375,7 @@ mod tests {
         assert!(multinomial(&[-1.0f32, 1.0], 1, 2, 1, true, &bits, &mut one).is_err());
         assert!(multinomial(&[0.0f32, 0.0], 1, 2, 1, true, &bits, &mut one).is_err());
         let mut two = [0i64; 2];
-        assert!(multinomial(&[0.0f32, 1.0], 1, 2, 2, false, &bits, &mut two).is_err());
+        multinomial(&[0.0f32, 1.0], 1, 2, 2, false, &bits, &mut two).unwrap();
+        assert_eq!(two, [1, 0], "positive weights first, then zero-weight categories");
     }
 }
