@@ -22,6 +22,7 @@ macro_rules! with_element_bits {
     };
 }
 
+pub mod activation;
 pub mod cast;
 pub mod copy;
 pub mod dtype;
