@@ -23,6 +23,7 @@ macro_rules! with_element_bits {
 }
 
 pub mod activation;
+pub mod amp;
 pub mod cast;
 pub mod copy;
 pub mod dtype;

@@ -893,3 +893,73 @@ pub unsafe extern "C" fn oxide_activation_backward(
         Ok(r?)
     })
 }
+
+/// `_amp_foreach_non_finite_check_and_unscale_` for one strided device operand:
+/// scales it in place by `inv_scale` and ORs "found a NaN/inf" into `*found`.
+///
+/// # Safety
+/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_amp_unscale(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    ndim: usize,
+    shape: *const i64,
+    data: *mut c_void,
+    strides: *const i64,
+    inv_scale: f64,
+    found: *mut bool,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: the glue passes ndim-long arrays.
+        let layout = Layout::new("_amp_foreach_non_finite_check_and_unscale_", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
+        let dt = dtype(dtype_code)?;
+        let rt = runtime()?;
+        check_device_ptr(rt, data, layout.numel())?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+            // SAFETY: see the function's contract.
+            unsafe { oxide_kernels::amp::unscale_and_check(dt, &layout, data as *mut u8, inv_scale) }
+        })?;
+        let any = r?;
+        // SAFETY: found is the glue's local.
+        if any && !found.is_null() {
+            unsafe { *found = true };
+        }
+        Ok(())
+    })
+}
+
+/// `_amp_update_scale_` on one-element device tensors: `scale` (float32),
+/// `growth_tracker` (int32) and `found_inf` (float32).
+///
+/// # Safety
+/// The three pointers address one live device element each.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_amp_update_scale(
+    device: i32,
+    stream: i64,
+    scale: *mut f32,
+    growth_tracker: *mut i32,
+    found_inf: *const f32,
+    growth_factor: f64,
+    backoff_factor: f64,
+    growth_interval: i64,
+) -> i32 {
+    ffi(|| {
+        let rt = runtime()?;
+        for p in [scale as *const c_void, growth_tracker as *const c_void, found_inf as *const c_void] {
+            check_device_ptr(rt, p, 1)?;
+        }
+        rt.device(device as i64)?.streams().launch(stream, || {
+            // SAFETY: one element each, per the contract.
+            unsafe {
+                let (mut s, mut t) = (scale.read_unaligned(), growth_tracker.read_unaligned());
+                oxide_kernels::amp::update_scale(&mut s, &mut t, found_inf.read_unaligned(), growth_factor, backoff_factor, growth_interval);
+                scale.write_unaligned(s);
+                growth_tracker.write_unaligned(t);
+            }
+        })?;
+        Ok(())
+    })
+}
