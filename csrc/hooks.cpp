@@ -4,33 +4,11 @@
 // "not implemented" path is reachable.
 #include "oxide.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 namespace oxide {
 namespace {
-
-void pinned_free(void* ptr) {
-  if (oxide_host_free(ptr) != OXIDE_STATUS_SUCCESS) {
-    TORCH_WARN("oxide: freeing pinned host memory failed: ", last_error());
-  }
-}
-
-// Page-aligned host memory registered with the runtime, so is_pinned() can tell.
-struct OxidePinnedAllocator final : c10::Allocator {
-  c10::DataPtr allocate(size_t nbytes) override {
-    void* ptr = nullptr;
-    OXIDE_CHECK(oxide_host_malloc(nbytes, &ptr));
-    return {ptr, ptr, &pinned_free, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return &pinned_free;
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-};
-
-OxidePinnedAllocator g_pinned_allocator;
 
 struct OxideHooks final : at::PrivateUse1HooksInterface {
   void init() const override {
@@ -80,7 +58,7 @@ struct OxideHooks final : at::PrivateUse1HooksInterface {
     return oxide_is_pinned(data);
   }
   at::Allocator* getPinnedMemoryAllocator() const override {
-    return &g_pinned_allocator;
+    return at::getHostAllocator(at::kPrivateUse1);
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resize_storage_bytes(storage, newsize);

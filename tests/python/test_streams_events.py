@@ -64,3 +64,45 @@ def test_wait_event_wait_stream_record_stream():
     torch.accelerator.synchronize()
     with pytest.raises(RuntimeError, match="not on the tensor's device"):
         torch.ones(2, device="oxide:1").record_stream(s1)
+
+
+def test_oxide_stream_api():
+    s = torch.oxide.Stream()
+    assert isinstance(s, torch.Stream) and s.device_index == 0 and s.oxide_stream > 0
+    assert torch.oxide.current_stream() == torch.oxide.default_stream()
+    assert torch.oxide.default_stream(1).device_index == 1
+    with torch.oxide.stream(s):
+        assert torch.oxide.current_stream() == s
+        y = torch.ones(4, device="oxide") * 3
+    assert torch.oxide.current_stream().oxide_stream == 0
+    s.synchronize()
+    assert s.query() and y.cpu().tolist() == [3.0] * 4
+    with torch.oxide.stream(torch.oxide.Stream(1)):  # switches device too, and restores it
+        assert torch.oxide.current_device() == 1
+    assert torch.oxide.current_device() == 0
+    with torch.oxide.stream(None):
+        assert torch.oxide.current_stream().oxide_stream == 0
+    torch.oxide.set_stream(s)
+    try:
+        assert torch.oxide.current_stream() == s
+    finally:
+        torch.oxide.set_stream(torch.oxide.default_stream())
+    with pytest.raises(RuntimeError, match="invalid device index"):
+        torch.oxide.Stream(9)
+
+
+def test_oxide_event_api():
+    s1, s2 = torch.oxide.Stream(), torch.oxide.Stream()
+    start, end = torch.oxide.Event(enable_timing=True), torch.oxide.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.01)
+    end.record()
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 8.0
+    ev = s1.record_event()
+    s2.wait_event(ev)
+    s2.wait_stream(s1)
+    assert ev.query()
+    x = torch.ones(3, device="oxide")
+    x.record_stream(s2)
+    torch.oxide.synchronize()

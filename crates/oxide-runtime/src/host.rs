@@ -63,6 +63,11 @@ impl HostMemory {
         live.range(..=ptr).next_back().is_some_and(|(&start, &len)| ptr < start + len)
     }
 
+    /// Number of live pinned blocks.
+    pub fn live_blocks(&self) -> usize {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Bytes currently pinned.
     pub fn pinned_bytes(&self) -> usize {
         self.bytes.load(std::sync::atomic::Ordering::Relaxed)
@@ -79,7 +84,7 @@ mod tests {
         let p = h.malloc(10_000).unwrap();
         assert_eq!(p % PAGE, 0);
         assert!(h.contains(p) && h.contains(p + 9_999) && !h.contains(p + 10_000));
-        assert_eq!(h.pinned_bytes(), 10_000);
+        assert_eq!((h.pinned_bytes(), h.live_blocks()), (10_000, 1));
         h.free(p).unwrap();
         assert!(!h.contains(p));
         assert!(matches!(h.free(p), Err(Error::InvalidPointer { .. })));

@@ -556,6 +556,16 @@ pub extern "C" fn oxide_host_free(ptr: *mut c_void) -> i32 {
     ffi(|| Ok(runtime()?.host().free(ptr as usize)?))
 }
 
+/// Pinned host memory in use: bytes and number of blocks.
+#[no_mangle]
+pub extern "C" fn oxide_host_stats(bytes: *mut usize, blocks: *mut usize) -> i32 {
+    ffi(|| {
+        let host = runtime()?.host();
+        put(bytes, host.pinned_bytes())?;
+        put(blocks, host.live_blocks())
+    })
+}
+
 /// True when `ptr` lies inside pinned host memory.
 #[no_mangle]
 pub extern "C" fn oxide_is_pinned(ptr: *const c_void) -> bool {

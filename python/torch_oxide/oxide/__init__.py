@@ -56,6 +56,13 @@ __all__ = [
     "set_autocast_enabled",
     "get_autocast_dtype",
     "set_autocast_dtype",
+    "Stream",
+    "Event",
+    "StreamContext",
+    "stream",
+    "current_stream",
+    "default_stream",
+    "set_stream",
 ]
 
 _DeviceLike = Union[int, str, torch.device, None]
@@ -280,4 +287,13 @@ from .random import (  # noqa: E402  (needs the helpers above)
     seed_all,
     set_rng_state,
     set_rng_state_all,
+)
+from .streams import (  # noqa: E402
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
 )
