@@ -1,14 +1,16 @@
 // c10::GeneratorImpl for PrivateUse1: the per-device Philox4x32-10 state
 // (seed = key, offset = next counter, in 128-bit blocks), one default generator per device through the hooks
-// (getDefaultGenerator / getNewGenerator). torch 2.15 deprecates
-// REGISTER_GENERATOR_PRIVATEUSE1 in favour of the hooks and warns on every
-// import when it is used, so it is not registered here.
+// (getDefaultGenerator / getNewGenerator), and the factory registered with
+// REGISTER_GENERATOR_PRIVATEUSE1's mechanism as the seed tutorial describes;
+// the hooks' getNewGenerator creates generators through that registry, so
+// torch.Generator(device="oxide") proves the registration is live.
 // State layout of get_state/set_state: 16 bytes, uint8 CPU tensor
 // = [seed: u64 little-endian, offset: u64 little-endian].
 #include "oxide.h"
 
 #include <ATen/Functions.h>
 #include <ATen/core/DistributionsHelper.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/TensorImpl.h>
 
@@ -97,6 +99,23 @@ OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device 
 at::Generator make_generator(c10::DeviceIndex device) {
   return at::make_generator<OxideGeneratorImpl>(checked(device));
 }
+
+namespace {
+// REGISTER_GENERATOR_PRIVATEUSE1(make_generator) expands to this registration.
+// torch 2.15 marks it deprecated and warns to stderr at load time, outside any
+// Python call; the warning says to use the hooks, which we also do, so it is
+// silenced for this one registration.
+struct DiscardWarnings final : c10::WarningHandler {
+  void process(const c10::Warning& /*warning*/) override {}
+};
+
+const bool g_generator_registered = [] {
+  DiscardWarnings quiet;
+  const c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  static const at::_GeneratorRegister registration(&make_generator);
+  return true;
+}();
+} // namespace
 
 const at::Generator& default_generator(c10::DeviceIndex device) {
   static std::mutex mutex;

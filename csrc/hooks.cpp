@@ -5,6 +5,7 @@
 #include "oxide.h"
 
 #include <ATen/core/CachingHostAllocator.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 namespace oxide {
@@ -46,7 +47,10 @@ struct OxideHooks final : at::PrivateUse1HooksInterface {
     return default_generator(device_index);
   }
   at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
-    return make_generator(device_index);
+    // The factory registered through REGISTER_GENERATOR_PRIVATEUSE1's mechanism (generator.cpp).
+    const auto& factory = at::GetGeneratorPrivate();
+    TORCH_INTERNAL_ASSERT(factory.has_value(), "oxide generator factory is not registered");
+    return (*factory)(device_index);
   }
   at::Device getDeviceFromPtr(void* data) const override {
     int32_t device = -1;
