@@ -1,0 +1,61 @@
+"""Helpers shared by the conformance tests: moving samples, comparing, and
+recording whether a case touched the CPU fallback."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# Filled by the tests, read by conftest.py's report hook: test method name -> facts.
+CASES: dict[str, dict] = {}
+
+MODE = os.environ.get("OXIDE_CONFORMANCE", "subset")  # "subset" (make test) or "full" (make conformance)
+
+
+def fallback_calls() -> int:
+    return sum(torch.oxide.fallback_stats().values())
+
+
+def to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_cpu(v) for v in x) if not hasattr(x, "_fields") else type(x)(*[to_cpu(v) for v in x])
+    if isinstance(x, dict):
+        return {k: to_cpu(v) for k, v in x.items()}
+    return x
+
+
+def cpu_copy(x):
+    """A CPU copy of an oxide sample value that keeps requires_grad (a leaf)."""
+    if isinstance(x, torch.Tensor):
+        c = x.detach().cpu()
+        return c.requires_grad_(x.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
+    if isinstance(x, (list, tuple)):
+        return type(x)(cpu_copy(v) for v in x)
+    if isinstance(x, dict):
+        return {k: cpu_copy(v) for k, v in x.items()}
+    return x
+
+
+def metadata(x):
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.dtype)
+    if isinstance(x, (list, tuple)):
+        return [metadata(v) for v in x]
+    return type(x).__name__
+
+
+def tensors_in(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in tensors_in(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in tensors_in(v)]
+    return []
+
+
+def record(test, kind: str, name: str, dtype, native: bool) -> None:
+    CASES[test._testMethodName] = {"kind": kind, "name": name, "dtype": str(dtype).replace("torch.", ""), "native": native}

@@ -1,0 +1,157 @@
+"""OpInfo conformance: every operator of PyTorch's op_db, every dtype CPU supports
+for it, on oxide against CPU (values, gradients, out=, error_inputs).
+
+Instantiated through instantiate_device_type_tests, which adds PrivateUse1TestBase
+for the oxide device. OXIDE_CONFORMANCE=full runs all of op_db; the default
+(`subset`) runs the fixed representative subset of expectations.py.
+"""
+
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+import torch_oxide  # noqa: F401
+
+from common import MODE, cpu_copy, fallback_calls, metadata, record, tensors_in, to_cpu
+from expectations import METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, op_key, xfail_reason
+
+torch.oxide.set_fallback_mode("silent")
+
+if MODE == "full":
+    OPS = op_db
+else:
+    OPS = [op for op in op_db if op.name in SUBSET_OPS and not op.variant_test_name]
+
+GRAD_DTYPES = (torch.float32, torch.float64)
+
+
+def _skip_if_listed(test, op):
+    key = op_key(op)
+    reason = SKIP_OPS.get(key) or SKIP_OPS.get(op.name)
+    if reason:
+        test.skipTest(reason)
+    if MODE != "full" and test._testMethodName.rsplit("_", 1)[-1] not in SUBSET_DTYPES:
+        test.skipTest("outside the make-test subset (make conformance runs it)")
+
+
+def _expecting(test, kind, op, dtype, body):
+    """Runs `body`; a case listed in XFAIL must fail (reported as an expected failure)."""
+    reason = xfail_reason(kind, op_key(op), dtype)
+    if reason is None:
+        return body()
+    try:
+        body()
+    except Exception:  # noqa: BLE001  (any failure is the expected one)
+        test.skipTest(f"expected failure: {reason}")
+    raise AssertionError(f"unexpected success: remove ({kind!r}, {op_key(op)!r}) from XFAIL in expectations.py")
+
+
+def _call(op, sample):
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+class TestOxideOps(TestCase):
+    # OpInfo tolerances (toleranceOverride decorators) apply through self.assertEqual.
+    exact_dtype = True
+
+    @ops(OPS)
+    def test_samples(self, device, dtype, op):
+        _skip_if_listed(self, op)
+        _expecting(self, "op", op, dtype, lambda: self._samples(device, dtype, op))
+
+    def _samples(self, device, dtype, op):
+        key = op_key(op)
+        native = True
+        compared = 0
+        for sample in op.sample_inputs(device, dtype, requires_grad=False):
+            cpu_sample = sample.transform(cpu_copy)
+            start = fallback_calls()
+            actual = _call(op, sample)
+            native = native and fallback_calls() == start
+            expected = _call(op, cpu_sample)
+            if key in METADATA_ONLY or op.name in METADATA_ONLY:
+                self.assertEqual(metadata(to_cpu(actual)), metadata(expected))
+            else:
+                self.assertEqual(to_cpu(actual), expected, exact_device=False)
+            compared += 1
+        record(self, "op", key, dtype, native and compared > 0)
+
+    @ops([op for op in OPS if op.supports_autograd], allowed_dtypes=GRAD_DTYPES)
+    def test_grad(self, device, dtype, op):
+        _skip_if_listed(self, op)
+        _expecting(self, "grad", op, dtype, lambda: self._grad(device, dtype, op))
+
+    def _grad(self, device, dtype, op):
+        key = op_key(op)
+        if key in METADATA_ONLY or op.name in METADATA_ONLY:
+            self.skipTest(f"random or uninitialised output ({METADATA_ONLY.get(key) or METADATA_ONLY[op.name]})")
+        native = True
+        checked = 0
+        for sample in op.sample_inputs(device, dtype, requires_grad=True):
+            cpu_sample = sample.transform(cpu_copy)
+            dev_inputs = [t for t in tensors_in([sample.input, sample.args, sample.kwargs]) if t.requires_grad]
+            cpu_inputs = [t for t in tensors_in([cpu_sample.input, cpu_sample.args, cpu_sample.kwargs]) if t.requires_grad]
+            expected_out = [t for t in tensors_in(_call(op, cpu_sample)) if t.requires_grad]
+            if not expected_out or not cpu_inputs:
+                continue
+            start = fallback_calls()
+            actual_out = [t for t in tensors_in(_call(op, sample)) if t.requires_grad]
+            gen = torch.Generator().manual_seed(0)
+            weights = [torch.randn(t.shape, dtype=t.dtype, generator=gen) if not t.is_complex()
+                       else torch.randn(t.shape, dtype=t.dtype, generator=gen) for t in expected_out]
+            expected = torch.autograd.grad(expected_out, cpu_inputs, weights, allow_unused=True)
+            actual = torch.autograd.grad(actual_out, dev_inputs, [w.to(device) for w in weights], allow_unused=True)
+            native = native and fallback_calls() == start
+            self.assertEqual(to_cpu(list(actual)), list(expected), exact_device=False)
+            checked += 1
+        if checked == 0:
+            self.skipTest("no sample has a differentiable output")
+        record(self, "grad", key, dtype, native)
+
+    @ops([op for op in OPS if op.supports_out])
+    def test_out(self, device, dtype, op):
+        _skip_if_listed(self, op)
+        _expecting(self, "out", op, dtype, lambda: self._out(device, dtype, op))
+
+    def _out(self, device, dtype, op):
+        key = op_key(op)
+        sample = next(iter(op.sample_inputs(device, dtype)), None)
+        if sample is None:
+            self.skipTest("no sample input")
+        expected = _call(op, sample.transform(cpu_copy))
+        if not isinstance(expected, torch.Tensor):
+            self.skipTest("out= with several outputs is covered by test_samples")
+        out = torch.empty(0, dtype=expected.dtype, device=device)  # wrong size: must be resized like CPU
+        start = fallback_calls()
+        result = op(sample.input, *sample.args, out=out, **sample.kwargs)
+        native = fallback_calls() == start
+        self.assertTrue(result is out or result.data_ptr() == out.data_ptr())
+        if key in METADATA_ONLY or op.name in METADATA_ONLY:
+            self.assertEqual(metadata(to_cpu(out)), metadata(expected))
+        else:
+            self.assertEqual(to_cpu(out), expected, exact_device=False)
+        record(self, "out", key, dtype, native)
+
+    @ops([op for op in OPS if op.error_inputs_func is not None], dtypes=(torch.float32,))
+    def test_error_inputs(self, device, dtype, op):
+        _skip_if_listed(self, op)
+        _expecting(self, "error", op, dtype, lambda: self._error_inputs(device, dtype, op))
+
+    def _error_inputs(self, device, dtype, op):
+        key = op_key(op)
+        checked = 0
+        for ei in op.error_inputs(device):
+            si = ei.sample_input
+            with self.assertRaisesRegex(ei.error_type, ei.error_regex):
+                op(si.input, *si.args, **si.kwargs)
+            checked += 1
+        record(self, "error", key, dtype, True)
+        if checked == 0:
+            self.skipTest("no error inputs on this device")
+
+
+instantiate_device_type_tests(TestOxideOps, globals(), only_for="privateuse1")
+
+if __name__ == "__main__":
+    run_tests()
