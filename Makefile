@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps cargo-test pytest clean
+.PHONY: demo test build deps cargo-test pytest conformance clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -30,8 +30,19 @@ build: $(DEPS_STAMP)
 cargo-test:
 	cargo test --quiet -p oxide-runtime -p oxide-kernels
 
+# tests/python, then the fixed conformance subset (tests/conformance/expectations.py).
 pytest: build
 	$(PY) -m pytest -q tests/python
+	OXIDE_CONFORMANCE=subset $(PY) -m pytest -q -p no:cacheprovider tests/conformance
+
+# Every OpInfo / ModuleInfo / OptimizerInfo of PyTorch's databases on oxide vs CPU.
+# Writes conformance/report.json and conformance/REPORT.md (committed). Failures are
+# the measurement, so they do not fail the target; a crash does.
+conformance: build
+	OXIDE_CONFORMANCE=full OXIDE_CONFORMANCE_REPORT=$(CURDIR)/conformance \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/conformance -o addopts="" --no-header -rN; \
+	  status=$$?; test $$status -le 1 || exit $$status
+	@sed -n '/## Totals/,/## Largest/p' conformance/REPORT.md
 
 clean:
 	cargo clean
