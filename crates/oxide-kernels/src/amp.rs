@@ -19,10 +19,9 @@ pub unsafe fn unscale_and_check(dtype: DType, layout: &Layout<1>, data: *mut u8,
     if !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
         return Err(Error::UnsupportedDtype { op: "_amp_foreach_non_finite_check_and_unscale_", dtype });
     }
-    let mut found = false;
     // SAFETY: forwarded caller contract.
-    with_real_dtype!(dtype, "_amp_foreach_non_finite_check_and_unscale_", |T| unsafe {
-        found = unscale_typed::<T>(layout, data as *mut T, inv_scale)
+    let found = with_real_dtype!(dtype, "_amp_foreach_non_finite_check_and_unscale_", |T| unsafe {
+        unscale_typed::<T>(layout, data as *mut T, inv_scale)
     });
     Ok(found)
 }

@@ -25,7 +25,7 @@ unsafe fn rows<T: Copy>(l: &Layout<1>, dst: *mut u8, pattern: *const u8) {
     let dst = dst as *mut T;
     let stride = l.strides[0].last().copied().unwrap_or(1);
     l.for_each_row(|[o], n| {
-        if stride == 1 && (dst as usize) % std::mem::align_of::<T>() == 0 {
+        if stride == 1 && (dst as usize).is_multiple_of(std::mem::align_of::<T>()) {
             // SAFETY: n contiguous, aligned elements starting at offset o are in the layout.
             unsafe { std::slice::from_raw_parts_mut(dst.offset(o), n) }.fill(value);
         } else {

@@ -58,7 +58,7 @@ impl Config {
                     value: s.to_string(),
                     reason: e.to_string(),
                 })?;
-                if bytes < 1 << 20 || bytes > 1 << 46 {
+                if !(1 << 20..=1 << 46).contains(&bytes) {
                     return Err(Error::Config {
                         var: "OXIDE_DEVICE_MEMORY",
                         value: s.to_string(),

@@ -134,8 +134,11 @@ fn put<T>(out: *mut T, v: T) -> Result<(), AbiError> {
 
 /// Copies the calling thread's last error message into `buf` (NUL-terminated,
 /// truncated to `len - 1` bytes). Returns the full message length in bytes.
+///
+/// # Safety
+/// `buf` is null or points to `len` writable bytes.
 #[no_mangle]
-pub extern "C" fn oxide_last_error(buf: *mut c_char, len: usize) -> usize {
+pub unsafe extern "C" fn oxide_last_error(buf: *mut c_char, len: usize) -> usize {
     LAST_ERROR.with(|e| {
         let msg = e.borrow();
         if !buf.is_null() && len > 0 {
@@ -288,13 +291,19 @@ pub extern "C" fn oxide_device_stats(device: i32, out: *mut OxideDeviceStats) ->
 /// `resetPeakStats` for `device`.
 #[no_mangle]
 pub extern "C" fn oxide_reset_peak_stats(device: i32) -> i32 {
-    ffi(|| Ok(runtime()?.device(device as i64)?.allocator().reset_peak_stats()))
+    ffi(|| {
+        runtime()?.device(device as i64)?.allocator().reset_peak_stats();
+        Ok(())
+    })
 }
 
 /// `resetAccumulatedStats` for `device`.
 #[no_mangle]
 pub extern "C" fn oxide_reset_accumulated_stats(device: i32) -> i32 {
-    ffi(|| Ok(runtime()?.device(device as i64)?.allocator().reset_accumulated_stats()))
+    ffi(|| {
+        runtime()?.device(device as i64)?.allocator().reset_accumulated_stats();
+        Ok(())
+    })
 }
 
 /// `cudaMemGetInfo`: bytes not reserved by the allocator, and capacity, of `device`.
@@ -521,7 +530,10 @@ pub extern "C" fn oxide_event_query(e: *const OxideEvent, out: *mut bool) -> i32
 /// `cudaEventSynchronize`.
 #[no_mangle]
 pub extern "C" fn oxide_event_synchronize(e: *const OxideEvent) -> i32 {
-    ffi(|| Ok(event(e)?.get().synchronize()))
+    ffi(|| {
+        event(e)?.get().synchronize();
+        Ok(())
+    })
 }
 
 /// `cudaStreamWaitEvent`: later work on `stream` of `device` waits for the event.
@@ -530,7 +542,8 @@ pub extern "C" fn oxide_event_synchronize(e: *const OxideEvent) -> i32 {
 pub extern "C" fn oxide_stream_wait_event(device: i32, stream: i64, e: *const OxideEvent) -> i32 {
     ffi(|| {
         runtime()?.device(device as i64)?.streams().state(stream)?;
-        Ok(event(e)?.get().synchronize())
+        event(e)?.get().synchronize();
+        Ok(())
     })
 }
 
