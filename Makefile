@@ -40,7 +40,7 @@ pytest: build
 # the measurement, so they do not fail the target; a crash does.
 conformance: build
 	OXIDE_CONFORMANCE=full OXIDE_CONFORMANCE_REPORT=$(CURDIR)/conformance \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/conformance -o addopts="" --no-header -rN; \
+	  $(PY) -m pytest -q -p no:cacheprovider -n 2 tests/conformance -o addopts="" --no-header -rN; \
 	  status=$$?; test $$status -le 1 || exit $$status
 	@sed -n '/## Totals/,/## Largest/p' conformance/REPORT.md
 

@@ -7,9 +7,14 @@
 //   torch.compile can trace it). Both backward passes are first-order only.
 #include "oxide.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/selu.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/where.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -57,7 +62,15 @@ struct SeluFunction : torch::autograd::Function<SeluFunction> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    return {activation_backward(OXIDE_ACT_SELU, grads[0], saved[0])};
+    const at::Tensor& x = saved[0];
+    if (at::GradMode::is_enabled()) {
+      // create_graph=True: build the backward from differentiable ATen ops so that
+      // higher-order gradients are right (the fused kernel has no derivative).
+      const double scale = 1.0507009873554804934193349852946;
+      const double alpha = 1.6732632423543772848170429916717;
+      return {grads[0] * at::where(x > 0, at::full_like(x, scale), at::exp(x) * (scale * alpha))};
+    }
+    return {activation_backward(OXIDE_ACT_SELU, grads[0], x)};
   }
 };
 
@@ -98,7 +111,13 @@ struct SwishFunction : torch::autograd::Function<SwishFunction> {
                                .findSchemaOrThrow("oxide::swish_backward", "")
                                .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
     const auto saved = ctx->get_saved_variables();
-    return {op.call(grads[0], saved[0])};
+    const at::Tensor& x = saved[0];
+    if (at::GradMode::is_enabled()) {
+      // create_graph=True: differentiable formula d/dx[x*s(x)] = s * (1 + x * (1 - s)).
+      const at::Tensor s = at::sigmoid(x);
+      return {grads[0] * s * (1 + x * (1 - s))};
+    }
+    return {op.call(grads[0], x)};
   }
 };
 

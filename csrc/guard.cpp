@@ -27,10 +27,11 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return kOxide;
   }
 
+  // An index of -1 means "the current device" (c10::Device without an index): no change.
   c10::Device exchangeDevice(c10::Device d) const override {
     TORCH_INTERNAL_ASSERT(d.type() == kOxide);
     const c10::DeviceIndex old = current_device();
-    if (d.index() != old) {
+    if (d.index() != -1 && d.index() != old) {
       OXIDE_CHECK(oxide_set_device(d.index()));
     }
     return c10::Device(kOxide, old);
@@ -42,11 +43,15 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
   void setDevice(c10::Device d) const override {
     TORCH_INTERNAL_ASSERT(d.type() == kOxide);
-    OXIDE_CHECK(oxide_set_device(d.index()));
+    if (d.index() != -1) {
+      OXIDE_CHECK(oxide_set_device(d.index()));
+    }
   }
 
   void uncheckedSetDevice(c10::Device d) const noexcept override {
-    (void)oxide_set_device(d.index());
+    if (d.index() != -1) {
+      (void)oxide_set_device(d.index());
+    }
   }
 
   c10::Stream getStream(c10::Device d) const override {

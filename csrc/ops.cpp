@@ -3,12 +3,19 @@
 // view, _reshape_alias), resizing (resize_, set_), copies between host and
 // devices (_copy_from, _copy_from_and_resize), _local_scalar_dense, and
 // fill_/zero_ (needed by every factory such as zeros, ones, full).
-// View semantics are PyTorch's own device-generic implementations; only
+// View semantics (also view_as_real, view_as_complex, unfold: views whose only
+// kernels are per backend) are PyTorch's own device-generic implementations; only
 // memory and copies are ours.
 #include "oxide.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/_conj.h>
+#include <ATen/ops/_neg_view.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -19,6 +26,8 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include <cstring>
 
 namespace oxide {
 namespace {
@@ -140,6 +149,30 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (dst.numel() == 0 || self.is_same(dst)) {
     return dst;
   }
+  // Lazy conjugate / negative bits: copy the plain data, then apply the bit to the
+  // destination (through the dispatcher, so CPU destinations stay on CPU).
+  // Going through clone() instead would re-enter _copy_from forever.
+  if (self.is_conj() || self.is_neg()) {
+    at::Tensor plain = self.is_conj() ? at::_conj(self) : self;
+    plain = plain.is_neg() ? at::_neg_view(plain) : plain;
+    copy_from(plain, dst, non_blocking);
+    if (self.is_conj()) {
+      dst.conj_physical_();
+    }
+    if (self.is_neg()) {
+      dst.neg_();
+    }
+    return dst;
+  }
+  if (dst.is_conj() || dst.is_neg()) {
+    // Writing into a lazily conjugated/negated view: write the transformed source into the plain data.
+    at::Tensor plain = dst.is_conj() ? at::_conj(dst) : dst;
+    plain = plain.is_neg() ? at::_neg_view(plain) : plain;
+    at::Tensor src = dst.is_conj() ? self.conj_physical() : self;
+    src = dst.is_neg() ? src.neg() : src;
+    copy_from(src, plain, non_blocking);
+    return dst;
+  }
   const bool src_dev = self.is_privateuseone();
   const bool dst_dev = dst.is_privateuseone();
   TORCH_CHECK((src_dev || self.is_cpu()) && (dst_dev || dst.is_cpu()),
@@ -152,11 +185,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       dst.copy_(self.to(at::kCPU).to(dst.scalar_type()), non_blocking);
       return dst;
     }
-    at::Tensor src = self.expand(dst.sizes());
-    if (src.is_alias_of(dst)) {
-      src = src.clone();  // overlapping source and destination: read everything before writing
+    // CPU's copy_ rejects any overlap except the identical view (TensorIterator's check).
+    const bool identical = self.data_ptr() == dst.data_ptr() && self.strides() == dst.strides() &&
+                           self.sizes() == dst.sizes();
+    if (identical) {
+      return dst;
     }
-    copy_device_to_device(src, dst);
+    at::assert_no_overlap(dst, self);
+    copy_device_to_device(self.expand(dst.sizes()), dst);
     return dst;
   }
 
@@ -186,23 +222,30 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  // The scalar converted to self's dtype with Scalar::to<T>, which raises on
+  // overflow exactly as CPU's fill_ does; the kernel then copies those bytes.
+  alignas(16) unsigned char element[16] = {};
+  AT_DISPATCH_V2(
+      self.scalar_type(), "fill_", AT_WRAP([&] {
+        const scalar_t v = value.to<scalar_t>();
+        std::memcpy(element, &v, sizeof(scalar_t));
+      }),
+      AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), AT_EXPAND(AT_FLOAT8_TYPES), AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES),
+      at::kHalf, at::kBFloat16, at::kBool, at::kComplexHalf);
   if (self.numel() == 0) {
     return self;
   }
-  at::assert_no_internal_overlap(self);
-  // The scalar converted to self's dtype by CPU PyTorch's rules (checked narrowing, bool, complex).
-  const at::Tensor element = at::scalar_tensor(value, self.options().device(at::kCPU));
   const c10::DeviceGuard guard(self.device());
   OXIDE_CHECK(oxide_fill_strided(self.device().index(), stream_of(self), self.element_size(),
                                  static_cast<size_t>(self.dim()), self.sizes().data(), self.data_ptr(),
-                                 self.strides().data(), element.const_data_ptr()));
+                                 self.strides().data(), element));
   return self;
 }
 
 at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
               value.dim(), " dimensions.");
-  return fill_scalar(self, value.item());
+  return self.fill_(value.item());  // self may be a CPU tensor filled from a 0-dim oxide value
 }
 
 at::Tensor& zero_(at::Tensor& self) {
@@ -250,6 +293,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("set_.source_Storage", TORCH_FN(set_storage));
   m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
@@ -262,6 +308,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
   m.impl("zero_", TORCH_FN(zero_));
   m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+// The Conjugate and Negative keys sit above PrivateUse1; their fallbacks would
+// materialise a lazily conjugated/negated source with clone(), which copies
+// through _copy_from again, forever. Let the bits through: copy_from handles them.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 } // namespace oxide

@@ -8,6 +8,7 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/native/DispatchStub.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/native/UnaryOps.h>
 #include <ATen/ops/bernoulli_native.h>
 #include <ATen/ops/cauchy_native.h>
@@ -61,27 +62,39 @@ void sample_tensor(const at::TensorBase& self, OxideDistribution dist, const std
   sample(self, self.sizes(), self.strides(), self.mutable_data_ptr(), dist, gen);
 }
 
+// CPU's distribution kernels dispatch on floating types only; match its error.
+void check_floating(c10::ScalarType t, const char* kernel) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), "\"", kernel, "\" not implemented for '", c10::toString(t), "'");
+}
+
 OxideDistribution dist(int32_t kind, double a = 0, double b = 0) {
   return OxideDistribution{kind, a, b, 0, 0};
 }
 
 void uniform_kernel(at::TensorIteratorBase& iter, double from, double to, std::optional<at::Generator> gen) {
+  check_floating(iter.dtype(), "uniform_kernel_oxide");
   sample_iter(iter, dist(OXIDE_DIST_UNIFORM, from, to), gen);
 }
 
 void normal_kernel(const at::TensorBase& self, double mean, double std, std::optional<at::Generator> gen) {
+  check_floating(self.scalar_type(), "normal_kernel_oxide");
   sample_tensor(self, dist(OXIDE_DIST_NORMAL, mean, std), gen);
 }
 
 void exponential_kernel(at::TensorIteratorBase& iter, double lambda, std::optional<at::Generator> gen) {
+  TORCH_CHECK(at::isFloatingType(iter.dtype()),
+              "Exponential distribution is a continuous probability distribution. dtype must be a floating point "
+              "but you specified ", iter.dtype());
   sample_iter(iter, dist(OXIDE_DIST_EXPONENTIAL, lambda), gen);
 }
 
 void cauchy_kernel(at::TensorIteratorBase& iter, double median, double sigma, std::optional<at::Generator> gen) {
+  check_floating(iter.dtype(), "cauchy_oxide");
   sample_iter(iter, dist(OXIDE_DIST_CAUCHY, median, sigma), gen);
 }
 
 void log_normal_kernel(at::TensorIteratorBase& iter, double mean, double std, std::optional<at::Generator> gen) {
+  check_floating(iter.dtype(), "log_normal_oxide");
   sample_iter(iter, dist(OXIDE_DIST_LOG_NORMAL, mean, std), gen);
 }
 
@@ -94,6 +107,7 @@ void bernoulli_scalar_kernel(const at::TensorBase& self, double p, std::optional
 }
 
 void bernoulli_tensor_kernel(const at::TensorBase& self, const at::TensorBase& p_, std::optional<at::Generator> gen) {
+  check_floating(p_.scalar_type(), "bernoulli_tensor_oxide_p_");
   if (self.numel() == 0) {
     return;
   }
@@ -176,9 +190,20 @@ at::Tensor native_dropout_backward(const at::Tensor& grad_output, const at::Tens
   return grad_input;
 }
 
+// A generator may route a CPU call here; answer as CPU's own check would.
+void check_generator_device(const std::optional<at::Generator>& gen, const at::Tensor& t) {
+  if (gen.has_value() && gen->defined()) {
+    TORCH_CHECK(t.device().type() == gen->device().type(), "Expected a '", t.device().type(),
+                "' device type for generator but found '", gen->device().type(), "'");
+  }
+}
+
 at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor& out) {
+  check_generator_device(gen, out);
   TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
-  TORCH_CHECK(!at::isComplexType(out.scalar_type()), "randperm is not implemented for complex dtypes");
+  TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool && !at::isComplexType(out.scalar_type()),
+                              "\"randperm_oxide\" not implemented for '", c10::toString(out.scalar_type()), "'");
+  at::native::check_supported_max_int_with_precision(n, out);
   out.resize_({n});
   if (n == 0) {
     return out;
@@ -194,6 +219,7 @@ at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor
 // contiguous float32/float64 matrix, samples come back as int64.
 at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool replacement,
                             std::optional<at::Generator> gen, at::Tensor& result) {
+  check_generator_device(gen, self);
   TORCH_CHECK(result.device() == self.device(), "multinomial arguments must have the same device");
   TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
@@ -203,7 +229,7 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   const int64_t categories = self.size(-1);
   TORCH_CHECK(replacement || (n_sample <= categories),
               "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
-  TORCH_CHECK(categories <= std::numeric_limits<int32_t>::max(), "number of categories cannot exceed 2^24");
+  TORCH_CHECK(categories <= (int64_t(1) << 24), "number of categories cannot exceed 2^24");
   const int64_t rows = self.dim() == 1 ? 1 : self.size(0);
   if (self.dim() == 1) {
     result.resize_({n_sample});

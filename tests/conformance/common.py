@@ -3,6 +3,7 @@ recording whether a case touched the CPU fallback."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -57,5 +58,15 @@ def tensors_in(x):
     return []
 
 
+REPORT_DIR = os.environ.get("OXIDE_CONFORMANCE_REPORT")
+
+
 def record(test, kind: str, name: str, dtype, native: bool) -> None:
-    CASES[test._testMethodName] = {"kind": kind, "name": name, "dtype": str(dtype).replace("torch.", ""), "native": native}
+    """Facts of one case for the report. With a report directory they are also
+    appended to a per-process file at once, so parallel workers (and a worker
+    that crashes later) hand them to the controller."""
+    facts = {"kind": kind, "name": name, "dtype": str(dtype).replace("torch.", ""), "native": native}
+    CASES[test._testMethodName] = facts
+    if REPORT_DIR:
+        with open(os.path.join(REPORT_DIR, f".cases-{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps({"test": test._testMethodName, **facts}) + "\n")

@@ -18,10 +18,34 @@ RESULTS: list[dict] = []
 START = time.time()
 
 
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    out_dir = os.environ.get("OXIDE_CONFORMANCE_REPORT")
+    if out_dir and not _is_worker(config):
+        os.makedirs(out_dir, exist_ok=True)
+        for name in os.listdir(out_dir):
+            if name.startswith(".cases-"):
+                os.remove(os.path.join(out_dir, name))
+
+
+def _merged_cases(out_dir):
+    cases = dict(CASES)
+    for name in os.listdir(out_dir):
+        if name.startswith(".cases-"):
+            with open(os.path.join(out_dir, name)) as f:
+                for line in f:
+                    entry = json.loads(line)
+                    cases[entry.pop("test")] = entry
+            os.remove(os.path.join(out_dir, name))
+    return cases
+
+
 def pytest_runtest_logreport(report):
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         method = report.nodeid.split("::")[-1]
-        facts = CASES.get(method, {})
         reason = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
@@ -30,7 +54,7 @@ def pytest_runtest_logreport(report):
         outcome = report.outcome
         if report.skipped and reason.startswith("expected failure: "):
             outcome = "xfailed"
-        RESULTS.append({"test": method, "outcome": outcome, "reason": reason, **facts})
+        RESULTS.append({"test": method, "outcome": outcome, "reason": reason})
 
 
 def _summary(results):
@@ -44,9 +68,11 @@ def _summary(results):
 
 def pytest_sessionfinish(session, exitstatus):
     out_dir = os.environ.get("OXIDE_CONFORMANCE_REPORT")
-    if not out_dir or not RESULTS:
+    if not out_dir or not RESULTS or _is_worker(session.config):
         return
-    os.makedirs(out_dir, exist_ok=True)
+    cases = _merged_cases(out_dir)
+    for r in RESULTS:
+        r.update(cases.get(r["test"], {}))
     by_outcome = collections.Counter(r["outcome"] for r in RESULTS)
     RUN = ("passed", "failed", "xfailed")
     ran = [r for r in RESULTS if r["outcome"] in RUN]

@@ -124,11 +124,26 @@ unsafe fn sample_typed<T: Element>(layout: &Layout<1>, dst: *mut u8, dist: Distr
 /// `bernoulli_(p_tensor)`: element k of `dst` (operand 0) is 1 with the
 /// probability held by operand 1, a float64 operand broadcast to `dst`.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for complex dtypes.
+/// Errors: [`Error::UnsupportedDtype`] for complex dtypes; [`Error::InvalidValue`]
+/// (CPU's message) when a probability is outside [0, 1] or NaN, before anything is written.
 ///
 /// # Safety
 /// Both operands' elements must be valid (`dst` for writes, `p` for reads).
 pub unsafe fn bernoulli_tensor(dtype: DType, layout: &Layout<2>, dst: *mut u8, p: *const f64, bits: &impl BitSource) -> Result<()> {
+    let l = layout.coalesced();
+    let last = l.shape.len().saturating_sub(1);
+    let ps = l.strides[1].get(last).copied().unwrap_or(1);
+    let mut valid = true;
+    l.for_each_row(|[_, op], n| {
+        for i in 0..n as isize {
+            // SAFETY: operand 1's offsets are in the caller's layout.
+            let prob = unsafe { p.offset(op + i * ps).read_unaligned() };
+            valid &= (0.0..=1.0).contains(&prob);
+        }
+    });
+    if !valid {
+        return Err(Error::InvalidValue { op: "bernoulli_", reason: "Expected p_in >= 0 && p_in <= 1 to be true, but got false.".into() });
+    }
     // SAFETY: forwarded caller contract.
     with_real_dtype!(dtype, "bernoulli_", |T| unsafe { bernoulli_typed::<T>(layout, dst as *mut T, p, bits) });
     Ok(())
@@ -336,6 +351,12 @@ mod tests {
 
     #[test]
     fn bernoulli_tensor_and_masked_scale() {
+        let bad = [0.5f64, 1.5];
+        let mut untouched = [3.0f32; 2];
+        let l2 = Layout::new("t", &[2], [&[1], &[1]]).unwrap();
+        // SAFETY: 2 elements each.
+        assert!(unsafe { bernoulli_tensor(DType::F32, &l2, untouched.as_mut_ptr() as *mut u8, bad.as_ptr(), &bits) }.is_err());
+        assert_eq!(untouched, [3.0, 3.0], "nothing is written when a probability is invalid");
         let p = [0.0f64, 1.0, 0.0, 1.0];
         let mut out = [7.0f32; 4];
         let l = Layout::new("t", &[4], [&[1], &[1]]).unwrap();

@@ -5,7 +5,7 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// A device index outside `0..device_count` (cudaErrorInvalidDevice).
-    #[error("invalid device index {index}: oxide has {count} device(s) (indices 0..{count}; set OXIDE_DEVICE_COUNT to change)")]
+    #[error("invalid device index {index}: oxide has {count} device(s), valid indices are 0 to {}; set OXIDE_DEVICE_COUNT to change", count.saturating_sub(1))]
     InvalidDevice { index: i64, count: usize },
 
     /// A device allocation that does not fit (cudaErrorMemoryAllocation).

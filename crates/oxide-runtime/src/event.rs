@@ -72,6 +72,9 @@ impl Event {
         let (Some(a), Some(b)) = (&self.recorded, &end.recorded) else {
             return Err(Error::InvalidEvent { reason: "both events must be recorded before elapsed_time" });
         };
+        if a.device != b.device {
+            return Err(Error::InvalidEvent { reason: "both events must be recorded on the same device" });
+        }
         self.synchronize();
         end.synchronize();
         let ms = if b.at >= a.at {
@@ -107,5 +110,10 @@ mod tests {
         let (a, b) = (Event::new(false), Event::new(true));
         assert!(matches!(a.elapsed_ms(&b), Err(Error::InvalidEvent { .. })));
         assert!(matches!(b.elapsed_ms(&Event::new(true)), Err(Error::InvalidEvent { .. })));
+        let (s0, s1) = (Streams::new(0), Streams::new(1));
+        let (mut x, mut y) = (Event::new(true), Event::new(true));
+        x.record(0, 0, s0.state(0).unwrap());
+        y.record(1, 0, s1.state(0).unwrap());
+        assert!(matches!(x.elapsed_ms(&y), Err(Error::InvalidEvent { reason }) if reason.contains("same device")));
     }
 }
