@@ -195,3 +195,42 @@ def test_printing_matches_cpu(make):
     text = repr(d)
     assert "device='oxide:0'" in text
     assert text.replace(", device='oxide:0'", "") == repr(x)
+
+
+def test_conjugate_and_negative_views_copy_correctly():
+    z = torch.tensor([1 + 1j, 2 - 1j])
+    d = z.to("oxide")
+    torch.testing.assert_close(d.conj().cpu(), z.conj())
+    torch.testing.assert_close((d.conj().imag + 1).cpu(), z.conj().imag + 1)
+    torch.testing.assert_close(d.conj().to("oxide:1").cpu(), z.conj())
+    torch.testing.assert_close(d.conj().clone().cpu(), z.conj())
+    dst = torch.zeros(2, dtype=torch.complex64, device="oxide")
+    dst.conj().copy_(d)  # writing through a conjugated view
+    torch.testing.assert_close(dst.cpu(), z.conj())
+
+
+def test_real_imag_view_as_real_complex_and_unfold_are_views():
+    z = torch.zeros(3, dtype=torch.complex64, device="oxide")
+    z.real.fill_(1)
+    z.imag.add_(2)
+    torch.view_as_real(z)[:, 0].mul_(3)
+    assert z.cpu().tolist() == [3 + 2j] * 3
+    y = torch.zeros(3, 2, device="oxide")
+    torch.view_as_complex(y).fill_(1 + 1j)
+    assert y.cpu().tolist() == [[1.0, 1.0]] * 3
+    x = torch.zeros(6, device="oxide")
+    x.unfold(0, 2, 2).fill_(1)
+    assert x.cpu().tolist() == [1.0] * 6
+
+
+def test_fill_checks_overflow_and_accepts_expanded_views():
+    with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
+        torch.zeros(2, dtype=torch.float16, device="oxide").fill_(1e40)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.zeros(2, dtype=torch.int8, device="oxide").fill_(300)
+    e = torch.zeros(1, device="oxide")
+    e.expand(4).fill_(2)  # every element is the same memory: legal, as on CPU
+    assert e.cpu().item() == 2
+    cpu = torch.zeros(3)
+    cpu.fill_(torch.tensor(5.0, device="oxide"))  # a CPU tensor filled from a 0-dim oxide value
+    assert cpu.tolist() == [5.0] * 3

@@ -76,3 +76,27 @@ def test_swish_opcheck():
 def test_swish_rejects_integers():
     with pytest.raises(NotImplementedError, match="int64"):
         torch.ops.oxide.swish(torch.ones(3, dtype=torch.int64, device="oxide"))
+
+
+def test_double_backward_selu_and_swish():
+    x = torch.randn(5, dtype=torch.float64, device="oxide", requires_grad=True)
+    assert torch.autograd.gradgradcheck(torch.selu, (x,))
+    assert torch.autograd.gradgradcheck(torch.ops.oxide.swish, (x,))
+
+
+def test_gradient_penalty_through_selu_matches_cpu():
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.SELU(), torch.nn.Linear(4, 1)).double()
+    x = torch.randn(6, 3, dtype=torch.float64)
+
+    def penalty_grad(m, inp):
+        inp = inp.clone().requires_grad_()
+        (g,) = torch.autograd.grad(m(inp).sum(), inp, create_graph=True)
+        ((g.norm(dim=1) - 1) ** 2).mean().backward()
+        return m[0].weight.grad.detach().cpu()
+
+    expected = penalty_grad(copy.deepcopy(model), x)
+    actual = penalty_grad(copy.deepcopy(model).oxide(), x.oxide())
+    torch.testing.assert_close(actual, expected)

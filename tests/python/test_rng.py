@@ -220,3 +220,33 @@ def test_multinomial_errors_match_cpu(probs, n, replacement):
     with pytest.raises(RuntimeError) as dev_err:
         torch.multinomial(torch.tensor(probs, device="oxide"), n, replacement)
     assert str(dev_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_random_fills(dtype):
+    torch.manual_seed(0)
+    x = torch.randn(20_000, dtype=dtype, device="oxide").cpu()
+    assert x.real.std().item() == pytest.approx(0.5**0.5, rel=0.05)
+    assert x.imag.std().item() == pytest.approx(0.5**0.5, rel=0.05)
+    u = torch.empty(1000, dtype=dtype, device="oxide").uniform_(0, 1).cpu()
+    assert 0 <= u.real.min() and u.real.max() < 1 and 0 <= u.imag.min() and u.imag.max() < 1
+
+
+@pytest.mark.parametrize(
+    "call,error,pattern",
+    [(lambda: torch.bernoulli(torch.tensor([1.5, -0.5], device="oxide")), RuntimeError, "p_in >= 0 && p_in <= 1"),
+     (lambda: torch.bernoulli(torch.tensor([float("nan")], device="oxide")), RuntimeError, "p_in >= 0 && p_in <= 1"),
+     (lambda: torch.bernoulli(torch.tensor([1, 0], device="oxide")), NotImplementedError, "not implemented for 'Long'"),
+     (lambda: torch.randperm(300, dtype=torch.int8, device="oxide"), RuntimeError, "without overflow"),
+     (lambda: torch.randperm(3000, dtype=torch.float16, device="oxide"), RuntimeError, "2049 for Half"),
+     (lambda: torch.randperm(4, dtype=torch.bool, device="oxide"), NotImplementedError, "not implemented for 'Bool'"),
+     (lambda: torch.randn(4, dtype=torch.int64, device="oxide"), NotImplementedError, "not implemented for 'Long'"),
+     (lambda: torch.empty(4, dtype=torch.int32, device="oxide").exponential_(), RuntimeError, "continuous probability"),
+     (lambda: torch.randperm(5, generator=torch.Generator("oxide")), RuntimeError, "Expected a 'cpu' device type for generator"),
+     (lambda: torch.multinomial(torch.ones(2**24 + 1, device="oxide"), 1), RuntimeError, "cannot exceed 2\\^24")],
+    ids=["p>1", "p-nan", "int-p", "randperm-int8", "randperm-half", "randperm-bool", "randn-int", "exponential-int",
+         "generator-device", "multinomial-categories"],
+)
+def test_random_argument_errors_like_cpu(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()

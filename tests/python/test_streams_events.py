@@ -106,3 +106,12 @@ def test_oxide_event_api():
     x = torch.ones(3, device="oxide")
     x.record_stream(s2)
     torch.oxide.synchronize()
+
+
+def test_elapsed_time_across_devices_is_rejected():
+    a = torch.Event(device="oxide:0", enable_timing=True)
+    b = torch.Event(device="oxide:1", enable_timing=True)
+    a.record(torch.accelerator.current_stream(0))
+    b.record(torch.accelerator.current_stream(1))
+    with pytest.raises(ValueError, match="same device"):
+        a.elapsed_time(b)
