@@ -370,17 +370,10 @@ pub unsafe extern "C" fn oxide_copy_strided(
         // SAFETY: the glue passes ndim-long arrays.
         let (shape, ds, ss) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(src_strides, ndim)) };
         let layout = Layout::new("copy_", shape, [ds, ss])?;
-        let rt = runtime()?;
-        for p in [dst as usize, src as usize] {
-            if layout.numel() > 0 && !matches!(rt.pointer_kind(p), PointerKind::Device(_)) {
-                return Err(oxide_runtime::Error::InvalidPointer { ptr: p }.into());
-            }
-        }
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[dst, src], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::copy::copy_strided(elem_size, &layout, dst as *mut u8, src as *const u8) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -406,15 +399,10 @@ pub unsafe extern "C" fn oxide_fill_strided(
         // SAFETY: the glue passes ndim-long arrays.
         let (shape, strides) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim)) };
         let layout = Layout::new("fill_", shape, [strides])?;
-        let rt = runtime()?;
-        if layout.numel() > 0 && !matches!(rt.pointer_kind(dst as usize), PointerKind::Device(_)) {
-            return Err(oxide_runtime::Error::InvalidPointer { ptr: dst as usize }.into());
-        }
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[dst], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::fill::fill_strided(elem_size, &layout, dst as *mut u8, pattern as *const u8) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -646,6 +634,24 @@ fn check_device_ptr(rt: &oxide_runtime::Runtime, p: *const c_void, numel: usize)
     Ok(())
 }
 
+/// The common tail of every kernel entry point: when there is work (`numel > 0`)
+/// each operand must be device memory; then `kernel` runs on `stream` of `device`
+/// and its error, if any, is returned.
+fn launch<T, E: Into<AbiError>>(
+    device: i32,
+    stream: i64,
+    numel: usize,
+    operands: &[*const c_void],
+    kernel: impl FnOnce() -> Result<T, E>,
+) -> Result<T, AbiError> {
+    let rt = runtime()?;
+    for &p in operands {
+        check_device_ptr(rt, p, numel)?;
+    }
+    let (_, r) = rt.device(device as i64)?.streams().launch(stream, kernel)?;
+    r.map_err(Into::into)
+}
+
 /// Fills the strided device operand `dst` (`ndim` dims, element strides) of
 /// dtype `dtype_code` with samples of `dist`; element k in iteration order uses
 /// Philox block `philox.offset + k`. Enqueued on `stream` of `device`.
@@ -680,14 +686,11 @@ pub unsafe extern "C" fn oxide_random_sample(
             k => return Err(AbiError::Invalid(format!("unknown distribution kind {k}"))),
         };
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        check_device_ptr(rt, dst, layout.numel())?;
         let bits = philox(&philox_state);
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[dst], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::random::sample(dt, &layout, dst as *mut u8, d, &bits) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -713,15 +716,11 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(
         let (sh, ds, ps) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(p_strides, ndim)) };
         let layout = Layout::new("bernoulli_", sh, [ds, ps])?;
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        check_device_ptr(rt, dst, layout.numel())?;
-        check_device_ptr(rt, p, layout.numel())?;
         let bits = philox(&philox_state);
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[dst, p], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::random::bernoulli_tensor(dt, &layout, dst as *mut u8, p as *const f64, &bits) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -750,15 +749,10 @@ pub unsafe extern "C" fn oxide_masked_scale(
         let (sh, os, is, ms) = unsafe { (dims(shape, ndim), dims(out_strides, ndim), dims(input_strides, ndim), dims(mask_strides, ndim)) };
         let layout = Layout::new("masked_scale", sh, [os, is, ms])?;
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        for p in [out as *const c_void, input, mask] {
-            check_device_ptr(rt, p, layout.numel())?;
-        }
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[out, input, mask], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::random::masked_scale(dt, &layout, out as *mut u8, input as *const u8, mask as *const bool, scale) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -772,18 +766,15 @@ pub unsafe extern "C" fn oxide_randperm(device: i32, stream: i64, dtype_code: i3
     ffi(|| {
         let layout = Layout::new("randperm", &[n], [&[stride]])?;
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        check_device_ptr(rt, out, layout.numel())?;
         let bits = philox(&philox_state);
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || -> Result<(), AbiError> {
+        launch(device, stream, layout.numel(), &[out], || -> Result<(), AbiError> {
             let perm = oxide_kernels::random::randperm(n as usize, &bits);
             let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
             // SAFETY: out addresses n elements (contract); perm is a host buffer of n i64s
             // converted element by element into the destination dtype.
             unsafe { oxide_kernels::cast::cast_from_i64(dt, &src, out as *mut u8, &perm)? };
             Ok(())
-        })?;
-        r
+        })
     })
 }
 
@@ -807,11 +798,9 @@ pub unsafe extern "C" fn oxide_multinomial(
 ) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        check_device_ptr(rt, weights, rows * categories)?;
-        check_device_ptr(rt, out, rows * samples)?;
+        check_device_ptr(runtime()?, weights, rows * categories)?;
         let bits = philox(&philox_state);
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || -> Result<(), AbiError> {
+        launch(device, stream, rows * samples, &[out], || -> Result<(), AbiError> {
             // SAFETY: sizes per the contract.
             let out = unsafe { std::slice::from_raw_parts_mut(out as *mut i64, rows * samples) };
             match dt {
@@ -828,8 +817,7 @@ pub unsafe extern "C" fn oxide_multinomial(
                 d => return Err(oxide_kernels::Error::UnsupportedDtype { op: "multinomial", dtype: d }.into()),
             }
             Ok(())
-        })?;
-        r
+        })
     })
 }
 
@@ -869,14 +857,10 @@ pub unsafe extern "C" fn oxide_activation_forward(
         let layout = Layout::new("activation", sh, [os, xs])?;
         let (fw, _) = activation_kind(kind)?;
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        check_device_ptr(rt, out, layout.numel())?;
-        check_device_ptr(rt, x, layout.numel())?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[out, x], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::activation::forward(fw, dt, &layout, out as *mut u8, x as *const u8) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -905,15 +889,10 @@ pub unsafe extern "C" fn oxide_activation_backward(
         let layout = Layout::new("activation_backward", sh, [a, b, c])?;
         let (_, bw) = activation_kind(kind)?;
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        for p in [dx as *const c_void, dy, x] {
-            check_device_ptr(rt, p, layout.numel())?;
-        }
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        launch(device, stream, layout.numel(), &[dx, dy, x], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::activation::backward(bw, dt, &layout, dx as *mut u8, dy as *const u8, x as *const u8) }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -938,13 +917,10 @@ pub unsafe extern "C" fn oxide_amp_unscale(
         // SAFETY: the glue passes ndim-long arrays.
         let layout = Layout::new("_amp_foreach_non_finite_check_and_unscale_", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
         let dt = dtype(dtype_code)?;
-        let rt = runtime()?;
-        check_device_ptr(rt, data, layout.numel())?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || {
+        let any = launch(device, stream, layout.numel(), &[data], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::amp::unscale_and_check(dt, &layout, data as *mut u8, inv_scale) }
         })?;
-        let any = r?;
         // SAFETY: found is the glue's local.
         if any && !found.is_null() {
             unsafe { *found = true };
@@ -970,11 +946,8 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
     growth_interval: i64,
 ) -> i32 {
     ffi(|| {
-        let rt = runtime()?;
-        for p in [scale as *const c_void, growth_tracker as *const c_void, found_inf as *const c_void] {
-            check_device_ptr(rt, p, 1)?;
-        }
-        rt.device(device as i64)?.streams().launch(stream, || {
+        let operands = [scale as *const c_void, growth_tracker as *const c_void, found_inf as *const c_void];
+        launch(device, stream, 1, &operands, || -> Result<(), AbiError> {
             // SAFETY: one element each, per the contract.
             unsafe {
                 let (mut s, mut t) = (scale.read_unaligned(), growth_tracker.read_unaligned());
@@ -982,7 +955,7 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
                 scale.write_unaligned(s);
                 growth_tracker.write_unaligned(t);
             }
-        })?;
-        Ok(())
+            Ok(())
+        })
     })
 }
