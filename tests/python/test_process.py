@@ -81,3 +81,12 @@ def test_bad_configuration_is_a_clear_error():
     assert out.returncode == 0, out.stderr
     assert "ValueError: invalid value \"lots\" for OXIDE_DEVICE_MEMORY" in out.stdout
     assert "count 0" in out.stdout
+
+
+def test_no_panic_crosses_the_ffi_boundary():
+    from torch_oxide import _C
+
+    status, message = _C._ffi_panic_probe()
+    assert status == 5  # OXIDE_STATUS_INTERNAL
+    assert "a Rust panic was caught" in message and "deliberate panic" in message
+    assert torch.ones(2, device="oxide").sum().item() == 2  # the process carries on

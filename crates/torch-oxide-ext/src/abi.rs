@@ -153,6 +153,13 @@ pub unsafe extern "C" fn oxide_last_error(buf: *mut c_char, len: usize) -> usize
     })
 }
 
+/// Test hook: a body that panics, to prove the boundary turns a panic into
+/// `OXIDE_STATUS_INTERNAL` plus a message instead of unwinding into C++.
+#[no_mangle]
+pub extern "C" fn oxide_test_panic() -> i32 {
+    ffi(|| panic!("deliberate panic from oxide_test_panic"))
+}
+
 /// Starts the runtime (idempotent). Fails in a forked child or on a bad configuration.
 #[no_mangle]
 pub extern "C" fn oxide_init() -> i32 {

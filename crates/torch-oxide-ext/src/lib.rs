@@ -161,6 +161,17 @@ fn set_fallback_mode(mode: &str) -> PyResult<()> {
     Ok(())
 }
 
+/// Calls the ABI's panicking test hook and returns `(status, last error message)`.
+#[pyfunction]
+fn _ffi_panic_probe() -> (i32, String) {
+    let status = abi::oxide_test_panic();
+    let mut buf = vec![0u8; 512];
+    // SAFETY: buf has 512 writable bytes.
+    let n = unsafe { abi::oxide_last_error(buf.as_mut_ptr() as *mut std::ffi::c_char, buf.len()) };
+    buf.truncate(n.min(511));
+    (status, String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// The extension module `torch_oxide._C`.
 #[pymodule]
 #[pyo3(name = "_C")]
@@ -182,6 +193,7 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reset_fallback_stats, m)?)?;
     m.add_function(wrap_pyfunction!(get_fallback_mode, m)?)?;
     m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(_ffi_panic_probe, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
