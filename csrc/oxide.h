@@ -28,6 +28,9 @@ static_assert(static_cast<int>(c10::ScalarType::ComplexFloat) == OXIDE_DTYPE_COM
 static_assert(static_cast<int>(c10::ScalarType::ComplexDouble) == OXIDE_DTYPE_COMPLEX128);
 static_assert(static_cast<int>(c10::ScalarType::Bool) == OXIDE_DTYPE_BOOL);
 static_assert(static_cast<int>(c10::ScalarType::BFloat16) == OXIDE_DTYPE_BFLOAT16);
+static_assert(static_cast<int>(c10::ScalarType::UInt16) == OXIDE_DTYPE_UINT16);
+static_assert(static_cast<int>(c10::ScalarType::UInt32) == OXIDE_DTYPE_UINT32);
+static_assert(static_cast<int>(c10::ScalarType::UInt64) == OXIDE_DTYPE_UINT64);
 
 namespace oxide {
 

@@ -140,6 +140,9 @@ void random_kernel(at::TensorIteratorBase& iter, std::optional<at::Generator> ge
     case at::kShort: range = 1ULL << 15; break;
     case at::kInt: range = 1ULL << 31; break;
     case at::kLong: range = 1ULL << 63; break;
+    case at::kUInt16: range = 1ULL << 16; break;
+    case at::kUInt32: range = 1ULL << 32; break;
+    case at::kUInt64: range = 0; break;  // 2^64: every value
     default: TORCH_CHECK_NOT_IMPLEMENTED(false, "\"random_\" not implemented for '", iter.dtype(), "'");
   }
   sample_iter(iter, integers(0, range), gen);

@@ -50,7 +50,9 @@ def pytest_runtest_logreport(report):
         if report.skipped and isinstance(report.longrepr, tuple):
             reason = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.failed:
-            reason = str(report.longrepr).strip().splitlines()[-1][:300] if report.longrepr else ""
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = crash.message if crash is not None else str(report.longrepr or "")
+            reason = (text.strip().splitlines() or [""])[0][:300]
         outcome = report.outcome
         if report.skipped and reason.startswith("expected failure: "):
             outcome = "xfailed"

@@ -21,13 +21,17 @@ pub enum DType {
     C128 = 10,
     Bool = 11,
     BF16 = 15,
+    U16 = 27,
+    U32 = 28,
+    U64 = 29,
 }
 
 impl DType {
     /// All dtypes the ABI defines.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 16] = [
         DType::U8, DType::I8, DType::I16, DType::I32, DType::I64, DType::F16, DType::F32,
         DType::F64, DType::C32, DType::C64, DType::C128, DType::Bool, DType::BF16,
+        DType::U16, DType::U32, DType::U64,
     ];
 
     /// The dtype with ABI code `code`.
@@ -41,9 +45,9 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::U8 | DType::I8 | DType::Bool => 1,
-            DType::I16 | DType::F16 | DType::BF16 => 2,
-            DType::I32 | DType::F32 | DType::C32 => 4,
-            DType::I64 | DType::F64 | DType::C64 => 8,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
+            DType::I32 | DType::U32 | DType::F32 | DType::C32 => 4,
+            DType::I64 | DType::U64 | DType::F64 | DType::C64 => 8,
             DType::C128 => 16,
         }
     }
@@ -56,6 +60,9 @@ impl DType {
             DType::I16 => "int16",
             DType::I32 => "int32",
             DType::I64 => "int64",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
             DType::F16 => "float16",
             DType::F32 => "float32",
             DType::F64 => "float64",
@@ -84,6 +91,7 @@ mod tests {
             assert_eq!(DType::from_code(d as i32).unwrap(), d);
         }
         assert_eq!(DType::from_code(12), Err(Error::UnknownDtype { code: 12 }));
+        assert_eq!((DType::U16.size(), DType::U64.name()), (2, "uint64"));
         assert_eq!(DType::C128.size(), 16);
         assert_eq!(DType::BF16.to_string(), "bfloat16");
     }
@@ -119,7 +127,7 @@ macro_rules! int_element {
         }
     )*};
 }
-int_element!(u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64);
+int_element!(u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u16 => U16, u32 => U32, u64 => U64);
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
@@ -224,6 +232,9 @@ macro_rules! with_real_dtype {
             $crate::DType::I16 => { type $T = i16; $body }
             $crate::DType::I32 => { type $T = i32; $body }
             $crate::DType::I64 => { type $T = i64; $body }
+            $crate::DType::U16 => { type $T = u16; $body }
+            $crate::DType::U32 => { type $T = u32; $body }
+            $crate::DType::U64 => { type $T = u64; $body }
             $crate::DType::F16 => { type $T = $crate::half::f16; $body }
             $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
             $crate::DType::F32 => { type $T = f32; $body }

@@ -51,6 +51,9 @@ pub const OXIDE_DTYPE_COMPLEX64: i32 = 9;
 pub const OXIDE_DTYPE_COMPLEX128: i32 = 10;
 pub const OXIDE_DTYPE_BOOL: i32 = 11;
 pub const OXIDE_DTYPE_BFLOAT16: i32 = 15;
+pub const OXIDE_DTYPE_UINT16: i32 = 27;
+pub const OXIDE_DTYPE_UINT32: i32 = 28;
+pub const OXIDE_DTYPE_UINT64: i32 = 29;
 
 const _: () = {
     use oxide_kernels::DType as D;
@@ -60,6 +63,7 @@ const _: () = {
     assert!(D::F32 as i32 == OXIDE_DTYPE_FLOAT32 && D::F64 as i32 == OXIDE_DTYPE_FLOAT64);
     assert!(D::C64 as i32 == OXIDE_DTYPE_COMPLEX64 && D::C128 as i32 == OXIDE_DTYPE_COMPLEX128);
     assert!(D::Bool as i32 == OXIDE_DTYPE_BOOL && D::BF16 as i32 == OXIDE_DTYPE_BFLOAT16);
+    assert!(D::U16 as i32 == OXIDE_DTYPE_UINT16 && D::U32 as i32 == OXIDE_DTYPE_UINT32 && D::U64 as i32 == OXIDE_DTYPE_UINT64);
 };
 
 /// Copy directions for [`oxide_memcpy_async`] (values of `cudaMemcpyKind`).
