@@ -69,7 +69,38 @@ void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     default:
       break;
   }
+  // cpu_fallback returns new tensors on the device of the *first* tensor argument;
+  // when that is a CPU scalar (0-dim, allowed above) the results would land on
+  // the CPU. Put them on the oxide device of the other arguments instead.
+  const auto& schema = op.schema();
+  std::optional<c10::Device> first, oxide;
+  for (size_t i = stack->size() - schema.arguments().size(); i < stack->size(); ++i) {
+    const auto& v = (*stack)[i];
+    std::vector<at::Tensor> ts;
+    if (v.isTensor()) {
+      ts.push_back(v.toTensor());
+    } else if (v.isTensorList()) {
+      ts = v.toTensorVector();
+    }
+    for (const auto& t : ts) {
+      if (!t.defined()) {
+        continue;
+      }
+      first = first.value_or(t.device());
+      if (!oxide && t.is_privateuseone()) {
+        oxide = t.device();
+      }
+    }
+  }
   at::native::cpu_fallback(op, stack);
+  if (first && first->is_cpu() && oxide) {
+    for (size_t i = stack->size() - schema.returns().size(); i < stack->size(); ++i) {
+      auto& v = (*stack)[i];
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cpu()) {
+        v = v.toTensor().to(*oxide);
+      }
+    }
+  }
 }
 
 } // namespace

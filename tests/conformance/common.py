@@ -3,6 +3,7 @@ recording whether a case touched the CPU fallback."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -28,16 +29,24 @@ def to_cpu(x):
     return x
 
 
-def cpu_copy(x):
-    """A CPU copy of an oxide sample value that keeps requires_grad (a leaf)."""
+def leaf_copy(x, device):
+    """A copy of a sample value on `device` whose tensors are leaves keeping requires_grad
+    (modules passed as constructor arguments, e.g. a Transformer's layer, are copied too)."""
+    if isinstance(x, torch.nn.Module):
+        return copy.deepcopy(x).to(device)
     if isinstance(x, torch.Tensor):
-        c = x.detach().cpu()
+        c = x.detach().to(device, copy=True)
         return c.requires_grad_(x.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
     if isinstance(x, (list, tuple)):
-        return type(x)(cpu_copy(v) for v in x)
+        return type(x)(leaf_copy(v, device) for v in x)
     if isinstance(x, dict):
-        return {k: cpu_copy(v) for k, v in x.items()}
+        return {k: leaf_copy(v, device) for k, v in x.items()}
     return x
+
+
+def cpu_copy(x):
+    """A CPU copy of an oxide sample value that keeps requires_grad (a leaf)."""
+    return leaf_copy(x, "cpu")
 
 
 def metadata(x):
@@ -70,3 +79,18 @@ def record(test, kind: str, name: str, dtype, native: bool) -> None:
     if REPORT_DIR:
         with open(os.path.join(REPORT_DIR, f".cases-{os.getpid()}.jsonl"), "a") as f:
             f.write(json.dumps({"test": test._testMethodName, **facts}) + "\n")
+
+
+def expecting(test, kind: str, key: str, dtype, body):
+    """Runs `body`; a case listed in expectations.XFAIL must fail (reported as an
+    expected failure), and one that passes fails so the table cannot go stale."""
+    from expectations import xfail_reason
+
+    reason = xfail_reason(kind, key, dtype)
+    if reason is None:
+        return body()
+    try:
+        body()
+    except Exception:  # noqa: BLE001  (any failure is the expected one)
+        test.skipTest(f"expected failure: {reason}")
+    raise AssertionError(f"unexpected success: remove ({kind!r}, {key!r}) from XFAIL in expectations.py")

@@ -64,6 +64,9 @@ SKIP_OPS = {
 # Modules not run.
 SKIP_MODULES = {}
 
+_FUSED_RNN = ("on accelerators PyTorch's RNN cells call the fused _thnn_fused_lstm_cell / _thnn_fused_gru_cell, "
+              "which only CUDA implements (no CPU kernel to fall back to); needs native fused cells (issue 5)")
+
 # Optimizers not run.
 SKIP_OPTIMIZERS = {
     "SparseAdam": "needs sparse gradients; sparse layouts are not supported on oxide",
@@ -93,7 +96,14 @@ def op_key(op) -> str:
 # Known failures: (test kind, op key, dtype or "*") -> reason. The case still runs;
 # a failure is reported as an expected failure, a pass fails the suite so this
 # table cannot go stale.
+_TRANSFORMER_FASTPATH = ("CPU takes PyTorch's fused transformer fast path, oxide the unfused modules: "
+                         "float32 results differ by ~1e-4 absolute (both valid); needs native fused attention (issue 5)")
+
 XFAIL = {
+    ("module", "nn.TransformerDecoderLayer.train", "float32"): _TRANSFORMER_FASTPATH,
+    ("module", "nn.TransformerEncoder.eval", "float32"): _TRANSFORMER_FASTPATH,
+    ("module", "nn.Transformer.train", "float32"): _TRANSFORMER_FASTPATH,
+    **{("module", f"nn.{m}.{mode}", "*"): _FUSED_RNN for m in ("GRU", "GRUCell", "LSTM", "LSTMCell") for mode in ("train", "eval")},
     ("error", "cat", "*"): "the CPU fallback copies out= tensors, so out= overlapping an input is not detected (needs a native cat)",
     ("error", "gather", "*"): "the CPU fallback copies out= tensors, so out= overlapping an input is not detected (needs a native gather)",
     ("error", "index_select", "*"): "the CPU fallback copies out= tensors, so out= overlapping an input is not detected (needs a native index_select)",

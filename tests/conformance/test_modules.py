@@ -10,7 +10,7 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch_oxide  # noqa: F401
 
-from common import MODE, cpu_copy, fallback_calls, record, tensors_in, to_cpu
+from common import MODE, cpu_copy, expecting, fallback_calls, leaf_copy, record, tensors_in, to_cpu
 from expectations import SKIP_MODULES, SUBSET_MODULES
 
 torch.oxide.set_fallback_mode("silent")
@@ -24,6 +24,10 @@ class TestOxideModules(TestCase):
         reason = SKIP_MODULES.get(module_info.name)
         if reason:
             self.skipTest(reason)
+        key = f"{module_info.name}.{'train' if training else 'eval'}"
+        expecting(self, "module", key, dtype, lambda: self._forward_backward(device, dtype, module_info, training, key))
+
+    def _forward_backward(self, device, dtype, module_info, training, key):
         inputs = module_info.module_inputs_func(module_info, device=device, dtype=dtype, requires_grad=True,
                                                 training=training)
         native = True
@@ -32,16 +36,25 @@ class TestOxideModules(TestCase):
             if mi.forward_input is None:
                 continue
             c_args, c_kwargs = mi.constructor_input.args, mi.constructor_input.kwargs
-            torch.manual_seed(0)
-            cpu_module = module_info.module_cls(*cpu_copy(c_args), **cpu_copy(c_kwargs)).to(dtype)
-            dev_module = copy.deepcopy(cpu_module).to(device)
-            cpu_module.train(training)
-            dev_module.train(training)
-            f_args, f_kwargs = mi.forward_input.args, mi.forward_input.kwargs
+            # Leaf copies on both sides, so input gradients are kept on both.
+            f_args, f_kwargs = leaf_copy(mi.forward_input.args, device), leaf_copy(mi.forward_input.kwargs, device)
             cpu_args, cpu_kwargs = cpu_copy(f_args), cpu_copy(f_kwargs)
+            # CPU first (it materialises lazy modules), then the same weights on oxide. Each side is
+            # constructed from its own device's arguments, as a user would, so tensor attributes that
+            # are neither parameters nor buffers live on the right device too.
+            torch.manual_seed(0)
+            cpu_ctor_kwargs = cpu_copy(c_kwargs)
+            if "device" in cpu_ctor_kwargs:  # factory kwargs name the test device
+                cpu_ctor_kwargs["device"] = "cpu"
+            cpu_module = module_info.module_cls(*cpu_copy(c_args), **cpu_ctor_kwargs).to(dtype)
+            cpu_module.train(training)
+            cpu_out = cpu_module(*cpu_args, **cpu_kwargs)
+            dev_module = module_info.module_cls(*leaf_copy(c_args, device), **leaf_copy(c_kwargs, device)).to(dtype)
+            dev_module.load_state_dict(cpu_module.state_dict())
+            dev_module = dev_module.to(device)
+            dev_module.train(training)
             start = fallback_calls()
             dev_out = dev_module(*f_args, **f_kwargs)
-            cpu_out = cpu_module(*cpu_args, **cpu_kwargs)
             self.assertEqual(to_cpu(dev_out), cpu_out, exact_device=False)
             dev_outs = [t for t in tensors_in(dev_out) if t.requires_grad]
             cpu_outs = [t for t in tensors_in(cpu_out) if t.requires_grad]
@@ -61,7 +74,7 @@ class TestOxideModules(TestCase):
             checked += 1
         if checked == 0:
             self.skipTest("no module inputs")
-        record(self, "module", f"{module_info.name}.{'train' if training else 'eval'}", dtype, native)
+        record(self, "module", key, dtype, native)
 
 
 instantiate_device_type_tests(TestOxideModules, globals(), only_for="privateuse1")

@@ -13,8 +13,8 @@ from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch_oxide  # noqa: F401
 
-from common import MODE, cpu_copy, fallback_calls, metadata, record, tensors_in, to_cpu
-from expectations import METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, op_key, xfail_reason
+from common import MODE, cpu_copy, expecting, fallback_calls, metadata, record, tensors_in, to_cpu
+from expectations import METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, op_key
 
 torch.oxide.set_fallback_mode("silent")
 
@@ -36,15 +36,7 @@ def _skip_if_listed(test, op):
 
 
 def _expecting(test, kind, op, dtype, body):
-    """Runs `body`; a case listed in XFAIL must fail (reported as an expected failure)."""
-    reason = xfail_reason(kind, op_key(op), dtype)
-    if reason is None:
-        return body()
-    try:
-        body()
-    except Exception:  # noqa: BLE001  (any failure is the expected one)
-        test.skipTest(f"expected failure: {reason}")
-    raise AssertionError(f"unexpected success: remove ({kind!r}, {op_key(op)!r}) from XFAIL in expectations.py")
+    return expecting(test, kind, op_key(op), dtype, body)
 
 
 def _call(op, sample):
