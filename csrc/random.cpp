@@ -188,8 +188,13 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
 
 at::Tensor native_dropout_backward(const at::Tensor& grad_output, const at::Tensor& mask, double scale) {
   TORCH_CHECK(mask.scalar_type() == at::kBool, "Mask should be Bool Scalar Type", mask.scalar_type());
-  at::Tensor grad_input = at::empty_like(grad_output);
-  masked_scale(grad_input, grad_output, mask, scale);
+  // CPU computes grad * mask * scale: a floating-point scale promotes integral and
+  // bool gradients to the default dtype.
+  const at::Tensor grad = at::isFloatingType(grad_output.scalar_type())
+                              ? grad_output
+                              : grad_output.to(c10::typeMetaToScalarType(c10::get_default_dtype()));
+  at::Tensor grad_input = at::empty_like(grad);
+  masked_scale(grad_input, grad, mask, scale);
   return grad_input;
 }
 

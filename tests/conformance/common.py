@@ -31,9 +31,21 @@ def to_cpu(x):
 
 def leaf_copy(x, device):
     """A copy of a sample value on `device` whose tensors are leaves keeping requires_grad
-    (modules passed as constructor arguments, e.g. a Transformer's layer, are copied too)."""
+    (modules passed as constructor arguments, e.g. a Transformer's layer, are copied too).
+
+    CPU copies of oxide tensors copy the whole storage and rebuild the same view
+    (offset, sizes, strides), so ops that look past a view (as_strided on a partial
+    view) read the same memory on both sides; device arguments naming oxide become "cpu"."""
     if isinstance(x, torch.nn.Module):
         return copy.deepcopy(x).to(device)
+    if device == "cpu" and isinstance(x, torch.device) and x.type == "oxide":
+        return torch.device("cpu")
+    if device == "cpu" and isinstance(x, str) and (x == "oxide" or x.startswith("oxide:")):
+        return "cpu"
+    if device == "cpu" and isinstance(x, torch.Tensor) and x.device.type == "oxide" and x.layout == torch.strided:
+        storage = x.detach().untyped_storage().cpu()
+        c = torch.empty(0, dtype=x.dtype).set_(storage, x.storage_offset(), x.size(), x.stride())
+        return c.requires_grad_(x.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
     if isinstance(x, torch.Tensor):
         c = x.detach().to(device, copy=True)
         return c.requires_grad_(x.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
