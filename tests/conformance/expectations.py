@@ -35,6 +35,8 @@ METADATA_ONLY = {
     "nn.functional.fractional_max_pool2d": "random",
     "nn.functional.fractional_max_pool3d": "random",
     "nn.functional.multi_head_attention_forward": "random (dropout inside)",
+    "svd_lowrank": "random projections inside (torch.randn on the input's device)",
+    "pca_lowrank": "random projections inside (torch.randn on the input's device)",
     "empty": "uninitialised memory",
     "empty_like": "uninitialised memory",
     "new_empty": "uninitialised memory",
