@@ -59,15 +59,6 @@ def pytest_runtest_logreport(report):
         RESULTS.append({"test": method, "outcome": outcome, "reason": reason})
 
 
-def _summary(results):
-    pairs = collections.defaultdict(list)
-    for r in results:
-        if r.get("kind") == "op" or (r["test"].startswith("test_samples_") and "kind" not in r):
-            name = r.get("name") or r["test"]
-            pairs[(name, r.get("dtype", "?"))].append(r)
-    return pairs
-
-
 def pytest_sessionfinish(session, exitstatus):
     out_dir = os.environ.get("OXIDE_CONFORMANCE_REPORT")
     if not out_dir or not RESULTS or _is_worker(session.config):

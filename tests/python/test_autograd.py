@@ -1,5 +1,7 @@
 """backward() on oxide tensors (through the fallback where kernels are missing) matches CPU."""
 
+import copy
+
 import torch
 import torch.nn as nn
 
@@ -16,9 +18,6 @@ def test_backward_simple_expression():
 def test_backward_through_a_module():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-    dev_model = nn.Sequential(*[m for m in model]).__class__()
-    import copy
-
     dev_model = copy.deepcopy(model).oxide()
     x = torch.randn(2, 1, 8, 8)
     target = torch.tensor([0, 2])

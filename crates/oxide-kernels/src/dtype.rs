@@ -165,45 +165,31 @@ impl Element for f64 {
     }
 }
 
-impl Element for half::f16 {
-    const DTYPE: DType = DType::F16;
-    #[inline]
-    fn mul_scalar(self, s: f64) -> Self {
-        half::f16::from_f32(self.to_f32() * s as f32)
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        half::f16::from_f64(v)
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        half::f16::from_f64(v as f64)
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
+/// float16 and bfloat16: stored narrow, computed in float (PyTorch's opmath type).
+macro_rules! half_element {
+    ($($t:ty => $d:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            #[inline]
+            fn mul_scalar(self, s: f64) -> Self {
+                <$t>::from_f32(self.to_f32() * s as f32)
+            }
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f64(v)
+            }
+            #[inline]
+            fn from_i64(v: i64) -> Self {
+                <$t>::from_f64(v as f64)
+            }
+            #[inline]
+            fn to_f64(self) -> f64 {
+                <$t>::to_f64(self)
+            }
+        }
+    )*};
 }
-
-impl Element for half::bf16 {
-    const DTYPE: DType = DType::BF16;
-    #[inline]
-    fn mul_scalar(self, s: f64) -> Self {
-        half::bf16::from_f32(self.to_f32() * s as f32)
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        half::bf16::from_f64(v)
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        half::bf16::from_f64(v as f64)
-    }
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self.to_f64()
-    }
-}
+half_element!(half::f16 => F16, half::bf16 => BF16);
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;

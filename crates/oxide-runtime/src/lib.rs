@@ -55,6 +55,11 @@ impl Device {
     pub fn capacity(&self) -> usize {
         self.range.1
     }
+    /// `cudaMemGetInfo`: `(free, total)` bytes, where free excludes what the caching allocator holds.
+    pub fn mem_get_info(&self) -> (usize, usize) {
+        let reserved = self.allocator().memory().used();
+        (self.capacity() - reserved, self.capacity())
+    }
     fn contains(&self, ptr: usize) -> bool {
         ptr >= self.range.0 && ptr < self.range.0 + self.range.1
     }
@@ -175,6 +180,13 @@ impl Runtime {
             .ok()
             .and_then(|i| self.devices.get(i))
             .ok_or(Error::InvalidDevice { index, count: self.devices.len() })
+    }
+
+    /// `emptyCache` on every device: cached, unused blocks go back to device memory.
+    pub fn empty_cache(&self) {
+        for d in &self.devices {
+            d.allocator().empty_cache();
+        }
     }
 
     /// Pinned host memory.
@@ -357,6 +369,9 @@ mod tests {
         rt.device(0).unwrap().allocator().free(d0).unwrap();
         rt.device(1).unwrap().allocator().free(d1).unwrap();
         rt.synchronize_device(0).unwrap();
+        rt.empty_cache();
+        let (free, total) = rt.device(1).unwrap().mem_get_info();
+        assert_eq!((free, total), (total - rt.device(1).unwrap().allocator().memory().used(), rt.device(1).unwrap().capacity()));
 
         let pinned = rt.host().malloc(128).unwrap();
         assert_eq!(rt.pointer_kind(pinned + 5), PointerKind::PinnedHost);

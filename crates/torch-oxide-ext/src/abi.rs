@@ -240,10 +240,7 @@ pub extern "C" fn oxide_record_stream(ptr: *mut c_void, stream: i64) -> i32 {
 #[no_mangle]
 pub extern "C" fn oxide_empty_cache() -> i32 {
     ffi(|| {
-        let rt = runtime()?;
-        for d in 0..rt.device_count() {
-            rt.device(d as i64)?.allocator().empty_cache();
-        }
+        runtime()?.empty_cache();
         Ok(())
     })
 }
@@ -321,10 +318,9 @@ pub extern "C" fn oxide_reset_accumulated_stats(device: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn oxide_mem_get_info(device: i32, free: *mut usize, total: *mut usize) -> i32 {
     ffi(|| {
-        let dev = runtime()?.device(device as i64)?;
-        let reserved = dev.allocator().memory().used();
-        put(free, dev.capacity() - reserved)?;
-        put(total, dev.capacity())
+        let (f, t) = runtime()?.device(device as i64)?.mem_get_info();
+        put(free, f)?;
+        put(total, t)
     })
 }
 

@@ -79,9 +79,7 @@ fn device_capacity(index: i64) -> PyResult<usize> {
 /// `(free, total)` bytes of device `index`, as `torch.cuda.mem_get_info`.
 #[pyfunction]
 fn mem_get_info(index: i64) -> PyResult<(usize, usize)> {
-    let d = device(index)?;
-    let used = d.allocator().memory().used();
-    Ok((d.capacity() - used, d.capacity()))
+    Ok(device(index)?.mem_get_info())
 }
 
 /// Allocator statistics of device `index` as a flat dict keyed like
@@ -127,10 +125,7 @@ fn reset_accumulated_memory_stats(index: i64) -> PyResult<()> {
 /// Releases all cached, unused blocks of every device.
 #[pyfunction]
 fn empty_cache() -> PyResult<()> {
-    let rt = runtime().map_err(to_py)?;
-    for d in 0..rt.device_count() {
-        rt.device(d as i64).map_err(to_py)?.allocator().empty_cache();
-    }
+    runtime().map_err(to_py)?.empty_cache();
     Ok(())
 }
 
