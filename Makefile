@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps cargo-test pytest conformance clean
+.PHONY: demo test build deps cargo-test pytest conformance bench-ops clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -43,6 +43,11 @@ conformance: build
 	  $(PY) -m pytest -q -p no:cacheprovider -n 2 tests/conformance -o addopts="" --no-header -rN; \
 	  status=$$?; test $$status -le 1 || exit $$status
 	@sed -n '/## Totals/,/## Largest/p' conformance/REPORT.md
+
+# oxide vs CPU PyTorch per operator (benchmarks/README.md); about a minute or two.
+# Writes benchmarks/results/ops.md and ops.json.
+bench-ops: build
+	$(PY) benchmarks/ops.py --out benchmarks/results
 
 clean:
 	cargo clean

@@ -54,6 +54,7 @@ inline std::string last_error() {
           oxide_msg_);                                                      \
       TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_); \
       TORCH_CHECK_NOT_IMPLEMENTED(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_); \
+      TORCH_CHECK_INDEX(oxide_status_ != OXIDE_STATUS_INDEX_ERROR, oxide_msg_);                \
       TORCH_CHECK(false, oxide_msg_);                                       \
     }                                                                       \
   } while (0)

@@ -38,3 +38,13 @@ def _register() -> None:
 
 if not hasattr(torch, _BACKEND):
     _register()
+
+
+def __getattr__(name: str):
+    # `torch_oxide.coverage` on first use: importing it eagerly would make
+    # `python -m torch_oxide.coverage` warn that the module was already imported.
+    if name == "coverage":
+        import importlib
+
+        return importlib.import_module(".coverage", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -109,6 +109,22 @@ pub trait Element: Copy + Send + Sync + 'static {
     fn from_i64(v: i64) -> Self;
     /// Widens to double.
     fn to_f64(self) -> f64;
+    /// Converts to int64 as `static_cast` would (floats truncate toward zero).
+    fn to_i64(self) -> i64 {
+        self.to_f64() as i64
+    }
+    /// True for the integral dtypes (not bool, not floating).
+    const INTEGRAL: bool = false;
+    /// Converts into another element type with C++ `static_cast` semantics:
+    /// integer to integer goes through int64 (wrapping), everything else through double.
+    #[inline(always)]
+    fn cast<T: Element>(self) -> T {
+        if Self::INTEGRAL && T::INTEGRAL {
+            T::from_i64(self.to_i64())
+        } else {
+            T::from_f64(self.to_f64())
+        }
+    }
     /// `self * s` computed as PyTorch's CPU kernels do for a tensor-scalar
     /// product: in float for float32/float16/bfloat16 (the scalar rounded to
     /// float), in double for float64, through double for integers.
@@ -124,6 +140,8 @@ macro_rules! int_element {
             #[inline] fn from_f64(v: f64) -> Self { v as i64 as $t }
             #[inline] fn from_i64(v: i64) -> Self { v as $t }
             #[inline] fn to_f64(self) -> f64 { self as f64 }
+            #[inline] fn to_i64(self) -> i64 { self as i64 }
+            const INTEGRAL: bool = true;
         }
     )*};
 }

@@ -14,6 +14,9 @@ pub enum Error {
     /// Input values the operation rejects (PyTorch raises RuntimeError for these).
     #[error("{reason}")]
     InvalidValue { op: &'static str, reason: String },
+    /// An index outside `[-size, size)` (PyTorch raises IndexError).
+    #[error("index {index} is out of bounds for dimension {dim} with size {size}")]
+    IndexOutOfBounds { index: i64, dim: i64, size: i64 },
     /// Operands whose shape/stride arrays disagree in length, or a negative extent.
     #[error("{op}: invalid layout: {reason}")]
     InvalidLayout { op: &'static str, reason: String },

@@ -28,9 +28,16 @@ pub mod cast;
 pub mod copy;
 pub mod dtype;
 pub mod error;
+pub mod factory;
 pub mod fill;
+pub mod index;
+pub mod iter;
 pub mod layout;
+pub mod linalg;
+pub mod math;
+pub mod pointwise;
 pub mod random;
+pub mod reduce;
 
 pub use dtype::{DType, Element};
 pub use half;

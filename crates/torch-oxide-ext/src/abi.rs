@@ -36,6 +36,9 @@ pub const OXIDE_STATUS_KERNEL_ERROR: i32 = 6;
 /// The kernel has no loop for the dtype (becomes a NotImplementedError, as AT_DISPATCH does).
 pub const OXIDE_STATUS_UNSUPPORTED_DTYPE: i32 = 7;
 
+/// An index out of range (becomes an IndexError, as on CPU).
+pub const OXIDE_STATUS_INDEX_ERROR: i32 = 8;
+
 /// Dtype codes of the ABI. They equal `c10::ScalarType` values: `tests` below
 /// check them against `oxide_kernels::DType`, and the glue `static_assert`s them
 /// against `c10::ScalarType`, so neither side is synchronised by hand.
@@ -100,6 +103,7 @@ impl AbiError {
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
+            AbiError::Kernel(oxide_kernels::Error::IndexOutOfBounds { .. }) => OXIDE_STATUS_INDEX_ERROR,
             AbiError::Runtime(_) | AbiError::Kernel(_) | AbiError::Invalid(_) => OXIDE_STATUS_INVALID_VALUE,
         }
     }
@@ -964,5 +968,203 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
             }
             Ok(())
         })
+    })
+}
+
+/// A `TensorIterator` as the glue hands it over: `ndim` extents (dimension 0
+/// fastest), and per operand (outputs first) a data pointer, a dtype code and
+/// `ndim` byte strides (operand-major in `strides`). `threads` is PyTorch's
+/// `at::get_num_threads()`.
+#[repr(C)]
+pub struct OxideIter {
+    pub ndim: usize,
+    pub shape: *const i64,
+    pub ntensors: usize,
+    pub noutputs: usize,
+    pub data: *const *mut c_void,
+    pub dtypes: *const i32,
+    pub strides: *const i64,
+    pub threads: i32,
+}
+
+/// Converts an [`OxideIter`] and checks that every operand that is not a
+/// broadcast scalar (all strides 0: a CPU scalar may live in host memory) is device memory.
+///
+/// # Safety
+/// The arrays hold the counts the struct states.
+unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::iter::TensorIter, AbiError> {
+    use oxide_kernels::iter::{Operand, TensorIter};
+    // SAFETY: caller contract.
+    let (shape, data, dtypes, strides) = unsafe {
+        (
+            dims(it.shape, it.ndim),
+            std::slice::from_raw_parts(it.data, it.ntensors),
+            std::slice::from_raw_parts(it.dtypes, it.ntensors),
+            if it.ndim * it.ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(it.strides, it.ndim * it.ntensors) },
+        )
+    };
+    let numel: usize = shape.iter().map(|&d| d.max(0) as usize).product();
+    let rt = runtime()?;
+    let mut operands = Vec::with_capacity(it.ntensors);
+    for k in 0..it.ntensors {
+        let s = &strides[k * it.ndim..(k + 1) * it.ndim];
+        if s.iter().any(|&x| x != 0) {
+            check_device_ptr(rt, data[k], numel)?;
+        }
+        operands.push((Operand { ptr: data[k] as *mut u8, dtype: dtype(dtypes[k])? }, s));
+    }
+    Ok(TensorIter::new(op, shape, operands, it.noutputs, it.threads.max(1) as usize)?)
+}
+
+/// The id of the pointwise op named `name` (see `oxide_kernels::pointwise`), or -1.
+/// The glue resolves each name once and caches the id.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_pointwise_lookup(name: *const c_char) -> i32 {
+    // SAFETY: caller contract.
+    let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
+    oxide_kernels::pointwise::PointwiseOp::lookup(name).map_or(-1, |o| o.id())
+}
+
+/// Runs pointwise op `op` (an id from [`oxide_pointwise_lookup`]) over `iter`
+/// on `stream` of `device`, computing in the opmath type of dtype `common`
+/// (-1: the op family's default), with scalar arguments `f[0..4]` / `i[0..4]`
+/// (the same values as double and int64).
+///
+/// # Safety
+/// `iter` describes live memory as [`OxideIter`] states; `f` and `i` hold 4 values each.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_pointwise(device: i32, stream: i64, op: i32, iter: *const OxideIter, common: i32, f: *const f64, i: *const i64) -> i32 {
+    ffi(|| {
+        let o = oxide_kernels::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter(o.name(), &*iter) }?;
+        let common = if common < 0 { None } else { Some(dtype(common)?) };
+        // SAFETY: caller contract.
+        let ctx = unsafe {
+            oxide_kernels::pointwise::Ctx { f: std::ptr::read(f as *const [f64; 4]), i: std::ptr::read(i as *const [i64; 4]), ..Default::default() }
+        };
+        let rt = runtime()?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { o.run(&it, common, &ctx) })?;
+        Ok(r?)
+    })
+}
+
+/// Runs reduction stub `name` (`sum`, `mean`, `prod`, `max_values`, `argmax`,
+/// `std_var`, `norm`, ... see `oxide_kernels::reduce::ReduceOp::lookup`, with
+/// scalar arguments `a`, `b`) over the reduction iterator `iter`.
+///
+/// # Safety
+/// As [`oxide_pointwise`]; `name` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_reduce(device: i32, stream: i64, name: *const c_char, a: f64, b: f64, iter: *const OxideIter) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
+        let op = oxide_kernels::reduce::ReduceOp::lookup(name, a, b).ok_or_else(|| AbiError::Invalid(format!("unknown reduction {name}")))?;
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter("reduce", &*iter) }?;
+        let rt = runtime()?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::reduce::reduce(op, &it) })?;
+        Ok(r?)
+    })
+}
+
+/// One operand of [`oxide_gemm`]: pointer to element (0, 0) of batch 0 and element strides.
+#[repr(C)]
+pub struct OxideMatrix {
+    pub data: *mut c_void,
+    pub batch_stride: i64,
+    pub row_stride: i64,
+    pub col_stride: i64,
+}
+
+/// `C[b] = alpha * A[b] @ B[b] + beta * C[b]` for `batch` products of
+/// (m x k) @ (k x n), all of dtype `dtype_code`, on `stream` of `device`
+/// (`beta == 0`: C is not read).
+///
+/// # Safety
+/// Every addressed element is live device memory; C does not overlap A or B.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_gemm(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f64,
+    a: OxideMatrix,
+    b: OxideMatrix,
+    beta: f64,
+    c: OxideMatrix,
+) -> i32 {
+    use oxide_kernels::linalg::{gemm, GemmShape, Matrix};
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let mat = |x: &OxideMatrix| Matrix { ptr: x.data as *mut u8, batch_stride: x.batch_stride as isize, row_stride: x.row_stride as isize, col_stride: x.col_stride as isize };
+        let work = batch * m * n;
+        let operands = if k == 0 { vec![c.data as *const c_void] } else { vec![a.data as *const c_void, b.data as *const c_void, c.data as *const c_void] };
+        launch(device, stream, work, &operands, || unsafe { gemm(dt, GemmShape { batch, m, n, k }, alpha, mat(&a), mat(&b), beta, mat(&c)) })
+    })
+}
+
+/// Advanced indexing over `iter` (destination, source, `nindexed` index
+/// operands): `put == 0` gathers (`x[idx]`), otherwise scatters (`x[idx] = v`,
+/// adding when `accumulate != 0`). `sizes`/`strides` (bytes) describe the
+/// indexed dimensions of the restrided tensor; elements are `elem_size` bytes.
+///
+/// # Safety
+/// As [`oxide_pointwise`]; `sizes` and `strides` hold `nindexed` values.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_index(
+    device: i32,
+    stream: i64,
+    iter: *const OxideIter,
+    nindexed: usize,
+    sizes: *const i64,
+    strides: *const i64,
+    elem_size: usize,
+    put: i32,
+    accumulate: i32,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter("index", &*iter) }?;
+        let ix = oxide_kernels::index::Indexed { sizes: unsafe { dims(sizes, nindexed) }, strides: unsafe { dims(strides, nindexed) } };
+        let rt = runtime()?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe {
+            if put != 0 {
+                oxide_kernels::index::index_put(&it, &ix, elem_size, accumulate != 0)
+            } else {
+                oxide_kernels::index::index(&it, &ix, elem_size)
+            }
+        })?;
+        Ok(r?)
+    })
+}
+
+/// Fills operand 0 of `iter` with `arange` (`kind` 0: start `a`/`ia`, step
+/// `b`/`ib`) or `linspace` (`kind` 1: from `a` to `b` in `steps` values).
+///
+/// # Safety
+/// As [`oxide_pointwise`].
+#[no_mangle]
+pub unsafe extern "C" fn oxide_fill_sequence(device: i32, stream: i64, iter: *const OxideIter, kind: i32, a: f64, b: f64, ia: i64, ib: i64, steps: i64) -> i32 {
+    use oxide_kernels::factory::{fill_sequence, Sequence};
+    ffi(|| {
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter("arange", &*iter) }?;
+        let seq = match kind {
+            0 => Sequence::Arange { start: a, step: b, istart: ia, istep: ib },
+            1 => Sequence::Linspace { start: a, end: b, steps },
+            k => return Err(AbiError::Invalid(format!("unknown sequence kind {k}"))),
+        };
+        let rt = runtime()?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { fill_sequence(&it, seq) })?;
+        Ok(r?)
     })
 }

@@ -1,0 +1,354 @@
+"""Operator benchmarks: oxide against CPU PyTorch, side by side in one process.
+
+    python benchmarks/ops.py [--out benchmarks/results] [--only NAME] [--threads N]
+
+(``make bench-ops`` runs it with the defaults.) Each case runs the same operator on
+the same data on an oxide device and on the CPU, with the same
+``torch.get_num_threads()``. After a warm-up, each timed repetition runs the operator
+``calls`` times and ends with ``torch.oxide.synchronize()`` (a no-op for the CPU);
+oxide and CPU repetitions alternate, so drift in clock speed hits both alike. A case
+reports the median time per call, the ratio oxide/CPU (lower is better) and, when the
+case has a target, whether the ratio meets it.
+
+Groups and targets:
+
+- elementwise, 1e7 float32: add, mul, exp, sigmoid; ratio <= 1.1
+- reductions over 1e7 float32 (1000x10000): sum, sum(0), sum(1), mean, amax; <= 1.2
+- float32 GEMM ``torch.mm``, square 512/1024/2048, with GFLOP/s; <= 1.25
+- per-call overhead on 1-element tensors: add, mul, sum, 1x1 mm, timed over many
+  calls; <= 1.5
+- informative, no target: contiguous copy of a transposed 4096x4096, float32->float16
+  cast, softmax.
+
+A case is *native* when ``torch.oxide.fallback_stats()`` did not change while its oxide
+runs ran; otherwise the table marks it ``fallback`` and names the operators that fell
+back, since its ratio then measures the CPU fallback (copies to the host and back),
+not an oxide kernel. Each case also checks once that oxide's result matches the CPU's.
+The fallback mode is ``silent`` for the run, so that fallback cases are measured
+rather than refused or warned about.
+
+Writes ``ops.md`` (a Markdown table) and ``ops.json`` (every number, plus torch
+version, thread count, CPU model and date) into ``--out``. The whole run takes about
+two minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+import torch_oxide
+
+OXIDE = torch.device("oxide")
+CPU = torch.device("cpu")
+
+
+@dataclass
+class Case:
+    """One benchmark: ``op(*inputs)`` on both devices.
+
+    ``inputs`` makes the CPU tensors (seeded); oxide gets copies of the same data.
+    ``calls`` operator calls make one timed repetition (many for overhead cases).
+    """
+
+    name: str
+    group: str
+    shape: str
+    inputs: Callable[[], Sequence[torch.Tensor]]
+    op: Callable[..., torch.Tensor]
+    target: Optional[float] = None
+    reps: int = 10
+    warmup: int = 2
+    calls: int = 1
+    flops: Optional[float] = None  # per call, for GFLOP/s
+
+
+@dataclass
+class Result:
+    name: str
+    group: str
+    shape: str
+    target: Optional[float]
+    oxide_ms: float
+    cpu_ms: float
+    ratio: float
+    ok: Optional[bool]  # None: no target
+    native: bool
+    fallback_ops: Dict[str, int]  # fallback counters that grew during the oxide runs
+    matches_cpu: bool
+    reps: int
+    warmup: int
+    calls_per_rep: int
+    oxide_rep_ms: List[float] = field(default_factory=list)
+    cpu_rep_ms: List[float] = field(default_factory=list)
+    gflops_oxide: Optional[float] = None
+    gflops_cpu: Optional[float] = None
+
+
+N = 10_000_000
+OVERHEAD_CALLS = 2000
+
+
+def _randn(*shape: int) -> Callable[[], Sequence[torch.Tensor]]:
+    return lambda: (torch.randn(*shape),)
+
+
+def _randn2(*shape: int) -> Callable[[], Sequence[torch.Tensor]]:
+    return lambda: (torch.randn(*shape), torch.randn(*shape))
+
+
+def cases() -> List[Case]:
+    mat = (1000, 10_000)  # 1e7 elements
+    out: List[Case] = [
+        Case("add", "elementwise", "1e7", _randn2(N), torch.add, target=1.1, reps=15),
+        Case("mul", "elementwise", "1e7", _randn2(N), torch.mul, target=1.1, reps=15),
+        Case("exp", "elementwise", "1e7", _randn(N), torch.exp, target=1.1, reps=15),
+        Case("sigmoid", "elementwise", "1e7", _randn(N), torch.sigmoid, target=1.1, reps=15),
+        Case("sum", "reduction", "1000x10000", _randn(*mat), torch.sum, target=1.2, reps=15),
+        Case("sum(dim=0)", "reduction", "1000x10000", _randn(*mat), lambda x: x.sum(0), target=1.2, reps=15),
+        Case("sum(dim=1)", "reduction", "1000x10000", _randn(*mat), lambda x: x.sum(1), target=1.2, reps=15),
+        Case("mean", "reduction", "1000x10000", _randn(*mat), torch.mean, target=1.2, reps=15),
+        Case("amax", "reduction", "1000x10000", _randn(*mat), torch.amax, target=1.2, reps=15),
+    ]
+    for n, reps in ((512, 20), (1024, 10), (2048, 5)):
+        out.append(Case(f"mm {n}", "gemm", f"{n}x{n}", _randn2(n, n), torch.mm, target=1.25, reps=reps, flops=2.0 * n**3))
+    for name, op in (("add", torch.add), ("mul", torch.mul), ("sum", lambda a, b: a.sum()), ("mm", torch.mm)):
+        shape = (1, 1) if name == "mm" else (1,)
+        out.append(
+            Case(f"{name} (per call)", "overhead", "x".join(map(str, shape)), _randn2(*shape), op,
+                 target=1.5, reps=7, warmup=1, calls=OVERHEAD_CALLS)
+        )
+    out += [
+        Case("transpose.contiguous", "info", "4096x4096", _randn(4096, 4096), lambda x: x.t().contiguous()),
+        Case("to(float16)", "info", "1e7", _randn(N), lambda x: x.to(torch.float16)),
+        Case("softmax(dim=1)", "info", "1000x10000", _randn(*mat), lambda x: torch.softmax(x, 1)),
+    ]
+    return out
+
+
+def _sync_oxide() -> None:
+    torch.oxide.synchronize()
+
+
+def _sync_cpu() -> None:
+    pass
+
+
+def _time_rep(fn: Callable[[], torch.Tensor], calls: int, sync: Callable[[], None]) -> float:
+    """Seconds per call over one repetition of ``calls`` calls, device work included."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / calls
+
+
+def _matches(oxide_out: torch.Tensor, cpu_out: torch.Tensor) -> bool:
+    got = oxide_out.cpu()
+    if got.dtype != cpu_out.dtype or got.shape != cpu_out.shape:
+        return False
+    got, want = got.double(), cpu_out.double()
+    # Summation order differs between implementations: scale atol by the magnitude.
+    scale = max(1.0, want.abs().max().item())
+    return torch.allclose(got, want, rtol=1e-3, atol=1e-4 * scale)
+
+
+def run_case(case: Case) -> Result:
+    torch.manual_seed(0)
+    cpu_in = case.inputs()
+    oxide_in = tuple(t.to(OXIDE) for t in cpu_in)
+    torch.oxide.synchronize()
+
+    def run_cpu():
+        return case.op(*cpu_in)
+
+    def run_oxide():
+        return case.op(*oxide_in)
+
+    before = torch.oxide.fallback_stats()
+    matches = _matches(run_oxide(), run_cpu())
+    for _ in range(case.warmup):
+        run_oxide()
+        run_cpu()
+    torch.oxide.synchronize()
+    oxide_s: List[float] = []
+    cpu_s: List[float] = []
+    for _ in range(case.reps):
+        oxide_s.append(_time_rep(run_oxide, case.calls, _sync_oxide))
+        cpu_s.append(_time_rep(run_cpu, case.calls, _sync_cpu))
+    after = torch.oxide.fallback_stats()
+    grown = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+
+    oxide_t, cpu_t = statistics.median(oxide_s), statistics.median(cpu_s)
+    ratio = oxide_t / cpu_t
+    return Result(
+        name=case.name,
+        group=case.group,
+        shape=case.shape,
+        target=case.target,
+        oxide_ms=oxide_t * 1e3,
+        cpu_ms=cpu_t * 1e3,
+        ratio=ratio,
+        ok=None if case.target is None else ratio <= case.target,
+        native=not grown,
+        fallback_ops=grown,
+        matches_cpu=matches,
+        reps=case.reps,
+        warmup=case.warmup,
+        calls_per_rep=case.calls,
+        oxide_rep_ms=[t * 1e3 for t in oxide_s],
+        cpu_rep_ms=[t * 1e3 for t in cpu_s],
+        gflops_oxide=case.flops / oxide_t / 1e9 if case.flops else None,
+        gflops_cpu=case.flops / cpu_t / 1e9 if case.flops else None,
+    )
+
+
+def _ms(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _notes(r: Result) -> str:
+    notes = []
+    if r.calls_per_rep > 1:
+        notes.append(f"per call: oxide {r.oxide_ms * 1e3:.3g} us, cpu {r.cpu_ms * 1e3:.3g} us")
+    if r.gflops_oxide is not None:
+        notes.append(f"GFLOP/s: oxide {r.gflops_oxide:.1f}, cpu {r.gflops_cpu:.1f}")
+    if not r.native:
+        notes.append("fell back: " + ", ".join(sorted(r.fallback_ops)))
+    if not r.matches_cpu:
+        notes.append("RESULT DIFFERS FROM CPU")
+    return "; ".join(notes)
+
+
+def _ok(r: Result) -> str:
+    return "-" if r.ok is None else ("yes" if r.ok else "no")
+
+
+COLUMNS = ("case", "shape", "oxide ms", "cpu ms", "ratio", "target", "ok", "oxide path", "notes")
+
+
+def _row(r: Result) -> List[str]:
+    return [
+        f"{r.group}: {r.name}",
+        r.shape,
+        _ms(r.oxide_ms),
+        _ms(r.cpu_ms),
+        f"{r.ratio:.2f}",
+        "-" if r.target is None else f"<= {r.target:g}",
+        _ok(r),
+        "native" if r.native else "**fallback**",
+        _notes(r),
+    ]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _summary(results: List[Result]) -> List[str]:
+    targeted = [r for r in results if r.target is not None]
+    native = [r for r in targeted if r.native]
+    return [
+        f"targets met: {sum(bool(r.ok) for r in targeted)}/{len(targeted)} cases; "
+        f"native cases with a target: {len(native)}, of which {sum(bool(r.ok) for r in native)} meet it",
+        f"fallback cases: {sum(not r.native for r in results)}/{len(results)} "
+        "(their ratio measures the CPU fallback, not an oxide kernel)",
+    ]
+
+
+def write_markdown(path: str, env: Dict[str, object], results: List[Result]) -> None:
+    lines = [
+        "# oxide vs CPU operator benchmarks",
+        "",
+        f"Generated by `benchmarks/ops.py` on {env['date']}: torch {env['torch_version']}, "
+        f"torch-oxide {env['torch_oxide_version']}, {env['threads']} torch threads, "
+        f"{env['cpu_model']} ({env['cpu_count']} CPUs).",
+        "",
+        "Median time per call; ratio = oxide / CPU, lower is better. `fallback` rows ran "
+        "through the CPU fallback, so their ratio is not an oxide kernel's.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join("---" for _ in COLUMNS) + "|",
+    ]
+    lines += ["| " + " | ".join(_row(r)) + " |" for r in results]
+    lines += [""] + [f"- {s}" for s in _summary(results)] + [""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
+                        help="directory for ops.md and ops.json (created if missing)")
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only cases whose 'group: name' contains this text (repeatable)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads() first (default: torch's choice)")
+    args = parser.parse_args(argv)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    selected = [c for c in cases() if not args.only or any(s in f"{c.group}: {c.name}" for s in args.only)]
+    if not selected:
+        parser.error(f"no case matches {args.only}")
+
+    env = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+        "torch_oxide_version": torch_oxide.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "fallback_mode": "silent",
+    }
+    print(f"torch {env['torch_version']}, torch-oxide {env['torch_oxide_version']}, "
+          f"torch.get_num_threads() = {env['threads']} (oxide and CPU alike), {env['cpu_model']}")
+
+    previous_mode = torch.oxide.get_fallback_mode()
+    torch.oxide.set_fallback_mode("silent")
+    results: List[Result] = []
+    start = time.perf_counter()
+    try:
+        widths = (34, 10, 10, 10, 7, 8, 4, 13)
+        print("  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths)) + "  notes")
+        for case in selected:
+            r = run_case(case)
+            results.append(r)
+            row = _row(r)
+            row[7] = row[7].strip("*")
+            print("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[8], flush=True)
+    finally:
+        torch.oxide.set_fallback_mode(previous_mode)
+    for line in _summary(results):
+        print(line)
+    print(f"ran {len(results)} cases in {time.perf_counter() - start:.0f} s")
+
+    os.makedirs(args.out, exist_ok=True)
+    md_path, json_path = os.path.join(args.out, "ops.md"), os.path.join(args.out, "ops.json")
+    write_markdown(md_path, env, results)
+    with open(json_path, "w") as f:
+        json.dump({**env, "cases": [r.__dict__ for r in results]}, f, indent=2)
+        f.write("\n")
+    print(f"wrote {md_path} and {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+//! The strided iteration engine every pointwise and reduction kernel runs on.
+//!
+//! A [`TensorIter`] is what PyTorch's `TensorIterator` has decided for one
+//! call: the iteration shape (dimension 0 fastest, already coalesced), and per
+//! operand a data pointer, a dtype and byte strides (0 = broadcast). Outputs
+//! come first. Operands may have different dtypes (CPU scalars, `out=` of
+//! another dtype, mixed-dtype inputs): the engine converts each block of
+//! elements into the kernel's compute type on load and back on store, so an
+//! op is written once per compute type and never assumes a layout.
+//!
+//! Work is split into contiguous ranges of the linear iteration index and run
+//! on rayon's pool when there are more than [`GRAIN`] elements per thread.
+//! Within a range, rows along dimension 0 are processed in blocks of
+//! [`BLOCK`] elements: a contiguous operand of the compute type is used in
+//! place, anything else is staged through a small buffer.
+
+use rayon::prelude::*;
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::with_real_dtype;
+
+/// Elements per staged block (a few KiB per operand: stays in L1).
+pub const BLOCK: usize = 1024;
+/// Minimum elements per parallel task; PyTorch's `at::internal::GRAIN_SIZE`.
+pub const GRAIN: usize = 32768;
+/// Most operands a kernel takes (outputs and inputs together).
+pub const MAX_OPERANDS: usize = 8;
+
+/// One operand: base pointer (at the first element), dtype, byte strides.
+#[derive(Debug, Clone, Copy)]
+pub struct Operand {
+    pub ptr: *mut u8,
+    pub dtype: DType,
+}
+
+/// An iteration space over strided operands, as the glue describes a `TensorIterator`.
+#[derive(Debug, Clone)]
+pub struct TensorIter {
+    /// Extents, dimension 0 fastest.
+    pub shape: Vec<usize>,
+    /// Operands, outputs first.
+    pub operands: Vec<Operand>,
+    /// `strides[k][d]`: byte stride of operand k along dimension d.
+    pub strides: Vec<Vec<isize>>,
+    /// Number of outputs at the front of `operands`.
+    pub noutputs: usize,
+    /// Threads the caller allows (PyTorch's `at::get_num_threads()`); 1 = serial.
+    pub threads: usize,
+}
+
+// SAFETY (Operand and TensorIter): the pointers are plain addresses into device memory; the glue
+// guarantees they stay valid for the call and that outputs do not partially
+// overlap inputs (TensorIterator's overlap checks).
+unsafe impl Send for Operand {}
+unsafe impl Sync for Operand {}
+unsafe impl Send for TensorIter {}
+unsafe impl Sync for TensorIter {}
+
+impl TensorIter {
+    /// Builds and validates an iteration description.
+    ///
+    /// Errors: [`Error::InvalidLayout`] when a stride array's length differs
+    /// from the number of dimensions, an extent is negative, or there are more
+    /// than [`MAX_OPERANDS`] operands.
+    pub fn new(op: &'static str, shape: &[i64], operands: Vec<(Operand, &[i64])>, noutputs: usize, threads: usize) -> Result<TensorIter> {
+        if operands.len() > MAX_OPERANDS || noutputs > operands.len() {
+            return Err(Error::InvalidLayout { op, reason: format!("{} operands, {noutputs} outputs", operands.len()) });
+        }
+        let shape = shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") }))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ops = Vec::with_capacity(operands.len());
+        let mut strides = Vec::with_capacity(operands.len());
+        for (o, s) in operands {
+            if s.len() != shape.len() {
+                return Err(Error::InvalidLayout { op, reason: format!("{} strides for {} dimensions", s.len(), shape.len()) });
+            }
+            ops.push(o);
+            strides.push(s.iter().map(|&x| x as isize).collect());
+        }
+        Ok(TensorIter { shape, operands: ops, strides, noutputs, threads: threads.max(1) })
+    }
+
+    /// Number of elements in the iteration space.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Number of operands.
+    pub fn ntensors(&self) -> usize {
+        self.operands.len()
+    }
+
+    /// Dtype of operand `k`.
+    pub fn dtype(&self, k: usize) -> DType {
+        self.operands[k].dtype
+    }
+
+    /// Byte stride of operand `k` along dimension 0 (0 for a 0-dim space).
+    pub fn inner_stride(&self, k: usize) -> isize {
+        self.strides[k].first().copied().unwrap_or(0)
+    }
+
+    /// How many parallel tasks `n` units of work of `numel` elements deserve.
+    pub fn tasks_for(&self, numel: usize) -> usize {
+        if self.threads <= 1 {
+            1
+        } else {
+            (numel / GRAIN).clamp(1, self.threads)
+        }
+    }
+
+    /// Calls `f(offsets, len)` for every row segment of the linear index range
+    /// `[start, end)`: `offsets[k]` is operand k's byte offset of the segment's
+    /// first element; a segment runs along dimension 0 for `len` elements.
+    pub fn for_each_row_in(&self, start: usize, end: usize, mut f: impl FnMut(&[isize; MAX_OPERANDS], usize)) {
+        if start >= end {
+            return;
+        }
+        let nd = self.shape.len();
+        let n = self.ntensors();
+        if nd == 0 {
+            f(&[0; MAX_OPERANDS], 1);
+            return;
+        }
+        // Multi-index of `start`, dimension 0 fastest.
+        let mut index = [0usize; 16];
+        let mut big_index = vec![0usize; if nd > 16 { nd } else { 0 }];
+        let idx: &mut [usize] = if nd > 16 { &mut big_index } else { &mut index[..nd] };
+        let mut rem = start;
+        for d in 0..nd {
+            idx[d] = rem % self.shape[d];
+            rem /= self.shape[d];
+        }
+        let mut offsets = [0isize; MAX_OPERANDS];
+        for k in 0..n {
+            offsets[k] = (0..nd).map(|d| idx[d] as isize * self.strides[k][d]).sum();
+        }
+        let mut pos = start;
+        let inner = self.shape[0];
+        while pos < end {
+            let len = (inner - idx[0]).min(end - pos);
+            f(&offsets, len);
+            pos += len;
+            if pos >= end {
+                break;
+            }
+            // Advance to the start of the next row.
+            for k in 0..n {
+                offsets[k] += len as isize * self.strides[k][0];
+            }
+            idx[0] += len;
+            let mut d = 0;
+            while idx[d] == self.shape[d] {
+                for k in 0..n {
+                    offsets[k] -= self.shape[d] as isize * self.strides[k][d];
+                }
+                idx[d] = 0;
+                d += 1;
+                if d == nd {
+                    return;
+                }
+                idx[d] += 1;
+                for k in 0..n {
+                    offsets[k] += self.strides[k][d];
+                }
+            }
+        }
+    }
+
+    /// Runs `f(start, end)` over `[0, total)` split into contiguous ranges, in
+    /// parallel when `total` elements of work justify more than one task.
+    pub fn parallel_ranges(&self, total: usize, f: impl Fn(usize, usize) + Sync) {
+        let tasks = self.tasks_for(total);
+        if tasks <= 1 {
+            f(0, total);
+            return;
+        }
+        let chunk = total.div_ceil(tasks);
+        (0..tasks).into_par_iter().for_each(|t| f(t * chunk, ((t + 1) * chunk).min(total)));
+    }
+}
+
+/// Loads `n` elements of `dtype` at `src` (byte stride `stride`) into `dst`, converted to `T`.
+///
+/// # Safety
+/// `src + i*stride` must be readable elements of `dtype` for `i < n`; `dst.len() >= n`.
+#[inline]
+pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: usize, dst: &mut [T]) -> Result<()> {
+    with_real_dtype!(dtype, "load", |S| {
+        for (i, d) in dst[..n].iter_mut().enumerate() {
+            // SAFETY: caller contract.
+            *d = unsafe { (src.offset(i as isize * stride) as *const S).read_unaligned() }.cast::<T>();
+        }
+    });
+    Ok(())
+}
+
+/// Stores `src` (of `T`) into `n` elements of `dtype` at `dst` (byte stride `stride`), converted.
+///
+/// # Safety
+/// `dst + i*stride` must be writable elements of `dtype` for `i < n`.
+#[inline]
+pub unsafe fn store<T: Element>(dtype: DType, dst: *mut u8, stride: isize, src: &[T]) -> Result<()> {
+    with_real_dtype!(dtype, "store", |D| {
+        for (i, s) in src.iter().enumerate() {
+            // SAFETY: caller contract.
+            unsafe { (dst.offset(i as isize * stride) as *mut D).write_unaligned(s.cast::<D>()) };
+        }
+    });
+    Ok(())
+}
+
+/// The elementwise driver: for every element, `out = f([in_1, .., in_N])`,
+/// with operand 0 the output and operands 1..=N the inputs, inputs converted
+/// to `I` and the result converted from `O` to the output's dtype.
+///
+/// `f` gets raw block pointers (`out`, `ins`, `n`) so that in-place calls
+/// (output aliasing an input element for element) are sound; write it as a
+/// plain indexed loop and LLVM vectorises it.
+///
+/// Errors: [`Error::UnsupportedDtype`] for an operand dtype the converters do
+/// not handle (complex).
+///
+/// # Safety
+/// Every element the iterator addresses must be valid device (or host scalar)
+/// memory of the operand's dtype; the output must not partially overlap an input.
+pub unsafe fn map<I: Element, O: Element, const N: usize>(
+    it: &TensorIter,
+    f: impl Fn(*mut O, [*const I; N], usize) + Sync,
+) -> Result<()> {
+    assert!(it.ntensors() == N + 1, "map: {} operands for arity {N}", it.ntensors());
+    for k in 0..=N {
+        if !matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128) {
+            continue;
+        }
+        return Err(Error::UnsupportedDtype { op: "pointwise", dtype: it.dtype(k) });
+    }
+    let numel = it.numel();
+    let error = std::sync::Mutex::new(None);
+    it.parallel_ranges(numel, |start, end| {
+        let mut bufs = vec![[I::from_i64(0); BLOCK]; N];
+        let mut obuf = [O::from_i64(0); BLOCK];
+        it.for_each_row_in(start, end, |offs, len| {
+            let mut b = 0;
+            while b < len {
+                let n = BLOCK.min(len - b);
+                let mut ins = [std::ptr::null::<I>(); N];
+                for k in 0..N {
+                    let op = it.operands[k + 1];
+                    let s = it.inner_stride(k + 1);
+                    // SAFETY: in-bounds by the iterator's construction.
+                    let p = unsafe { op.ptr.offset(offs[k + 1] + b as isize * s) };
+                    if op.dtype == I::DTYPE && s == std::mem::size_of::<I>() as isize {
+                        ins[k] = p as *const I;
+                    } else if let Err(e) = unsafe { load::<I>(op.dtype, p, s, n, &mut bufs[k]) } {
+                        *error.lock().unwrap() = Some(e);
+                        return;
+                    } else {
+                        ins[k] = bufs[k].as_ptr();
+                    }
+                }
+                let out = it.operands[0];
+                let s = it.inner_stride(0);
+                // SAFETY: as above.
+                let p = unsafe { out.ptr.offset(offs[0] + b as isize * s) };
+                if out.dtype == O::DTYPE && s == std::mem::size_of::<O>() as isize {
+                    f(p as *mut O, ins, n);
+                } else {
+                    f(obuf.as_mut_ptr(), ins, n);
+                    if let Err(e) = unsafe { store::<O>(out.dtype, p, s, &obuf[..n]) } {
+                        *error.lock().unwrap() = Some(e);
+                        return;
+                    }
+                }
+                b += n;
+            }
+        });
+    });
+    match error.into_inner().unwrap() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op<T>(p: &mut [T], dtype: DType) -> Operand {
+        Operand { ptr: p.as_mut_ptr() as *mut u8, dtype }
+    }
+
+    #[test]
+    fn rows_cover_ranges_exactly_once() {
+        let mut a = [0f32; 24];
+        // A (4, 3, 2) space (dim 0 fastest) over a transposed buffer.
+        let it = TensorIter::new("t", &[4, 3, 2], vec![(op(&mut a, DType::F32), &[12, 16, 48][..])], 1, 1).unwrap();
+        for (start, end) in [(0, 24), (5, 17), (3, 4), (23, 24)] {
+            let mut seen = vec![];
+            it.for_each_row_in(start, end, |o, len| (0..len as isize).for_each(|i| seen.push((o[0] + i * 12) / 4)));
+            let mut want: Vec<isize> = (start..end)
+                .map(|l| {
+                    let (i, j, k) = (l % 4, (l / 4) % 3, l / 12);
+                    (i * 3 + j * 4 + k * 12) as isize
+                })
+                .collect();
+            seen.sort();
+            want.sort();
+            assert_eq!(seen, want, "range {start}..{end}");
+        }
+    }
+
+    #[test]
+    fn map_converts_broadcasts_and_writes_strided() {
+        // out (int64, stride 2) = a (float32, contiguous) + b (int32 scalar, stride 0), 0-size, 0-dim.
+        let mut out = [0i64; 6];
+        let mut a = [1.5f32, 2.5, -3.5];
+        let mut b = [10i32];
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(op(&mut out, DType::I64), &[16][..]), (op(&mut a, DType::F32), &[4][..]), (op(&mut b, DType::I32), &[0][..])],
+            1,
+            2,
+        )
+        .unwrap();
+        unsafe {
+            map::<f32, f32, 2>(&it, |o, [x, y], n| {
+                for i in 0..n {
+                    *o.add(i) = *x.add(i) + *y.add(i);
+                }
+            })
+        }
+        .unwrap();
+        assert_eq!(out, [11, 0, 12, 0, 6, 0]);
+        let it = TensorIter::new("t", &[], vec![(op(&mut out, DType::I64), &[][..]), (op(&mut b, DType::I32), &[][..])], 1, 1).unwrap();
+        unsafe { map::<i64, i64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 2)) }.unwrap();
+        assert_eq!(out[0], 20);
+        let it = TensorIter::new("t", &[0], vec![(op(&mut out, DType::I64), &[8][..]), (op(&mut b, DType::I32), &[4][..])], 1, 1).unwrap();
+        unsafe { map::<i64, i64, 1>(&it, |_, _, _| panic!("no elements")) }.unwrap();
+    }
+
+    #[test]
+    fn parallel_map_matches_serial() {
+        let n = 3 * GRAIN + 17;
+        let mut a: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let mut out = vec![0f64; n];
+        let it = TensorIter::new("t", &[n as i64], vec![(op(&mut out, DType::F64), &[8][..]), (op(&mut a, DType::F64), &[8][..])], 1, 4).unwrap();
+        unsafe { map::<f64, f64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 3.0)) }.unwrap();
+        assert!(out.iter().enumerate().all(|(i, &v)| v == 3.0 * i as f64));
+    }
+}

@@ -1,0 +1,694 @@
+//! Reductions over a [`TensorIter`] set up for reduction by PyTorch
+//! (`make_reduction`): outputs first (stride 0 along reduced dimensions),
+//! then one input. A dimension is reduced when every output's stride along
+//! it is 0.
+//!
+//! Two schedules, chosen by where the fastest dimension (0) falls:
+//! - inner: dimension 0 is reduced (or every dimension is): each output
+//!   element reduces contiguous-ish rows; a full reduction splits its rows
+//!   over tasks and combines the partial states;
+//! - outer: dimension 0 is kept: a block of adjacent outputs is reduced
+//!   together, one input row per reduced position, so loads stay contiguous.
+//!
+//! Accumulation types follow PyTorch: float16/bfloat16 accumulate in float,
+//! integers in int64, `var`/`std` (Welford) in double.
+
+use rayon::prelude::*;
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::iter::{load, store, Operand, TensorIter, BLOCK, GRAIN};
+use crate::math::{Float, Num};
+
+/// What to compute; names are PyTorch's reduction stubs without `_stub`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReduceOp {
+    Sum,
+    NanSum,
+    Prod,
+    Mean,
+    MaxValues,
+    MinValues,
+    And,
+    Or,
+    ArgMax,
+    ArgMin,
+    /// `max.dim`: values (output 0) and first indices (output 1).
+    MaxWithIndices,
+    /// `min.dim`: values (output 0) and first indices (output 1).
+    MinWithIndices,
+    /// Welford variance with `correction`; `take_sqrt` gives the standard
+    /// deviation. A second output, when present, receives the mean.
+    StdVar { correction: f64, take_sqrt: bool },
+    /// Vector p-norm (`inf`, `-inf`, 0, 1, 2 or any other p).
+    Norm { p: f64 },
+}
+
+impl ReduceOp {
+    /// The op for a stub name and its scalar argument(s) (`std_var` takes
+    /// (correction, take_sqrt != 0), `norm` takes p).
+    pub fn lookup(name: &str, a: f64, b: f64) -> Option<ReduceOp> {
+        Some(match name {
+            "sum" => ReduceOp::Sum,
+            "nansum" => ReduceOp::NanSum,
+            "prod" => ReduceOp::Prod,
+            "mean" => ReduceOp::Mean,
+            "max_values" => ReduceOp::MaxValues,
+            "min_values" => ReduceOp::MinValues,
+            "and" => ReduceOp::And,
+            "or" => ReduceOp::Or,
+            "argmax" => ReduceOp::ArgMax,
+            "argmin" => ReduceOp::ArgMin,
+            "max" => ReduceOp::MaxWithIndices,
+            "min" => ReduceOp::MinWithIndices,
+            "std_var" => ReduceOp::StdVar { correction: a, take_sqrt: b != 0.0 },
+            "norm" => ReduceOp::Norm { p: a },
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::NanSum => "nansum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Mean => "mean",
+            ReduceOp::MaxValues => "amax",
+            ReduceOp::MinValues => "amin",
+            ReduceOp::And => "all",
+            ReduceOp::Or => "any",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+            ReduceOp::MaxWithIndices => "max",
+            ReduceOp::MinWithIndices => "min",
+            ReduceOp::StdVar { .. } => "std_var",
+            ReduceOp::Norm { .. } => "norm",
+        }
+    }
+}
+
+/// A reduction as a fold: state, step, combine of partial states, and the
+/// outputs a final state produces (up to two).
+trait Reducer: Sync {
+    type In: Element;
+    type State: Copy + Send;
+    type Out: Element;
+    fn init(&self) -> Self::State;
+    fn step(&self, s: &mut Self::State, x: Self::In, index: i64);
+    /// Folds a contiguous run whose first element has reduction index `first`.
+    #[inline(always)]
+    fn step_slice(&self, s: &mut Self::State, xs: &[Self::In], first: i64) {
+        for (i, &x) in xs.iter().enumerate() {
+            self.step(s, x, first + i as i64);
+        }
+    }
+    fn combine(&self, a: Self::State, b: Self::State) -> Self::State;
+    fn finish(&self, s: Self::State, count: usize) -> [Self::Out; 2];
+}
+
+/// Sum and mean (`mean` divides by the count at the end, as CPU's sum-then-divide does).
+struct Sum<A> {
+    mean: bool,
+    skip_nan: bool,
+    _a: std::marker::PhantomData<A>,
+}
+impl<A: Num> Reducer for Sum<A> {
+    type In = A;
+    type State = A;
+    type Out = A;
+    fn init(&self) -> A {
+        A::ZERO
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut A, x: A, _: i64) {
+        if !(self.skip_nan && x.is_nan()) {
+            *s = s.add(x);
+        }
+    }
+    #[inline(always)]
+    fn step_slice(&self, s: &mut A, xs: &[A], _: i64) {
+        if self.skip_nan {
+            xs.iter().for_each(|&x| self.step(s, x, 0));
+            return;
+        }
+        // 16 independent lanes: vectorisable, and pairwise-ish for accuracy.
+        let mut lanes = [A::ZERO; 16];
+        let chunks = xs.chunks_exact(16);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for j in 0..16 {
+                lanes[j] = lanes[j].add(c[j]);
+            }
+        }
+        let mut w = 16;
+        while w > 1 {
+            w /= 2;
+            for j in 0..w {
+                lanes[j] = lanes[j].add(lanes[j + w]);
+            }
+        }
+        let mut t = lanes[0];
+        for &x in rest {
+            t = t.add(x);
+        }
+        *s = s.add(t);
+    }
+    fn combine(&self, a: A, b: A) -> A {
+        a.add(b)
+    }
+    fn finish(&self, s: A, count: usize) -> [A; 2] {
+        [if self.mean { A::from_f64(s.to_f64() / count as f64) } else { s }, A::ZERO]
+    }
+}
+
+struct Prod<A>(std::marker::PhantomData<A>);
+impl<A: Num> Reducer for Prod<A> {
+    type In = A;
+    type State = A;
+    type Out = A;
+    fn init(&self) -> A {
+        A::ONE
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut A, x: A, _: i64) {
+        *s = s.mul(x);
+    }
+    fn combine(&self, a: A, b: A) -> A {
+        a.mul(b)
+    }
+    fn finish(&self, s: A, _: usize) -> [A; 2] {
+        [s, A::ZERO]
+    }
+}
+
+/// amax / amin (NaN propagates).
+struct Extremum<A> {
+    max: bool,
+    _a: std::marker::PhantomData<A>,
+}
+impl<A: Num> Reducer for Extremum<A> {
+    type In = A;
+    type State = Option<A>;
+    type Out = A;
+    fn init(&self) -> Option<A> {
+        None
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut Option<A>, x: A, _: i64) {
+        *s = Some(match *s {
+            None => x,
+            Some(c) if self.max => c.max_nan(x),
+            Some(c) => c.min_nan(x),
+        });
+    }
+    fn combine(&self, a: Option<A>, b: Option<A>) -> Option<A> {
+        match (a, b) {
+            (Some(x), Some(y)) => Some(if self.max { x.max_nan(y) } else { x.min_nan(y) }),
+            (x, None) => x,
+            (None, y) => y,
+        }
+    }
+    fn finish(&self, s: Option<A>, _: usize) -> [A; 2] {
+        [s.unwrap_or(A::ZERO), A::ZERO]
+    }
+}
+
+/// all / any over truthiness.
+struct Logical {
+    all: bool,
+}
+impl Reducer for Logical {
+    type In = bool;
+    type State = bool;
+    type Out = bool;
+    fn init(&self) -> bool {
+        self.all
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut bool, x: bool, _: i64) {
+        *s = if self.all { *s & x } else { *s | x };
+    }
+    fn combine(&self, a: bool, b: bool) -> bool {
+        if self.all { a & b } else { a | b }
+    }
+    fn finish(&self, s: bool, _: usize) -> [bool; 2] {
+        [s, false]
+    }
+}
+
+/// argmax / argmin (index only) and max / min along a dim (value and index):
+/// the first index of the extreme value; NaN counts as extreme. Values and
+/// indices leave as double (exact for every value of float types and for
+/// indices below 2^53).
+struct ArgExtremum<A> {
+    max: bool,
+    with_values: bool,
+    _a: std::marker::PhantomData<A>,
+}
+impl<A: Num> ArgExtremum<A> {
+    /// True when (v, i) should replace (c, j).
+    #[inline(always)]
+    fn better(&self, v: A, i: i64, c: A, j: i64) -> bool {
+        if c.is_nan() {
+            return v.is_nan() && i < j;
+        }
+        if v.is_nan() {
+            return true;
+        }
+        let strictly = if self.max { v > c } else { v < c };
+        strictly || (v == c && i < j)
+    }
+}
+impl<A: Num> Reducer for ArgExtremum<A> {
+    type In = A;
+    type State = Option<(A, i64)>;
+    type Out = f64;
+    fn init(&self) -> Self::State {
+        None
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut Self::State, x: A, index: i64) {
+        match *s {
+            Some((c, j)) if !self.better(x, index, c, j) => {}
+            _ => *s = Some((x, index)),
+        }
+    }
+    fn combine(&self, a: Self::State, b: Self::State) -> Self::State {
+        match (a, b) {
+            (Some((x, i)), Some((y, j))) => Some(if self.better(y, j, x, i) { (y, j) } else { (x, i) }),
+            (x, None) => x,
+            (None, y) => y,
+        }
+    }
+    fn finish(&self, s: Self::State, _: usize) -> [f64; 2] {
+        let (v, i) = s.map_or((0.0, 0.0), |(v, i)| (v.to_f64(), i as f64));
+        if self.with_values { [v, i] } else { [i, 0.0] }
+    }
+}
+
+/// Welford's online variance (Welford 1962; Chan, Golub, LeVeque 1979 for combining), in double.
+struct Welford {
+    correction: f64,
+    take_sqrt: bool,
+}
+impl Reducer for Welford {
+    type In = f64;
+    type State = (f64, f64, f64);
+    type Out = f64;
+    fn init(&self) -> Self::State {
+        (0.0, 0.0, 0.0)
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut Self::State, x: f64, _: i64) {
+        let n = s.2 + 1.0;
+        let d = x - s.0;
+        let mean = s.0 + d / n;
+        *s = (mean, s.1 + d * (x - mean), n);
+    }
+    fn combine(&self, a: Self::State, b: Self::State) -> Self::State {
+        if a.2 == 0.0 {
+            return b;
+        }
+        if b.2 == 0.0 {
+            return a;
+        }
+        let n = a.2 + b.2;
+        let d = b.0 - a.0;
+        (a.0 + d * b.2 / n, a.1 + b.1 + d * d * a.2 * b.2 / n, n)
+    }
+    fn finish(&self, s: Self::State, _: usize) -> [f64; 2] {
+        let var = s.1 / (s.2 - self.correction).max(0.0);
+        [if self.take_sqrt { var.sqrt() } else { var }, s.0]
+    }
+}
+
+/// Vector p-norm.
+struct Norm<F> {
+    p: f64,
+    _f: std::marker::PhantomData<F>,
+}
+impl<F: Float> Reducer for Norm<F> {
+    type In = F;
+    type State = F;
+    type Out = F;
+    fn init(&self) -> F {
+        if self.p == f64::NEG_INFINITY { F::infinity() } else { F::ZERO }
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut F, x: F, _: i64) {
+        let a = x.abs();
+        *s = if self.p == 2.0 {
+            *s + a * a
+        } else if self.p == 1.0 {
+            *s + a
+        } else if self.p == f64::INFINITY {
+            s.max_nan(a)
+        } else if self.p == f64::NEG_INFINITY {
+            s.min_nan(a)
+        } else if self.p == 0.0 {
+            *s + if a != F::ZERO { F::ONE } else { F::ZERO }
+        } else {
+            *s + a.pow(F::from_f64c(self.p)).unwrap_or(F::ZERO)
+        };
+    }
+    fn combine(&self, a: F, b: F) -> F {
+        if self.p == f64::INFINITY {
+            a.max_nan(b)
+        } else if self.p == f64::NEG_INFINITY {
+            a.min_nan(b)
+        } else {
+            a + b
+        }
+    }
+    fn finish(&self, s: F, _: usize) -> [F; 2] {
+        let v = if self.p == 2.0 {
+            s.sqrt()
+        } else if self.p == 1.0 || self.p == 0.0 || self.p.is_infinite() {
+            s
+        } else {
+            s.pow(F::from_f64c(1.0 / self.p)).unwrap_or(F::ZERO)
+        };
+        [v, F::ZERO]
+    }
+}
+
+/// The kept and reduced sub-spaces of a reduction iterator.
+struct Split {
+    /// Kept dimensions: operands are the outputs, then the input.
+    kept: TensorIter,
+    /// Reduced dimensions over the input only.
+    reduced: TensorIter,
+    /// Whether dimension 0 of the full space is kept (outer schedule).
+    outer: bool,
+}
+
+fn split(it: &TensorIter) -> Split {
+    let nout = it.noutputs;
+    let input = it.ntensors() - 1;
+    let is_reduced = |d: usize| it.shape[d] > 1 && (0..nout).all(|k| it.strides[k][d] == 0);
+    let mut kept = TensorIter { shape: vec![], operands: it.operands.clone(), strides: vec![vec![]; it.ntensors()], noutputs: nout, threads: it.threads };
+    let mut reduced = TensorIter { shape: vec![], operands: vec![it.operands[input]], strides: vec![vec![]], noutputs: 0, threads: it.threads };
+    for d in 0..it.shape.len() {
+        if is_reduced(d) {
+            reduced.shape.push(it.shape[d]);
+            reduced.strides[0].push(it.strides[input][d]);
+        } else if it.shape[d] > 1 {
+            kept.shape.push(it.shape[d]);
+            for k in 0..it.ntensors() {
+                kept.strides[k].push(it.strides[k][d]);
+            }
+        }
+    }
+    let outer = !it.shape.is_empty() && it.shape[0] > 1 && !is_reduced(0);
+    Split { kept, reduced, outer }
+}
+
+/// Folds the reduced space's linear range `[start, end)` at input byte offset `base` into `s`.
+///
+/// # Safety
+/// The addressed input elements are readable.
+unsafe fn fold_range<R: Reducer>(r: &R, red: &TensorIter, base: isize, start: usize, end: usize, s: &mut R::State) -> Result<()> {
+    let input: Operand = red.operands[0];
+    let stride = red.inner_stride(0);
+    let direct = input.dtype == R::In::DTYPE && stride == std::mem::size_of::<R::In>() as isize;
+    let mut buf = vec![R::In::from_i64(0); if direct { 0 } else { BLOCK }];
+    let mut index = start as i64;
+    let mut result = Ok(());
+    red.for_each_row_in(start, end, |offs, len| {
+        let mut b = 0;
+        while b < len && result.is_ok() {
+            let n = BLOCK.min(len - b);
+            // SAFETY: in-bounds by the iterator's construction.
+            let p = unsafe { input.ptr.offset(base + offs[0] + b as isize * stride) };
+            if direct {
+                r.step_slice(s, unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
+            } else {
+                result = unsafe { load::<R::In>(input.dtype, p, stride, n, &mut buf) };
+                r.step_slice(s, &buf[..n], index);
+            }
+            index += n as i64;
+            b += n;
+        }
+    });
+    result
+}
+
+/// Writes a final state to the outputs at byte offsets `offs[k]`.
+unsafe fn write_outputs<R: Reducer>(r: &R, it: &TensorIter, offs: &[isize], s: R::State, count: usize) -> Result<()> {
+    let v = r.finish(s, count);
+    for (k, val) in v.iter().enumerate().take(it.noutputs) {
+        let o = it.operands[k];
+        // SAFETY: the output element at offs[k] is writable.
+        unsafe { store::<R::Out>(o.dtype, o.ptr.offset(offs[k]), 0, std::slice::from_ref(val))? };
+    }
+    Ok(())
+}
+
+unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
+    if it.numel() == 0 {
+        return Ok(());
+    }
+    let sp = split(it);
+    let nk = sp.kept.numel();
+    let nr = sp.reduced.numel();
+    let input = it.ntensors() - 1;
+    let errors = std::sync::Mutex::new(Ok(()));
+    let record = |res: Result<()>| {
+        if let Err(e) = res {
+            *errors.lock().unwrap() = Err(e);
+        }
+    };
+    if !sp.outer {
+        if nk < it.threads && nr >= 2 * GRAIN {
+            // Few outputs, long reductions: split each reduction over tasks.
+            sp.kept.for_each_row_in(0, nk, |koffs, klen| {
+                for j in 0..klen {
+                    let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + j as isize * sp.kept.inner_stride(k)).collect();
+                    let tasks = it.tasks_for(nr);
+                    let chunk = nr.div_ceil(tasks);
+                    let parts: Vec<Result<R::State>> = (0..tasks)
+                        .into_par_iter()
+                        .map(|t| {
+                            let mut s = r.init();
+                            // SAFETY: forwarded contract.
+                            unsafe { fold_range(r, &sp.reduced, offs[input], t * chunk, ((t + 1) * chunk).min(nr), &mut s) }.map(|_| s)
+                        })
+                        .collect();
+                    let mut s = r.init();
+                    for p in parts {
+                        match p {
+                            Ok(p) => s = r.combine(s, p),
+                            Err(e) => return record(Err(e)),
+                        }
+                    }
+                    record(unsafe { write_outputs(r, it, &offs, s, nr) });
+                }
+            });
+        } else {
+            // One task per range of outputs, each reduction folded whole.
+            sp.kept.parallel_ranges_weighted(nk, nr, |start, end| {
+                sp.kept.for_each_row_in(start, end, |koffs, klen| {
+                    for j in 0..klen {
+                        let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + j as isize * sp.kept.inner_stride(k)).collect();
+                        let mut s = r.init();
+                        // SAFETY: forwarded contract.
+                        let res = unsafe { fold_range(r, &sp.reduced, offs[input], 0, nr, &mut s) };
+                        record(res.and_then(|_| unsafe { write_outputs(r, it, &offs, s, nr) }));
+                    }
+                });
+            });
+        }
+    } else {
+        // Outer: blocks of adjacent outputs along dimension 0 reduced together.
+        let in_op = it.operands[input];
+        let s_in = sp.kept.inner_stride(input);
+        sp.kept.parallel_ranges_weighted(nk, nr, |start, end| {
+            // Use the whole operand (edition 2021 would capture only its raw pointer field, which is not Sync).
+            let in_op: Operand = in_op;
+            let mut states = vec![r.init(); BLOCK];
+            let mut buf = vec![R::In::from_i64(0); BLOCK];
+            sp.kept.for_each_row_in(start, end, |koffs, klen| {
+                let mut b = 0;
+                while b < klen {
+                    let n = BLOCK.min(klen - b);
+                    states[..n].iter_mut().for_each(|s| *s = r.init());
+                    let base = koffs[input] + b as isize * s_in;
+                    let mut index = 0i64;
+                    sp.reduced.for_each_row_in(0, nr, |roffs, rlen| {
+                        for q in 0..rlen {
+                            let off = base + roffs[0] + q as isize * sp.reduced.inner_stride(0);
+                            // SAFETY: in-bounds by construction.
+                            let p = unsafe { in_op.ptr.offset(off) };
+                            if let Err(e) = unsafe { load::<R::In>(in_op.dtype, p, s_in, n, &mut buf) } {
+                                return record(Err(e));
+                            }
+                            for j in 0..n {
+                                r.step(&mut states[j], buf[j], index);
+                            }
+                            index += 1;
+                        }
+                    });
+                    for j in 0..n {
+                        let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + (b + j) as isize * sp.kept.inner_stride(k)).collect();
+                        record(unsafe { write_outputs(r, it, &offs, states[j], nr) });
+                    }
+                    b += n;
+                }
+            });
+        });
+    }
+    errors.into_inner().unwrap()
+}
+
+impl TensorIter {
+    /// [`TensorIter::parallel_ranges`] over `n` units that each cost `weight` elements.
+    fn parallel_ranges_weighted(&self, n: usize, weight: usize, f: impl Fn(usize, usize) + Sync) {
+        let tasks = if self.threads <= 1 { 1 } else { (n.saturating_mul(weight) / GRAIN).clamp(1, self.threads.min(n.max(1))) };
+        if tasks <= 1 {
+            return f(0, n);
+        }
+        let chunk = n.div_ceil(tasks);
+        (0..tasks).into_par_iter().for_each(|t| f(t * chunk, ((t + 1) * chunk).min(n)));
+    }
+}
+
+/// Runs reduction `op` over `it` (outputs first, then one input).
+///
+/// Errors: [`Error::UnsupportedDtype`] for complex operands or a floating-only
+/// reduction (norm) on integers.
+///
+/// # Safety
+/// Every element the iterator addresses is valid memory of its operand's dtype.
+pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
+    let input = it.ntensors() - 1;
+    let out_dt = it.dtype(0);
+    let in_dt = it.dtype(input);
+    let unsupported = |dtype| Error::UnsupportedDtype { op: op.name(), dtype };
+    for k in 0..it.ntensors() {
+        if matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128) {
+            return Err(unsupported(it.dtype(k)));
+        }
+    }
+    use std::marker::PhantomData as P;
+    // Accumulate in the opmath type of `dt`: float for half types, int64 for integers and bool.
+    macro_rules! by_acc {
+        ($dt:expr, |$A:ident| $e:expr) => {
+            match $dt {
+                DType::F32 | DType::F16 | DType::BF16 => { type $A = f32; $e }
+                DType::F64 => { type $A = f64; $e }
+                _ => { type $A = i64; $e }
+            }
+        };
+    }
+    // SAFETY: forwarded contract.
+    unsafe {
+        match op {
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::NanSum => {
+                by_acc!(out_dt, |A| run_reducer(&Sum::<A> { mean: op == ReduceOp::Mean, skip_nan: op == ReduceOp::NanSum, _a: P }, it))
+            }
+            ReduceOp::Prod => by_acc!(out_dt, |A| run_reducer(&Prod::<A>(P), it)),
+            ReduceOp::MaxValues | ReduceOp::MinValues => {
+                let max = op == ReduceOp::MaxValues;
+                if in_dt == DType::U64 {
+                    run_reducer(&Extremum::<u64> { max, _a: P }, it)
+                } else {
+                    by_acc!(in_dt, |A| run_reducer(&Extremum::<A> { max, _a: P }, it))
+                }
+            }
+            ReduceOp::And | ReduceOp::Or => run_reducer(&Logical { all: op == ReduceOp::And }, it),
+            ReduceOp::ArgMax | ReduceOp::ArgMin | ReduceOp::MaxWithIndices | ReduceOp::MinWithIndices => {
+                let max = matches!(op, ReduceOp::ArgMax | ReduceOp::MaxWithIndices);
+                let with_values = matches!(op, ReduceOp::MaxWithIndices | ReduceOp::MinWithIndices);
+                if in_dt == DType::Bool {
+                    run_reducer(&ArgExtremum::<bool> { max, with_values, _a: P }, it)
+                } else {
+                    by_acc!(in_dt, |A| run_reducer(&ArgExtremum::<A> { max, with_values, _a: P }, it))
+                }
+            }
+            ReduceOp::StdVar { correction, take_sqrt } => run_reducer(&Welford { correction, take_sqrt }, it),
+            ReduceOp::Norm { p } => match out_dt {
+                DType::F32 | DType::F16 | DType::BF16 => run_reducer(&Norm::<f32> { p, _f: P }, it),
+                DType::F64 => run_reducer(&Norm::<f64> { p, _f: P }, it),
+                d => Err(unsupported(d)),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operand<T: Element>(v: &mut [T]) -> Operand {
+        Operand { ptr: v.as_mut_ptr() as *mut u8, dtype: T::DTYPE }
+    }
+
+    /// Reduces a (rows, cols) row-major f32 matrix along `dim` (PyTorch order)
+    /// through a TensorIter laid out as make_reduction would, and returns the result.
+    fn reduce_2d<O: Element>(op: ReduceOp, x: &mut [f32], rows: usize, cols: usize, dim: usize, threads: usize) -> Vec<O> {
+        let nout = if dim == 0 { cols } else { rows };
+        let mut out = vec![O::from_i64(0); nout];
+        let os = std::mem::size_of::<O>() as i64;
+        // TI order: dimension 0 = columns (fastest), 1 = rows.
+        let out_strides: [i64; 2] = if dim == 0 { [os, 0] } else { [0, os] };
+        let it = TensorIter::new(
+            "t",
+            &[cols as i64, rows as i64],
+            vec![(operand(&mut out), &out_strides[..]), (operand(x), &[4, 4 * cols as i64][..])],
+            1,
+            threads,
+        )
+        .unwrap();
+        unsafe { reduce(op, &it) }.unwrap();
+        out
+    }
+
+    #[test]
+    fn sums_and_means_along_each_dim_match_naive() {
+        let (rows, cols) = (37, 3000);
+        let mut x: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 1000) as f32 / 100.0 - 5.0).collect();
+        for threads in [1, 4] {
+            let s0: Vec<f32> = reduce_2d(ReduceOp::Sum, &mut x, rows, cols, 0, threads);
+            let s1: Vec<f32> = reduce_2d(ReduceOp::Mean, &mut x, rows, cols, 1, threads);
+            for c in 0..cols {
+                let want: f64 = (0..rows).map(|r| x[r * cols + c] as f64).sum();
+                assert!((s0[c] as f64 - want).abs() < 1e-3, "sum col {c}");
+            }
+            for r in 0..rows {
+                let want: f64 = (0..cols).map(|c| x[r * cols + c] as f64).sum::<f64>() / cols as f64;
+                assert!((s1[r] as f64 - want).abs() < 1e-4, "mean row {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn full_reduction_split_over_tasks() {
+        let n = 5 * GRAIN + 3;
+        let mut x: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+        x[n - 2] = 100.0;
+        let mut out = [0f32];
+        let mut idx = [0i64];
+        for (op, want) in [(ReduceOp::Sum, x.iter().map(|&v| v as f64).sum::<f64>()), (ReduceOp::MaxValues, 100.0)] {
+            let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
+            unsafe { reduce(op, &it) }.unwrap();
+            assert_eq!(out[0] as f64, want, "{op:?}");
+        }
+        let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut idx), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
+        unsafe { reduce(ReduceOp::ArgMax, &it) }.unwrap();
+        assert_eq!(idx[0], (n - 2) as i64);
+    }
+
+    #[test]
+    fn argmin_first_index_var_and_norm() {
+        let mut x = vec![3.0f32, 1.0, 2.0, 1.0, 5.0, 0.0];
+        let a: Vec<i64> = reduce_2d(ReduceOp::ArgMin, &mut x, 2, 3, 1, 1);
+        assert_eq!(a, vec![1, 2]);
+        let v: Vec<f64> = reduce_2d(ReduceOp::StdVar { correction: 1.0, take_sqrt: false }, &mut x, 2, 3, 1, 1);
+        assert!((v[0] - 1.0).abs() < 1e-12 && (v[1] - 7.0).abs() < 1e-12);
+        let n: Vec<f32> = reduce_2d(ReduceOp::Norm { p: 2.0 }, &mut x, 2, 3, 0, 1);
+        assert!((n[0] - 10f32.sqrt()).abs() < 1e-6);
+        let mut nan = vec![1.0f32, f32::NAN, 3.0];
+        let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut nan, 1, 3, 1, 1);
+        assert!(m[0].is_nan());
+    }
+}

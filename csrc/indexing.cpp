@@ -1,0 +1,242 @@
+// Native data movement and factories: advanced indexing (index, index_put_,
+// index_select), masked_fill_, cat, and the range factories (arange,
+// linspace, logspace, eye). PyTorch's structured meta functions and native
+// functions set up shapes, checks and iterators; the loops are Rust
+// (oxide_kernels::index, ::factory, ::pointwise).
+#include "kernels.h"
+#include "structured.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/IndexKernel.h>
+#include <ATen/native/RangeFactories.h>
+#include <ATen/native/TensorAdvancedIndexing.h>
+#include <ATen/ops/_index_put_impl_native.h>
+#include <ATen/ops/arange_native.h>
+#include <ATen/ops/cat_meta.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index.h>
+#include <ATen/ops/index_native.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/linspace_native.h>
+#include <ATen/ops/pow.h>
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+void run_index(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArrayRef strides, bool put,
+               bool accumulate) {
+  if (iter.numel() == 0) {
+    return;
+  }
+  IterArgs args(iter);
+  const auto device = iter.device(0).index();
+  OXIDE_CHECK(oxide_index(device, current_stream(device), &args.abi, sizes.size(), sizes.data(), strides.data(),
+                          iter.element_size(0), put ? 1 : 0, accumulate ? 1 : 0));
+}
+
+void index_kernel(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArrayRef strides) {
+  run_index(iter, sizes, strides, false, false);
+}
+
+void index_put_kernel(at::TensorIterator& iter, at::IntArrayRef sizes, at::IntArrayRef strides, bool accumulate) {
+  run_index(iter, sizes, strides, true, accumulate);
+}
+
+void sequence(at::TensorIterator& iter, int32_t kind, double a, double b, int64_t ia, int64_t ib, int64_t steps) {
+  if (iter.numel() == 0) {
+    return;
+  }
+  IterArgs args(iter);
+  const auto device = iter.device(0).index();
+  OXIDE_CHECK(oxide_fill_sequence(device, current_stream(device), &args.abi, kind, a, b, ia, ib, steps));
+}
+
+void arange_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10::Scalar& /*size*/,
+                   const c10::Scalar& step) {
+  ScalarArgs s;
+  s.set(0, start);
+  s.set(1, step);
+  sequence(iter, 0, s.f[0], s.f[1], s.i[0], s.i[1], 0);
+}
+
+void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10::Scalar& end, int64_t steps) {
+  sequence(iter, 1, start.toDouble(), end.toDouble(), 0, 0, steps);
+}
+
+} // namespace
+} // namespace oxide
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(index_stub, &::oxide::index_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(index_put_stub, &::oxide::index_put_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(arange_stub, &::oxide::arange_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(linspace_stub, &::oxide::linspace_kernel)
+} // namespace at::native
+
+namespace oxide {
+namespace {
+
+using Indices = c10::List<std::optional<at::Tensor>>;
+
+// index.Tensor: the meta function precomputes the indexed sizes and byte strides.
+at::Tensor index(const at::Tensor& self, const Indices& indices) {
+  structured::Wrapper<at::native::structured_index_out, structured::Kind::Functional, 1> op;
+  auto pre = op.meta(self, indices);
+  op.impl(self, pre.sizes, pre.strides, op.outputs_[0]);
+  return std::move(op.outputs_[0]);
+}
+
+at::Tensor& index_out(const at::Tensor& self, const Indices& indices, at::Tensor& out) {
+  structured::Wrapper<at::native::structured_index_out, structured::Kind::Out, 1> op(out);
+  auto pre = op.meta(self, indices);
+  op.impl(self, pre.sizes, pre.strides, op.maybe_get_output(0));
+  op.commit();
+  return out;
+}
+
+at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_select(): Expected dtype int32 or int64 for index");
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "index_select(): self and result must have the same scalar type");
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, index);
+  const auto source = self.dim() == 0 ? self.reshape({1}) : self;
+  Indices indices;
+  for (int64_t d = 0; d < dim; ++d) {
+    indices.push_back(std::nullopt);
+  }
+  indices.push_back(index.reshape({-1}));
+  auto result = at::index(source, indices);
+  if (self.dim() == 0) {
+    result = result.reshape(index.sizes());
+  }
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
+at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  auto out = at::empty({0}, self.options());
+  return index_select_out(self, dim, index, out);
+}
+
+at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
+  TORCH_CHECK(self.device() == mask.device(), "expected self and mask to be on the same device, but got mask on ",
+              mask.device(), " and self on ", self.device());
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {
+    TORCH_WARN("Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before "
+               "performing this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
+  }
+  at::assert_no_partial_overlap(self, mask);
+  auto iter = at::TensorIteratorConfig()
+                  .set_check_mem_overlap(false)
+                  .check_all_same_dtype(false)
+                  .resize_outputs(false)
+                  .add_output(self)
+                  .add_const_input(mask)
+                  .add_const_input(self)
+                  .build();
+  static const int32_t id = pointwise_id("masked_fill");
+  ScalarArgs s;
+  s.set(0, value);
+  pointwise(iter, id, s, self.scalar_type());
+  return self;
+}
+
+at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  return masked_fill_scalar(self, mask, value.item());
+}
+
+// cat: the meta function checks shapes, dtypes and overlap and sizes the output;
+// each input is copied into its slice with the native strided copy.
+struct Cat : at::meta::structured_cat {
+  void impl(const at::ITensorListRef& tensors, int64_t dim, int64_t /*valid*/, bool, bool, bool, at::MemoryFormat,
+            const at::Tensor& out) {
+    if (out.numel() == 0) {
+      return;
+    }
+    int64_t offset = 0;
+    for (const at::Tensor& t : tensors) {
+      // Legacy: 1-d empty tensors are skipped whatever the other shapes are.
+      if (t.dim() == 1 && t.numel() == 0) {
+        continue;
+      }
+      const int64_t size = t.size(dim);
+      out.narrow(dim, offset, size).copy_(t);
+      offset += size;
+    }
+  }
+};
+
+at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+  structured::Wrapper<Cat, structured::Kind::Functional, 1> op;
+  auto p = op.meta(tensors, dim);
+  op.impl(tensors, p.dim, p.valid, p.all_contiguous, p.all_same_dtype, p.all_same_sizes_and_stride, p.memory_format,
+          op.outputs_[0]);
+  return std::move(op.outputs_[0]);
+}
+
+at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  structured::Wrapper<Cat, structured::Kind::Out, 1> op(out);
+  auto p = op.meta(tensors, dim);
+  op.impl(tensors, p.dim, p.valid, p.all_contiguous, p.all_same_dtype, p.all_same_sizes_and_stride, p.memory_format,
+          op.maybe_get_output(0));
+  op.commit();
+  return out;
+}
+
+at::Tensor& eye_out(int64_t n, int64_t m, at::Tensor& out) {
+  TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
+  TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
+  out.resize_({n, m});
+  out.zero_();
+  out.diagonal().fill_(1);
+  return out;
+}
+
+at::Tensor& eye_n_out(int64_t n, at::Tensor& out) {
+  return eye_out(n, n, out);
+}
+
+// logspace: base ** linspace computed in double, then rounded into `out`'s dtype as CPU does.
+at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, double base, at::Tensor& out) {
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  TORCH_CHECK(!out.is_complex(), "logspace: complex dtypes are not supported on oxide");
+  at::native::resize_output(out, {steps});
+  if (steps == 0) {
+    return out;
+  }
+  auto exponents = at::linspace(start, end, steps, out.options().dtype(at::kDouble));
+  out.copy_(at::pow(base, exponents));
+  return out;
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("index.Tensor", TORCH_FN(index));
+  m.impl("index.Tensor_out", TORCH_FN(index_out));
+  m.impl("_index_put_impl_", TORCH_FN(at::native::_index_put_impl_));
+  m.impl("index_select", TORCH_FN(index_select));
+  m.impl("index_select.out", TORCH_FN(index_select_out));
+  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_scalar));
+  m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_tensor));
+  m.impl("cat", TORCH_FN(cat));
+  m.impl("cat.out", TORCH_FN(cat_out));
+  m.impl("arange.start_out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(&at::native::arange_out)));
+  m.impl("linspace.out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, int64_t, at::Tensor&)>(&at::native::linspace_out)));
+  m.impl("logspace.out", TORCH_FN(logspace_out));
+  m.impl("eye.m_out", TORCH_FN(eye_out));
+  m.impl("eye.out", TORCH_FN(eye_n_out));
+}
+
+} // namespace oxide

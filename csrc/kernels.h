@@ -1,0 +1,73 @@
+// Handing a TensorIterator to the Rust kernels (oxide_kernels::iter).
+#pragma once
+
+#include "oxide.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>
+#include <c10/core/Scalar.h>
+#include <c10/util/SmallVector.h>
+
+#include <array>
+
+namespace oxide {
+
+// The iterator's operands flattened into the ABI struct; owns the arrays.
+struct IterArgs {
+  explicit IterArgs(const at::TensorIteratorBase& iter) {
+    const int nt = iter.ntensors();
+    const int nd = iter.ndim();
+    TORCH_CHECK(nt <= 8, "oxide kernels take at most 8 operands, got ", nt);
+    for (int k = 0; k < nt; ++k) {
+      data[k] = iter.data_ptr(k);
+      dtypes[k] = static_cast<int32_t>(iter.dtype(k));
+      const auto s = iter.strides(k);
+      for (int d = 0; d < nd; ++d) {
+        strides.push_back(s[d]);
+      }
+    }
+    const auto shape = iter.shape();
+    abi = OxideIter{static_cast<size_t>(nd), shape.data(), static_cast<size_t>(nt),
+                    static_cast<size_t>(iter.noutputs()), data.data(), dtypes.data(), strides.data(),
+                    static_cast<int32_t>(at::get_num_threads())};
+  }
+  std::array<void*, 8> data{};
+  std::array<int32_t, 8> dtypes{};
+  c10::SmallVector<int64_t, 32> strides;
+  OxideIter abi{};
+};
+
+// A Scalar as the kernels take it: the same value as double and as int64.
+struct ScalarArgs {
+  std::array<double, 4> f{};
+  std::array<int64_t, 4> i{};
+  void set(size_t k, const c10::Scalar& s) {
+    if (s.isIntegral(false)) {
+      i[k] = s.toLong();
+      f[k] = static_cast<double>(i[k]);
+    } else if (s.isBoolean()) {
+      i[k] = s.toBool();
+      f[k] = static_cast<double>(i[k]);
+    } else {
+      f[k] = s.toDouble();
+      i[k] = static_cast<int64_t>(f[k]);
+    }
+  }
+  void set(size_t k, double v) {
+    f[k] = v;
+    i[k] = static_cast<int64_t>(v);
+  }
+};
+
+// The pointwise op id for a name (resolved once per call site via a static).
+int32_t pointwise_id(const char* name);
+
+// Runs pointwise op `id` over `iter` on the output's device and current stream,
+// computing in `compute` (default: the iterator's common dtype, else the op family's choice).
+void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars = {},
+               std::optional<at::ScalarType> compute = std::nullopt);
+
+// Runs reduction stub `name` over `iter` (outputs first, then one input).
+void reduce(at::TensorIteratorBase& iter, const char* name, double a = 0, double b = 0);
+
+} // namespace oxide

@@ -1,0 +1,404 @@
+// Native pointwise operators: PyTorch's structured kernels (meta + impl, run
+// through the wrappers in structured.h) and non-structured native functions
+// that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
+// each stub's TensorIterator to oxide_kernels::pointwise by op name.
+#include "kernels.h"
+#include "structured.h"
+
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Lerp.h>
+#include <ATen/native/PointwiseOps.h>
+#include <ATen/native/Pow.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/abs_native.h>
+#include <ATen/ops/acos_native.h>
+#include <ATen/ops/acosh_native.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/addcdiv_native.h>
+#include <ATen/ops/addcmul_native.h>
+#include <ATen/ops/asin_native.h>
+#include <ATen/ops/asinh_native.h>
+#include <ATen/ops/atan2_native.h>
+#include <ATen/ops/atan_native.h>
+#include <ATen/ops/atanh_native.h>
+#include <ATen/ops/bitwise_and_native.h>
+#include <ATen/ops/bitwise_left_shift_native.h>
+#include <ATen/ops/bitwise_not_native.h>
+#include <ATen/ops/bitwise_or_native.h>
+#include <ATen/ops/bitwise_right_shift_native.h>
+#include <ATen/ops/bitwise_xor_native.h>
+#include <ATen/ops/ceil_native.h>
+#include <ATen/ops/clamp_max_native.h>
+#include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/clamp_native.h>
+#include <ATen/ops/copysign_native.h>
+#include <ATen/ops/cos_native.h>
+#include <ATen/ops/cosh_native.h>
+#include <ATen/ops/div_native.h>
+#include <ATen/ops/eq_native.h>
+#include <ATen/ops/erf_native.h>
+#include <ATen/ops/erfc_native.h>
+#include <ATen/ops/erfinv_native.h>
+#include <ATen/ops/exp2_native.h>
+#include <ATen/ops/exp_native.h>
+#include <ATen/ops/expm1_native.h>
+#include <ATen/ops/floor_native.h>
+#include <ATen/ops/fmax_native.h>
+#include <ATen/ops/fmin_native.h>
+#include <ATen/ops/fmod_native.h>
+#include <ATen/ops/frac_native.h>
+#include <ATen/ops/ge_native.h>
+#include <ATen/ops/gt_native.h>
+#include <ATen/ops/heaviside_native.h>
+#include <ATen/ops/hypot_native.h>
+#include <ATen/ops/isnan_native.h>
+#include <ATen/ops/isneginf_native.h>
+#include <ATen/ops/isposinf_native.h>
+#include <ATen/ops/le_native.h>
+#include <ATen/ops/lerp_native.h>
+#include <ATen/ops/lgamma_native.h>
+#include <ATen/ops/log10_native.h>
+#include <ATen/ops/log1p_native.h>
+#include <ATen/ops/log2_native.h>
+#include <ATen/ops/log_native.h>
+#include <ATen/ops/logaddexp2_native.h>
+#include <ATen/ops/logaddexp_native.h>
+#include <ATen/ops/logical_and_native.h>
+#include <ATen/ops/logical_not_native.h>
+#include <ATen/ops/logical_or_native.h>
+#include <ATen/ops/logical_xor_native.h>
+#include <ATen/ops/lt_native.h>
+#include <ATen/ops/maximum_native.h>
+#include <ATen/ops/minimum_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/nan_to_num_native.h>
+#include <ATen/ops/ne_native.h>
+#include <ATen/ops/neg_native.h>
+#include <ATen/ops/pow_native.h>
+#include <ATen/ops/reciprocal_native.h>
+#include <ATen/ops/relu_native.h>
+#include <ATen/ops/remainder_native.h>
+#include <ATen/ops/round_native.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/sgn_native.h>
+#include <ATen/ops/sigmoid_backward_native.h>
+#include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/sign_native.h>
+#include <ATen/ops/signbit_native.h>
+#include <ATen/ops/sin_native.h>
+#include <ATen/ops/sinc_native.h>
+#include <ATen/ops/sinh_native.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/sub_native.h>
+#include <ATen/ops/tan_native.h>
+#include <ATen/ops/tanh_backward_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <ATen/ops/trunc_native.h>
+#include <ATen/ops/where_native.h>
+#include <ATen/ops/xlogy_native.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <limits>
+
+namespace oxide {
+
+int32_t pointwise_id(const char* name) {
+  const int32_t id = oxide_pointwise_lookup(name);
+  TORCH_INTERNAL_ASSERT(id >= 0, "oxide: no pointwise kernel named ", name);
+  return id;
+}
+
+void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars,
+               std::optional<at::ScalarType> compute) {
+  if (iter.numel() == 0) {
+    return;
+  }
+  IterArgs args(iter);
+  const auto common = compute ? compute : iter.maybe_common_dtype();
+  const auto device = iter.device(0).index();
+  OXIDE_CHECK(oxide_pointwise(device, current_stream(device), id, &args.abi,
+                              common ? static_cast<int32_t>(*common) : -1, scalars.f.data(), scalars.i.data()));
+}
+
+namespace {
+
+// The kernel for one stub: `op` is the Rust op name, resolved on first use.
+#define OXIDE_NAMED(op)                                       \
+  static const int32_t id = ::oxide::pointwise_id(op);
+
+template <const char* Op>
+void unary(at::TensorIteratorBase& iter) {
+  OXIDE_NAMED(Op);
+  pointwise(iter, id);
+}
+template <const char* Op>
+void unary_it(at::TensorIterator& iter) {
+  OXIDE_NAMED(Op);
+  pointwise(iter, id);
+}
+template <const char* Op>
+void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  OXIDE_NAMED(Op);
+  ScalarArgs a;
+  a.set(0, s);
+  pointwise(iter, id, a);
+}
+
+void clamp_scalar(at::TensorIteratorBase& iter, const c10::Scalar& lo, const c10::Scalar& hi) {
+  OXIDE_NAMED("clamp_scalar");
+  ScalarArgs a;
+  a.set(0, lo);
+  a.set(1, hi);
+  pointwise(iter, id, a);
+}
+void clamp_min_scalar(at::TensorIteratorBase& iter, c10::Scalar lo) {
+  OXIDE_NAMED("clamp_min_scalar");
+  ScalarArgs a;
+  a.set(0, lo);
+  pointwise(iter, id, a);
+}
+void clamp_max_scalar(at::TensorIteratorBase& iter, c10::Scalar hi) {
+  OXIDE_NAMED("clamp_max_scalar");
+  ScalarArgs a;
+  a.set(0, hi);
+  pointwise(iter, id, a);
+}
+void round_decimals(at::TensorIteratorBase& iter, int64_t decimals) {
+  OXIDE_NAMED("round_decimals");
+  ScalarArgs a;
+  a.set(0, std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals)));
+  a.set(1, decimals < 0 ? 1.0 : 0.0);
+  pointwise(iter, id, a);
+}
+
+// nan_to_num's defaults are the output dtype's finite limits.
+void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::optional<double> posinf,
+                std::optional<double> neginf) {
+  OXIDE_NAMED("nan_to_num");
+  double hi = 0;
+  switch (iter.dtype(0)) {
+    case at::kHalf: hi = static_cast<double>(std::numeric_limits<c10::Half>::max()); break;
+    case at::kBFloat16: hi = static_cast<double>(std::numeric_limits<c10::BFloat16>::max()); break;
+    case at::kFloat: hi = std::numeric_limits<float>::max(); break;
+    default: hi = std::numeric_limits<double>::max(); break;
+  }
+  ScalarArgs a;
+  a.set(0, nan.value_or(0.0));
+  a.set(1, posinf.value_or(hi));
+  a.set(2, neginf.value_or(-hi));
+  pointwise(iter, id, a);
+}
+
+// Op names as template arguments need linkage.
+#define OXIDE_OP_NAME(n) constexpr char k_##n[] = #n;
+OXIDE_OP_NAME(abs) OXIDE_OP_NAME(acos) OXIDE_OP_NAME(acosh) OXIDE_OP_NAME(asin) OXIDE_OP_NAME(asinh)
+OXIDE_OP_NAME(atan) OXIDE_OP_NAME(atanh) OXIDE_OP_NAME(ceil) OXIDE_OP_NAME(cos) OXIDE_OP_NAME(cosh)
+OXIDE_OP_NAME(erf) OXIDE_OP_NAME(erfc) OXIDE_OP_NAME(erfinv) OXIDE_OP_NAME(exp) OXIDE_OP_NAME(exp2)
+OXIDE_OP_NAME(expm1) OXIDE_OP_NAME(floor) OXIDE_OP_NAME(frac) OXIDE_OP_NAME(log) OXIDE_OP_NAME(log10)
+OXIDE_OP_NAME(log1p) OXIDE_OP_NAME(log2) OXIDE_OP_NAME(neg) OXIDE_OP_NAME(reciprocal) OXIDE_OP_NAME(round)
+OXIDE_OP_NAME(rsqrt) OXIDE_OP_NAME(sigmoid) OXIDE_OP_NAME(sign) OXIDE_OP_NAME(sgn) OXIDE_OP_NAME(signbit)
+OXIDE_OP_NAME(sin) OXIDE_OP_NAME(sinc) OXIDE_OP_NAME(sinh) OXIDE_OP_NAME(sqrt) OXIDE_OP_NAME(tan)
+OXIDE_OP_NAME(tanh) OXIDE_OP_NAME(trunc) OXIDE_OP_NAME(lgamma) OXIDE_OP_NAME(bitwise_not)
+OXIDE_OP_NAME(logical_not) OXIDE_OP_NAME(isposinf) OXIDE_OP_NAME(isneginf)
+OXIDE_OP_NAME(add) OXIDE_OP_NAME(mul) OXIDE_OP_NAME(div_true) OXIDE_OP_NAME(div_floor)
+OXIDE_OP_NAME(div_trunc) OXIDE_OP_NAME(atan2) OXIDE_OP_NAME(remainder) OXIDE_OP_NAME(fmod)
+OXIDE_OP_NAME(bitwise_and) OXIDE_OP_NAME(bitwise_or) OXIDE_OP_NAME(bitwise_xor) OXIDE_OP_NAME(lshift)
+OXIDE_OP_NAME(rshift) OXIDE_OP_NAME(lt) OXIDE_OP_NAME(le) OXIDE_OP_NAME(gt) OXIDE_OP_NAME(ge)
+OXIDE_OP_NAME(eq) OXIDE_OP_NAME(ne) OXIDE_OP_NAME(maximum) OXIDE_OP_NAME(minimum) OXIDE_OP_NAME(fmax)
+OXIDE_OP_NAME(fmin) OXIDE_OP_NAME(logaddexp) OXIDE_OP_NAME(logaddexp2) OXIDE_OP_NAME(xlogy)
+OXIDE_OP_NAME(hypot) OXIDE_OP_NAME(copysign) OXIDE_OP_NAME(heaviside) OXIDE_OP_NAME(sigmoid_backward)
+OXIDE_OP_NAME(tanh_backward) OXIDE_OP_NAME(logical_and) OXIDE_OP_NAME(logical_or)
+OXIDE_OP_NAME(logical_xor) OXIDE_OP_NAME(pow) OXIDE_OP_NAME(pow_tensor_scalar) OXIDE_OP_NAME(clamp)
+OXIDE_OP_NAME(addcmul) OXIDE_OP_NAME(addcdiv) OXIDE_OP_NAME(lerp_scalar) OXIDE_OP_NAME(lerp_tensor)
+OXIDE_OP_NAME(where)
+
+} // namespace
+} // namespace oxide
+
+namespace at::native {
+// Stubs: one line each, op name = the Rust kernel's name.
+#define OXIDE_STUB(stub, kind, n) REGISTER_PRIVATEUSE1_DISPATCH(stub, &::oxide::kind<::oxide::k_##n>)
+OXIDE_STUB(abs_stub, unary, abs)
+OXIDE_STUB(acos_stub, unary, acos)
+OXIDE_STUB(acosh_stub, unary, acosh)
+OXIDE_STUB(asin_stub, unary, asin)
+OXIDE_STUB(asinh_stub, unary, asinh)
+OXIDE_STUB(atan_stub, unary, atan)
+OXIDE_STUB(atanh_stub, unary, atanh)
+OXIDE_STUB(ceil_stub, unary, ceil)
+OXIDE_STUB(cos_stub, unary, cos)
+OXIDE_STUB(cosh_stub, unary, cosh)
+OXIDE_STUB(erf_stub, unary, erf)
+OXIDE_STUB(erfc_stub, unary, erfc)
+OXIDE_STUB(erfinv_stub, unary, erfinv)
+OXIDE_STUB(exp_stub, unary, exp)
+OXIDE_STUB(exp2_stub, unary, exp2)
+OXIDE_STUB(expm1_stub, unary, expm1)
+OXIDE_STUB(floor_stub, unary, floor)
+OXIDE_STUB(frac_stub, unary, frac)
+OXIDE_STUB(log_stub, unary, log)
+OXIDE_STUB(log10_stub, unary, log10)
+OXIDE_STUB(log1p_stub, unary, log1p)
+OXIDE_STUB(log2_stub, unary, log2)
+OXIDE_STUB(neg_stub, unary, neg)
+OXIDE_STUB(reciprocal_stub, unary, reciprocal)
+OXIDE_STUB(round_stub, unary, round)
+OXIDE_STUB(rsqrt_stub, unary, rsqrt)
+OXIDE_STUB(sigmoid_stub, unary, sigmoid)
+OXIDE_STUB(sign_stub, unary, sign)
+OXIDE_STUB(sgn_stub, unary, sgn)
+OXIDE_STUB(signbit_stub, unary, signbit)
+OXIDE_STUB(sin_stub, unary, sin)
+OXIDE_STUB(sinc_stub, unary, sinc)
+OXIDE_STUB(sinh_stub, unary, sinh)
+OXIDE_STUB(sqrt_stub, unary, sqrt)
+OXIDE_STUB(tan_stub, unary, tan)
+OXIDE_STUB(tanh_stub, unary, tanh)
+OXIDE_STUB(trunc_stub, unary, trunc)
+OXIDE_STUB(lgamma_stub, unary, lgamma)
+OXIDE_STUB(bitwise_not_stub, unary, bitwise_not)
+OXIDE_STUB(logical_not_stub, unary, logical_not)
+OXIDE_STUB(isposinf_stub, unary, isposinf)
+OXIDE_STUB(isneginf_stub, unary, isneginf)
+OXIDE_STUB(add_stub, with_scalar, add)
+OXIDE_STUB(mul_stub, unary, mul)
+OXIDE_STUB(div_true_stub, unary, div_true)
+OXIDE_STUB(div_floor_stub, unary, div_floor)
+OXIDE_STUB(div_trunc_stub, unary, div_trunc)
+OXIDE_STUB(atan2_stub, unary, atan2)
+OXIDE_STUB(remainder_stub, unary, remainder)
+OXIDE_STUB(fmod_stub, unary, fmod)
+OXIDE_STUB(bitwise_and_stub, unary, bitwise_and)
+OXIDE_STUB(bitwise_or_stub, unary, bitwise_or)
+OXIDE_STUB(bitwise_xor_stub, unary, bitwise_xor)
+OXIDE_STUB(lshift_stub, unary, lshift)
+OXIDE_STUB(rshift_stub, unary, rshift)
+OXIDE_STUB(lt_stub, unary, lt)
+OXIDE_STUB(le_stub, unary, le)
+OXIDE_STUB(gt_stub, unary, gt)
+OXIDE_STUB(ge_stub, unary, ge)
+OXIDE_STUB(eq_stub, unary, eq)
+OXIDE_STUB(ne_stub, unary, ne)
+OXIDE_STUB(maximum_stub, unary, maximum)
+OXIDE_STUB(minimum_stub, unary, minimum)
+OXIDE_STUB(fmax_stub, unary, fmax)
+OXIDE_STUB(fmin_stub, unary, fmin)
+OXIDE_STUB(logaddexp_stub, unary, logaddexp)
+OXIDE_STUB(logaddexp2_stub, unary, logaddexp2)
+OXIDE_STUB(xlogy_stub, unary, xlogy)
+OXIDE_STUB(hypot_stub, unary, hypot)
+OXIDE_STUB(copysign_stub, unary, copysign)
+OXIDE_STUB(heaviside_stub, unary, heaviside)
+OXIDE_STUB(sigmoid_backward_stub, unary, sigmoid_backward)
+OXIDE_STUB(tanh_backward_stub, unary, tanh_backward)
+OXIDE_STUB(logical_and_stub, unary_it, logical_and)
+OXIDE_STUB(logical_or_stub, unary_it, logical_or)
+OXIDE_STUB(logical_xor_stub, unary_it, logical_xor)
+OXIDE_STUB(pow_tensor_tensor_stub, unary, pow)
+OXIDE_STUB(pow_tensor_scalar_stub, with_scalar, pow_tensor_scalar)
+OXIDE_STUB(clamp_stub, unary, clamp)
+OXIDE_STUB(addcmul_stub, with_scalar, addcmul)
+OXIDE_STUB(addcdiv_stub, with_scalar, addcdiv)
+OXIDE_STUB(lerp_kernel_scalar_weight, with_scalar, lerp_scalar)
+OXIDE_STUB(lerp_kernel_tensor_weight, unary, lerp_tensor)
+OXIDE_STUB(where_kernel, unary_it, where)
+REGISTER_PRIVATEUSE1_DISPATCH(clamp_scalar_stub, &::oxide::clamp_scalar)
+REGISTER_PRIVATEUSE1_DISPATCH(clamp_min_scalar_stub, &::oxide::clamp_min_scalar)
+REGISTER_PRIVATEUSE1_DISPATCH(clamp_max_scalar_stub, &::oxide::clamp_max_scalar)
+REGISTER_PRIVATEUSE1_DISPATCH(round_decimals_stub, &::oxide::round_decimals)
+REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &::oxide::nan_to_num)
+} // namespace at::native
+
+namespace oxide {
+namespace {
+
+using T = const at::Tensor&;
+using S = const c10::Scalar&;
+using OptS = const std::optional<c10::Scalar>&;
+using OptT = const std::optional<at::Tensor>&;
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace at::native;
+  // Unary: op(self), op_(self), op.out(self, out).
+#define OXIDE_UNARY(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n, #n "_", #n ".out")
+  OXIDE_UNARY(acos); OXIDE_UNARY(acosh); OXIDE_UNARY(asin); OXIDE_UNARY(asinh); OXIDE_UNARY(atan);
+  OXIDE_UNARY(atanh); OXIDE_UNARY(ceil); OXIDE_UNARY(cos); OXIDE_UNARY(cosh); OXIDE_UNARY(erf);
+  OXIDE_UNARY(erfc); OXIDE_UNARY(erfinv); OXIDE_UNARY(exp); OXIDE_UNARY(exp2); OXIDE_UNARY(expm1);
+  OXIDE_UNARY(floor); OXIDE_UNARY(frac); OXIDE_UNARY(log); OXIDE_UNARY(log10); OXIDE_UNARY(log1p);
+  OXIDE_UNARY(log2); OXIDE_UNARY(neg); OXIDE_UNARY(reciprocal); OXIDE_UNARY(round); OXIDE_UNARY(rsqrt);
+  OXIDE_UNARY(sigmoid); OXIDE_UNARY(sign); OXIDE_UNARY(sgn); OXIDE_UNARY(sin); OXIDE_UNARY(sinc);
+  OXIDE_UNARY(sinh); OXIDE_UNARY(sqrt); OXIDE_UNARY(tan); OXIDE_UNARY(tanh); OXIDE_UNARY(trunc);
+  OXIDE_UNARY(lgamma); OXIDE_UNARY(bitwise_not);
+#undef OXIDE_UNARY
+  OXIDE_STRUCTURED(m, structured_signbit_out, "signbit", "", "signbit.out");
+  OXIDE_STRUCTURED(m, structured_isposinf_out, "isposinf", "", "isposinf.out");
+  OXIDE_STRUCTURED(m, structured_isneginf_out, "isneginf", "", "isneginf.out");
+  OXIDE_STRUCTURED(m, structured_round_decimals_out, "round.decimals", "round_.decimals", "round.decimals_out", int64_t);
+  m.impl("abs.out", TORCH_FN(abs_out));
+  m.impl("logical_not.out", TORCH_FN(logical_not_out));
+  m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
+  m.impl("isnan", TORCH_FN(isnan));
+  m.impl("relu", TORCH_FN(relu));
+  m.impl("relu_", TORCH_FN(relu_));
+
+  // Binary: op.Tensor(self, other[, alpha]), op_.Tensor, op.out.
+  OXIDE_STRUCTURED(m, structured_ufunc_add_CPU, "add.Tensor", "add_.Tensor", "add.out", T, S);
+  OXIDE_STRUCTURED(m, structured_sub_out, "sub.Tensor", "sub_.Tensor", "sub.out", T, S);
+  OXIDE_STRUCTURED(m, structured_mul_out, "mul.Tensor", "mul_.Tensor", "mul.out", T);
+  OXIDE_STRUCTURED(m, structured_div_out, "div.Tensor", "div_.Tensor", "div.out", T);
+  OXIDE_STRUCTURED(m, structured_div_out_mode, "div.Tensor_mode", "div_.Tensor_mode", "div.out_mode", T,
+                   std::optional<c10::string_view>);
+  OXIDE_STRUCTURED(m, structured_remainder_out, "remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_fmod_out, "fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_atan2_out, "atan2", "atan2_", "atan2.out", T);
+  OXIDE_STRUCTURED(m, structured_hypot_out, "hypot", "hypot_", "hypot.out", T);
+  OXIDE_STRUCTURED(m, structured_copysign_out, "copysign.Tensor", "copysign_.Tensor", "copysign.out", T);
+  OXIDE_STRUCTURED(m, structured_maximum_out, "maximum", "", "maximum.out", T);
+  OXIDE_STRUCTURED(m, structured_minimum_out, "minimum", "", "minimum.out", T);
+  OXIDE_STRUCTURED(m, structured_fmax_out, "fmax", "", "fmax.out", T);
+  OXIDE_STRUCTURED(m, structured_fmin_out, "fmin", "", "fmin.out", T);
+  OXIDE_STRUCTURED(m, structured_logaddexp_out, "logaddexp", "", "logaddexp.out", T);
+  OXIDE_STRUCTURED(m, structured_logaddexp2_out, "logaddexp2", "", "logaddexp2.out", T);
+  OXIDE_STRUCTURED(m, structured_xlogy_out, "xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor", T);
+  OXIDE_STRUCTURED(m, structured_heaviside_out, "heaviside", "heaviside_", "heaviside.out", T);
+  OXIDE_STRUCTURED(m, structured_sigmoid_backward_out, "sigmoid_backward", "", "sigmoid_backward.grad_input", T);
+  OXIDE_STRUCTURED(m, structured_tanh_backward_out, "tanh_backward", "", "tanh_backward.grad_input", T);
+#define OXIDE_BITWISE(n)                                                                                   \
+  OXIDE_STRUCTURED(m, structured_##n##_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T)
+  OXIDE_BITWISE(bitwise_and); OXIDE_BITWISE(bitwise_or); OXIDE_BITWISE(bitwise_xor);
+  OXIDE_BITWISE(bitwise_left_shift); OXIDE_BITWISE(bitwise_right_shift);
+#undef OXIDE_BITWISE
+#define OXIDE_COMPARE(n)                                                                                   \
+  OXIDE_STRUCTURED(m, structured_##n##_Tensor_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T);      \
+  OXIDE_STRUCTURED(m, structured_##n##_Scalar_out, #n ".Scalar", #n "_.Scalar", #n ".Scalar_out", S)
+  OXIDE_COMPARE(eq); OXIDE_COMPARE(ne); OXIDE_COMPARE(lt); OXIDE_COMPARE(le); OXIDE_COMPARE(gt);
+  OXIDE_COMPARE(ge);
+#undef OXIDE_COMPARE
+  m.impl("logical_and.out", TORCH_FN(logical_and_out));
+  m.impl("logical_or.out", TORCH_FN(logical_or_out));
+  m.impl("logical_xor.out", TORCH_FN(logical_xor_out));
+  OXIDE_STRUCTURED(m, structured_pow_Tensor_Tensor_out, "pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_pow_Tensor_Scalar_out, "pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", S);
+  m.impl("pow.Scalar", TORCH_FN((structured::functional<structured_pow_Scalar_out, S, T>)));
+  m.impl("pow.Scalar_out", TORCH_FN((structured::out<structured_pow_Scalar_out, S, T>)));
+
+  // Clamping, ternary ops.
+  OXIDE_STRUCTURED(m, structured_clamp_out, "clamp", "clamp_", "clamp.out", OptS, OptS);
+  OXIDE_STRUCTURED(m, structured_clamp_Tensor_out, "clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out", OptT, OptT);
+  OXIDE_STRUCTURED(m, structured_clamp_min_out, "clamp_min", "clamp_min_", "clamp_min.out", S);
+  OXIDE_STRUCTURED(m, structured_clamp_max_out, "clamp_max", "clamp_max_", "clamp_max.out", S);
+  OXIDE_STRUCTURED(m, structured_clamp_min_Tensor_out, "clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_clamp_max_Tensor_out, "clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_addcmul_out, "addcmul", "addcmul_", "addcmul.out", T, T, S);
+  OXIDE_STRUCTURED(m, structured_addcdiv_out, "addcdiv", "addcdiv_", "addcdiv.out", T, T, S);
+  OXIDE_STRUCTURED(m, structured_lerp_Scalar, "lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", T, S);
+  OXIDE_STRUCTURED(m, structured_lerp_Tensor, "lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", T, T);
+  m.impl("where.self", TORCH_FN(static_cast<at::Tensor (*)(T, T, T)>(&where)));
+  m.impl("where.self_out", TORCH_FN(where_self_out));
+}
+
+} // namespace oxide
