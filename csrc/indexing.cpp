@@ -12,6 +12,8 @@
 #include <ATen/native/RangeFactories.h>
 #include <ATen/native/TensorAdvancedIndexing.h>
 #include <ATen/ops/_index_put_impl_native.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/arange_native.h>
 #include <ATen/ops/cat_meta.h>
 #include <ATen/ops/empty.h>
@@ -44,6 +46,40 @@ void index_put_kernel(at::TensorIterator& iter, at::IntArrayRef sizes, at::IntAr
   run_index(iter, sizes, strides, true, accumulate);
 }
 
+// The accumulate (and deterministic) path of index_put_ on accelerators:
+// positions are found with the native `index` over a tensor of linear
+// offsets, then added serially by the Rust kernel (repeated indices sum up).
+void index_put_with_sort(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
+                         const at::Tensor& value, bool accumulate, bool /*unsafe*/) {
+  TORCH_CHECK(value.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, got ",
+              self.scalar_type(), " for the destination and ", value.scalar_type(), " for the source.");
+  const auto lin = at::arange(self.numel(), self.options().dtype(at::kLong)).view(self.sizes());
+  const auto pos = at::index(lin, indices);
+  TORCH_CHECK_INDEX(value.numel() == 1 || at::is_expandable_to(value.sizes(), pos.sizes()), "shape mismatch: value tensor of shape ",
+                    value.sizes(), " cannot be broadcast to indexing result of shape ", pos.sizes());
+  if (pos.numel() == 0) {
+    return;
+  }
+  const auto values = value.expand(pos.sizes()).reshape({-1});
+  const auto flat_pos = pos.reshape({-1});
+  auto base = self.is_contiguous() ? self : self.contiguous();
+  const auto dst = base.view({-1}).as_strided({flat_pos.numel()}, {0});
+  auto iter = at::TensorIteratorConfig()
+                  .set_check_mem_overlap(false)
+                  .check_all_same_dtype(false)
+                  .resize_outputs(false)
+                  .add_output(dst)
+                  .add_const_input(values)
+                  .add_const_input(flat_pos)
+                  .build();
+  const int64_t size = self.numel();
+  const int64_t stride = self.element_size();
+  run_index(iter, at::IntArrayRef(&size, 1), at::IntArrayRef(&stride, 1), true, accumulate);
+  if (!base.is_same(self)) {
+    self.copy_(base);
+  }
+}
+
 void sequence(at::TensorIterator& iter, int32_t kind, double a, double b, int64_t ia, int64_t ib, int64_t steps) {
   if (iter.numel() == 0) {
     return;
@@ -71,6 +107,7 @@ void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(index_stub, &::oxide::index_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(index_put_stub, &::oxide::index_put_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(index_put_with_sort_stub, &::oxide::index_put_with_sort)
 REGISTER_PRIVATEUSE1_DISPATCH(arange_stub, &::oxide::arange_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(linspace_stub, &::oxide::linspace_kernel)
 } // namespace at::native
@@ -113,7 +150,7 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   indices.push_back(index.reshape({-1}));
   auto result = at::index(source, indices);
   if (self.dim() == 0) {
-    result = result.reshape(index.sizes());
+    result = result.reshape({});
   }
   at::native::resize_output(out, result.sizes());
   out.copy_(result);

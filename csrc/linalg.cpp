@@ -28,6 +28,8 @@ OxideMatrix matrix(const at::Tensor& t) {
 // c = alpha * a @ b + beta * c for 2-d or 3-d operands of one dtype.
 // A conjugate or negative bit is materialised first; the kernel reads raw memory.
 void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, double beta, double alpha) {
+  TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
+              a_in.scalar_type(), " != ", b_in.scalar_type());
   const auto a = a_in.resolve_conj().resolve_neg();
   const auto b = b_in.resolve_conj().resolve_neg();
   const bool batched = c.dim() == 3;

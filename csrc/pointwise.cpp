@@ -68,6 +68,7 @@
 #include <ATen/ops/logical_not_native.h>
 #include <ATen/ops/logical_or_native.h>
 #include <ATen/ops/logical_xor_native.h>
+#include <ATen/ops/lshift_native.h>
 #include <ATen/ops/lt_native.h>
 #include <ATen/ops/maximum_native.h>
 #include <ATen/ops/minimum_native.h>
@@ -80,6 +81,7 @@
 #include <ATen/ops/relu_native.h>
 #include <ATen/ops/remainder_native.h>
 #include <ATen/ops/round_native.h>
+#include <ATen/ops/rshift_native.h>
 #include <ATen/ops/rsqrt_native.h>
 #include <ATen/ops/sgn_native.h>
 #include <ATen/ops/sigmoid_backward_native.h>
@@ -112,9 +114,7 @@ int32_t pointwise_id(const char* name) {
 
 void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars,
                std::optional<at::ScalarType> compute) {
-  if (iter.numel() == 0) {
-    return;
-  }
+  // Empty iterators still reach the kernel, which rejects unsupported dtypes as CPU does.
   IterArgs args(iter);
   const auto common = compute ? compute : iter.maybe_common_dtype();
   const auto device = iter.device(0).index();
@@ -378,6 +378,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_COMPARE(eq); OXIDE_COMPARE(ne); OXIDE_COMPARE(lt); OXIDE_COMPARE(le); OXIDE_COMPARE(gt);
   OXIDE_COMPARE(ge);
 #undef OXIDE_COMPARE
+  m.impl("__lshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__lshift__)));
+  m.impl("__lshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__lshift__)));
+  m.impl("__ilshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__ilshift__)));
+  m.impl("__ilshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__ilshift__)));
+  m.impl("__rshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__rshift__)));
+  m.impl("__rshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__rshift__)));
+  m.impl("__irshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__irshift__)));
+  m.impl("__irshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__irshift__)));
   m.impl("logical_and.out", TORCH_FN(logical_and_out));
   m.impl("logical_or.out", TORCH_FN(logical_or_out));
   m.impl("logical_xor.out", TORCH_FN(logical_xor_out));

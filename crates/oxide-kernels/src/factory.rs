@@ -3,7 +3,7 @@
 //! The output is contiguous and 1-d (PyTorch materialises into a contiguous
 //! temporary otherwise), so the iteration index is the element index.
 
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::iter::{store, TensorIter, BLOCK};
 
@@ -25,6 +25,10 @@ pub enum Sequence {
 /// Operand 0 addresses `it.numel()` writable elements.
 pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
     let out = it.operands[0];
+    if out.dtype == DType::Bool {
+        let op = if matches!(seq, Sequence::Arange { .. }) { "arange" } else { "linspace" };
+        return Err(crate::Error::UnsupportedDtype { op, dtype: out.dtype });
+    }
     let integral = !matches!(out.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
     let value = move |i: usize| -> (f64, i64) {
         match seq {
@@ -68,6 +72,7 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::Element;
     use crate::iter::Operand;
 
     fn run<T: Element>(out: &mut [T], seq: Sequence, threads: usize) {

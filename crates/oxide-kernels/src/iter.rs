@@ -47,6 +47,9 @@ pub struct TensorIter {
     pub noutputs: usize,
     /// Threads the caller allows (PyTorch's `at::get_num_threads()`); 1 = serial.
     pub threads: usize,
+    /// When set, input values of another dtype are rounded to this dtype
+    /// after loading (half-precision type promotion, see `pointwise`).
+    pub round_through: Option<DType>,
 }
 
 // SAFETY (Operand and TensorIter): the pointers are plain addresses into device memory; the glue
@@ -80,7 +83,7 @@ impl TensorIter {
             ops.push(o);
             strides.push(s.iter().map(|&x| x as isize).collect());
         }
-        Ok(TensorIter { shape, operands: ops, strides, noutputs, threads: threads.max(1) })
+        Ok(TensorIter { shape, operands: ops, strides, noutputs, threads: threads.max(1), round_through: None })
     }
 
     /// Number of elements in the iteration space.
@@ -198,6 +201,15 @@ pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: u
     Ok(())
 }
 
+/// Rounds every value of `v` to the nearest value of the half-precision `dtype` (others: unchanged).
+fn round_to<T: Element>(dtype: DType, v: &mut [T]) {
+    match dtype {
+        DType::F16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::f16::from_f64(x.to_f64()).to_f64())),
+        DType::BF16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::bf16::from_f64(x.to_f64()).to_f64())),
+        _ => {}
+    }
+}
+
 /// Stores `src` (of `T`) into `n` elements of `dtype` at `dst` (byte stride `stride`), converted.
 ///
 /// # Safety
@@ -259,6 +271,9 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                         *error.lock().unwrap() = Some(e);
                         return;
                     } else {
+                        if let Some(h) = it.round_through.filter(|&h| h != op.dtype) {
+                            round_to(h, &mut bufs[k][..n]);
+                        }
                         ins[k] = bufs[k].as_ptr();
                     }
                 }

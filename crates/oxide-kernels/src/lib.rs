@@ -35,9 +35,12 @@ pub mod iter;
 pub mod layout;
 pub mod linalg;
 pub mod math;
+pub mod nonzero;
 pub mod pointwise;
 pub mod random;
 pub mod reduce;
+pub mod scan;
+pub mod sort;
 
 pub use dtype::{DType, Element};
 pub use half;

@@ -35,14 +35,14 @@ pub trait Num: Element + PartialOrd + Default {
     fn fmod(self, o: Self) -> Option<Self>;
     /// `self ** o`; `None` for an integer raised to a negative integer power.
     fn pow(self, o: Self) -> Option<Self>;
-    /// -1, 0 or 1 (NaN stays NaN).
+    /// -1, 0 or 1; NaN gives 0 and -0.0 gives 0, as PyTorch's `(0 < x) - (x < 0)`.
     fn sign(self) -> Self {
         if self > Self::ZERO {
             Self::ONE
         } else if self < Self::ZERO {
             Self::ONE.neg()
         } else {
-            self
+            Self::ZERO
         }
     }
     /// `max` that propagates NaN (`torch.maximum`).

@@ -171,6 +171,17 @@ family! {
     round_decimals = |x, s, c| if s[1] != F::ZERO { (x[0] / s[0]).round_even() * s[0] } else { (x[0] * s[0]).round_even() / s[0] };
     // s = (nan, posinf, neginf) replacements, already defaulted to the dtype's limits.
     nan_to_num = |x, s, c| if x[0].is_nan() { s[0] } else if x[0] == F::infinity() { s[1] } else if x[0] == -F::infinity() { s[2] } else { x[0] };
+    // tensor ** scalar (s[0]) with PyTorch's special cases (sqrt for 0.5 keeps sqrt(-inf) = NaN).
+    pow_scalar = |x, s, c| {
+        let e = s[0];
+        if e == F::from_f64c(0.5) { x[0].sqrt() }
+        else if e == F::from_f64c(2.0) { x[0] * x[0] }
+        else if e == F::from_f64c(3.0) { x[0] * x[0] * x[0] }
+        else if e == F::from_f64c(-0.5) { F::ONE / x[0].sqrt() }
+        else if e == F::from_f64c(-1.0) { F::ONE / x[0] }
+        else if e == F::from_f64c(-2.0) { F::ONE / (x[0] * x[0]) }
+        else { x[0].pow(e).unwrap_or(F::ZERO) }
+    };
     sinc = |x, s, c| if x[0] == F::ZERO { F::ONE } else { let y = x[0] * F::from_f64c(std::f64::consts::PI); y.sin() / y };
 }
 
@@ -185,8 +196,8 @@ family! {
     clamp_scalar = |x, s, c| { let y = if x[0] < s[0] { s[0] } else { x[0] }; if s[1] < y { s[1] } else { y } };
     clamp_min_scalar = |x, s, c| if x[0] < s[0] { s[0] } else { x[0] };
     clamp_max_scalar = |x, s, c| if s[0] < x[0] { s[0] } else { x[0] };
-    // tensor ** scalar (s[0] the exponent); square and sqrt as PyTorch special-cases them.
-    pow_tensor_scalar = |x, s, c| if C::IS_FLOAT && s[0] == C::ONE.add(C::ONE) { x[0].mul(x[0]) } else { x[0].pow(s[0]).unwrap_or_else(|| c.fail()) };
+    // tensor ** scalar (s[0] the exponent) for integers; floats run FloatUnary::pow_scalar.
+    pow_tensor_scalar = |x, s, c| x[0].pow(s[0]).unwrap_or_else(|| c.fail());
 }
 
 family! {
@@ -351,6 +362,18 @@ impl PointwiseOp {
         usize::try_from(id).ok().and_then(|i| ALL.get_or_init(PointwiseOp::all).get(i).copied())
     }
 
+    /// Ops PyTorch's CPU kernels do not define for bool (they raise NotImplementedError).
+    fn rejects_bool(self) -> bool {
+        use PointwiseOp as P;
+        matches!(
+            self,
+            P::RealBinary(RealBinary::div_trunc | RealBinary::div_floor | RealBinary::remainder | RealBinary::fmod | RealBinary::pow)
+                | P::IntBinary(IntBinary::lshift | IntBinary::rshift)
+                | P::RealTernary(RealTernary::clamp | RealTernary::addcmul)
+                | P::RealUnary(RealUnary::abs)
+        )
+    }
+
     /// The dtype the op computes in when the caller gives no common dtype:
     /// the output's for same-type families, the first input's for predicates
     /// and comparisons.
@@ -377,6 +400,23 @@ impl PointwiseOp {
         let compute = common.unwrap_or_else(|| self.default_compute(it));
         let op = self.name();
         let unsupported = || Error::UnsupportedDtype { op, dtype: compute };
+        if compute == DType::Bool && self.rejects_bool() {
+            return Err(unsupported());
+        }
+        if self == PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) && matches!(compute, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
+            // SAFETY: forwarded contract.
+            return unsafe { PointwiseOp::FloatUnary(FloatUnary::pow_scalar).run(it, Some(compute), ctx) };
+        }
+        // Operands of another dtype are rounded to a half-precision common dtype
+        // before widening, as CPU's type promotion materialises them.
+        let mut rounded;
+        let it = if matches!(compute, DType::F16 | DType::BF16) && it.operands.iter().any(|o| o.dtype != compute) {
+            rounded = it.clone();
+            rounded.round_through = Some(compute);
+            &rounded
+        } else {
+            it
+        };
         macro_rules! floating {
             ($o:expr) => {
                 match compute {

@@ -385,14 +385,14 @@ struct Split {
 fn split(it: &TensorIter) -> Split {
     let nout = it.noutputs;
     let input = it.ntensors() - 1;
-    let is_reduced = |d: usize| it.shape[d] > 1 && (0..nout).all(|k| it.strides[k][d] == 0);
-    let mut kept = TensorIter { shape: vec![], operands: it.operands.clone(), strides: vec![vec![]; it.ntensors()], noutputs: nout, threads: it.threads };
-    let mut reduced = TensorIter { shape: vec![], operands: vec![it.operands[input]], strides: vec![vec![]], noutputs: 0, threads: it.threads };
+    let is_reduced = |d: usize| it.shape[d] != 1 && (0..nout).all(|k| it.strides[k][d] == 0);
+    let mut kept = TensorIter { shape: vec![], operands: it.operands.clone(), strides: vec![vec![]; it.ntensors()], noutputs: nout, threads: it.threads, round_through: None };
+    let mut reduced = TensorIter { shape: vec![], operands: vec![it.operands[input]], strides: vec![vec![]], noutputs: 0, threads: it.threads, round_through: None };
     for d in 0..it.shape.len() {
         if is_reduced(d) {
             reduced.shape.push(it.shape[d]);
             reduced.strides[0].push(it.strides[input][d]);
-        } else if it.shape[d] > 1 {
+        } else if it.shape[d] != 1 {
             kept.shape.push(it.shape[d]);
             for k in 0..it.ntensors() {
                 kept.strides[k].push(it.strides[k][d]);
@@ -445,12 +445,22 @@ unsafe fn write_outputs<R: Reducer>(r: &R, it: &TensorIter, offs: &[isize], s: R
 }
 
 unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
-    if it.numel() == 0 {
-        return Ok(());
-    }
     let sp = split(it);
     let nk = sp.kept.numel();
     let nr = sp.reduced.numel();
+    if nr == 0 {
+        // An empty reduction: every output gets the reduction's identity (e.g. sum 0, norm 0).
+        let mut result = Ok(());
+        sp.kept.for_each_row_in(0, nk, |koffs, klen| {
+            for j in 0..klen {
+                let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + j as isize * sp.kept.inner_stride(k)).collect();
+                if let Err(e) = unsafe { write_outputs(r, it, &offs, r.init(), 0) } {
+                    result = Err(e);
+                }
+            }
+        });
+        return result;
+    }
     let input = it.ntensors() - 1;
     let errors = std::sync::Mutex::new(Ok(()));
     let record = |res: Result<()>| {

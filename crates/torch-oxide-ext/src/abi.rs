@@ -1168,3 +1168,103 @@ pub unsafe extern "C" fn oxide_fill_sequence(device: i32, stream: i64, iter: *co
         Ok(r?)
     })
 }
+
+/// `usize` extents from `i64` ones (negative extents are rejected).
+fn extents(op: &'static str, shape: &[i64]) -> Result<Vec<usize>, AbiError> {
+    shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| AbiError::Kernel(oxide_kernels::Error::InvalidLayout { op, reason: format!("negative extent {d}") })))
+        .collect()
+}
+
+/// Cumulative op `op` (0 cumsum, 1 cumprod, 2 cummax, 3 cummin) along `dim`
+/// of the strided tensor `input` (`ndim` extents, element strides) into `out`
+/// (and `indices`, int64, for cummax/cummin; may be null otherwise).
+///
+/// # Safety
+/// All arrays hold `ndim` values; every addressed element is live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_scan(
+    device: i32,
+    stream: i64,
+    op: i32,
+    ndim: usize,
+    shape: *const i64,
+    dim: usize,
+    in_dtype: i32,
+    input: *const c_void,
+    in_strides: *const i64,
+    out_dtype: i32,
+    out: *mut c_void,
+    out_strides: *const i64,
+    indices: *mut i64,
+    idx_strides: *const i64,
+    threads: i32,
+) -> i32 {
+    use oxide_kernels::scan::{scan, ScanOp};
+    ffi(|| {
+        let op = match op {
+            0 => ScanOp::CumSum,
+            1 => ScanOp::CumProd,
+            2 => ScanOp::CumMax,
+            3 => ScanOp::CumMin,
+            k => return Err(AbiError::Invalid(format!("unknown scan op {k}"))),
+        };
+        // SAFETY: caller contract.
+        let shape = extents("scan", unsafe { dims(shape, ndim) })?;
+        let conv = |p: *const i64| -> Vec<isize> { unsafe { dims(p, ndim) }.iter().map(|&s| s as isize).collect() };
+        let (ins, outs) = (conv(in_strides), conv(out_strides));
+        let idxs = if indices.is_null() { vec![] } else { conv(idx_strides) };
+        let (idt, odt) = (dtype(in_dtype)?, dtype(out_dtype)?);
+        let numel: usize = shape.iter().product();
+        let mut operands = vec![input, out as *const c_void];
+        if !indices.is_null() {
+            operands.push(indices as *const c_void);
+        }
+        launch(device, stream, numel, &operands, || unsafe {
+            let idx = if indices.is_null() { None } else { Some((indices, &idxs[..])) };
+            scan(op, &shape, dim, idt, input as *const u8, &ins, odt, out as *mut u8, &outs, idx, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Stable sort of `rows` contiguous rows of `len` elements of `dtype_code` at
+/// `data`, in place; original positions go to `indices` (rows x len int64).
+///
+/// # Safety
+/// `data` holds rows*len elements, `indices` rows*len int64, both live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_sort_rows(device: i32, stream: i64, dtype_code: i32, rows: usize, len: usize, data: *mut c_void, indices: *mut i64, descending: i32, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        launch(device, stream, rows * len, &[data as *const c_void, indices as *const c_void], || unsafe {
+            oxide_kernels::sort::sort_rows(dt, rows, len, data as *mut u8, indices, descending != 0, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `torch.nonzero`: with `out` null, stores the number of nonzero elements of
+/// the strided tensor in `*count`; otherwise writes their coordinates
+/// (`*count` x `ndim` int64, row-major order) to `out`.
+///
+/// # Safety
+/// Arrays hold `ndim` values; `data` addresses live memory of `dtype_code`;
+/// `out` (when non-null) holds `*count * ndim` int64.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_nonzero(device: i32, stream: i64, dtype_code: i32, ndim: usize, shape: *const i64, strides: *const i64, data: *const c_void, out: *mut i64, count: *mut usize) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        // SAFETY: caller contract.
+        let shape = extents("nonzero", unsafe { dims(shape, ndim) })?;
+        let strides: Vec<isize> = unsafe { dims(strides, ndim) }.iter().map(|&s| s as isize).collect();
+        let numel: usize = shape.iter().product();
+        launch(device, stream, numel, &[data], || unsafe {
+            if out.is_null() {
+                *count = oxide_kernels::nonzero::count_nonzero(dt, &shape, &strides, data as *const u8)?;
+                Ok::<(), oxide_kernels::Error>(())
+            } else {
+                oxide_kernels::nonzero::nonzero(dt, &shape, &strides, data as *const u8, out, *count)
+            }
+        })
+    })
+}
