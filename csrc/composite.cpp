@@ -134,12 +134,18 @@ void index_along(const at::Tensor& out, const at::Tensor& self, int64_t dim, con
   target.index_put_(idx, values, accumulate);
 }
 
+// alpha * source in self's dtype (index_add keeps self's dtype; alpha 1 is the common case).
+at::Tensor scaled(const at::Tensor& source, const c10::Scalar& alpha, const at::Tensor& self) {
+  const bool one = alpha.isBoolean() ? alpha.toBool() : alpha.equal(1);
+  return (one ? source : source.mul(alpha)).to(self.scalar_type());
+}
+
 template <class Base>
 at::Tensor index_add_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                 const at::Tensor& source, const c10::Scalar& alpha) {
   structured::Wrapper<Base, structured::Kind::Functional, 1> op;
   auto pre = op.meta(self, dim, index, source, alpha);
-  index_along(op.outputs_[0], self, pre.dim, index, source.mul(alpha), true);
+  index_along(op.outputs_[0], self, pre.dim, index, scaled(source, alpha, self), true);
   return std::move(op.outputs_[0]);
 }
 template <class Base>
@@ -147,7 +153,7 @@ at::Tensor& index_add_inplace(at::Tensor& self, int64_t dim, const at::Tensor& i
                               const c10::Scalar& alpha) {
   structured::Wrapper<Base, structured::Kind::Inplace, 1> op(self);
   auto pre = op.meta(self, dim, index, source, alpha);
-  index_along(op.maybe_get_output(0), self, pre.dim, index, source.mul(alpha), true);
+  index_along(op.maybe_get_output(0), self, pre.dim, index, scaled(source, alpha, self), true);
   op.commit();
   return self;
 }
@@ -156,7 +162,7 @@ at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor&
                           const c10::Scalar& alpha, at::Tensor& out) {
   structured::Wrapper<Base, structured::Kind::Out, 1> op(out);
   auto pre = op.meta(self, dim, index, source, alpha);
-  index_along(op.maybe_get_output(0), self, pre.dim, index, source.mul(alpha), true);
+  index_along(op.maybe_get_output(0), self, pre.dim, index, scaled(source, alpha, self), true);
   op.commit();
   return out;
 }
@@ -265,6 +271,28 @@ at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor
 }
 
 // Scalar % tensor: the scalar as a wrapped number, so it does not take part in type promotion.
+// index_fill_: the slices of `dim` selected by `index` set to `value` (what `x[idx] = 7` runs).
+at::Tensor& index_fill_scalar(at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value) {
+  TORCH_CHECK_INDEX(index.dim() <= 1, "index_fill_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+  TORCH_CHECK(self.device() == index.device(), "index_fill_(): self and index must be on the same device");
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  auto target = self.dim() == 0 ? self.view({1}) : self;
+  Indices idx;
+  for (int64_t d = 0; d < dim; ++d) {
+    idx.push_back(std::nullopt);
+  }
+  idx.push_back(index.reshape({-1}));
+  target.index_put_(idx, at::scalar_tensor(value, self.options()));
+  return self;
+}
+
+at::Tensor& index_fill_tensor(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  return index_fill_scalar(self, dim, index, value.item());
+}
+
 at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& other) {
   auto wrapped = c10::scalar_to_tensor(self);
   wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
@@ -296,6 +324,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
   m.impl("floor_divide.out", TORCH_FN(at::native::floor_divide_out));
   m.impl("remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
+  m.impl("index_fill_.int_Scalar", TORCH_FN(index_fill_scalar));
+  m.impl("index_fill_.int_Tensor", TORCH_FN(index_fill_tensor));
 }
 
 } // namespace oxide

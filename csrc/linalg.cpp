@@ -44,8 +44,8 @@ void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, d
     // Empty inner dimension: the product is zero, as in BLAS.
     if (beta == 0) {
       c.zero_();
-    } else {
-      c.mul_(beta);
+    } else if (beta != 1) {
+      c.mul_(c.is_floating_point() || c.is_complex() ? c10::Scalar(beta) : c10::Scalar(static_cast<int64_t>(beta)));
     }
     return;
   }

@@ -99,6 +99,17 @@
 #include <ATen/ops/trunc_native.h>
 #include <ATen/ops/where_native.h>
 #include <ATen/ops/xlogy_native.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/addcdiv.h>
+#include <ATen/ops/addcmul.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/lerp.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/where.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -128,18 +139,93 @@ namespace {
 #define OXIDE_NAMED(op)                                       \
   static const int32_t id = ::oxide::pointwise_id(op);
 
+// Complex operands have no Rust loops yet: the same operator runs on host
+// copies of the operands through PyTorch's CPU kernels and the result is
+// copied back. That is a CPU fallback, counted (and refused under
+// OXIDE_FALLBACK=error) like one, as "aten::<op> (complex)".
+bool complex_on_cpu(at::TensorIteratorBase& iter, const std::string& op, const c10::Scalar* scalar) {
+  bool complex = false;
+  for (int k = 0; k < iter.ntensors(); ++k) {
+    complex |= at::isComplexType(iter.dtype(k));
+  }
+  if (!complex) {
+    return false;
+  }
+  const std::string name = "aten::" + op + " (complex)";
+  switch (oxide_fallback_record(name.c_str())) {
+    case OXIDE_FALLBACK_ERROR:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", name, "' has no native oxide kernel, and "
+                                  "OXIDE_FALLBACK=error forbids running it on the CPU fallback");
+    case OXIDE_FALLBACK_WARN:
+      TORCH_WARN("oxide: operator '", name, "' has no native oxide kernel and runs on the CPU fallback.");
+      break;
+    default:
+      break;
+  }
+  std::vector<at::Tensor> in;
+  for (int k = iter.noutputs(); k < iter.ntensors(); ++k) {
+    in.push_back(at::Tensor(iter.tensor_base(k)).cpu());
+  }
+  const c10::Scalar s = scalar != nullptr ? *scalar : c10::Scalar(1);
+  at::Tensor r;
+  if (in.size() == 1 && op == "pow_tensor_scalar") {
+    r = at::pow(in[0], s);
+  } else if (in.size() == 1) {
+    // Unary ops: the stub's name is the aten functional's.
+    r = c10::Dispatcher::singleton()
+            .findSchemaOrThrow(("aten::" + op).c_str(), "")
+            .typed<at::Tensor(const at::Tensor&)>()
+            .call(in[0]);
+  } else if (op == "add") {
+    r = at::add(in[0], in[1], s);
+  } else if (op == "mul") {
+    r = at::mul(in[0], in[1]);
+  } else if (op == "div_true") {
+    r = at::div(in[0], in[1]);
+  } else if (op == "eq") {
+    r = at::eq(in[0], in[1]);
+  } else if (op == "ne") {
+    r = at::ne(in[0], in[1]);
+  } else if (op == "pow") {
+    r = at::pow(in[0], in[1]);
+  } else if (op == "where") {
+    r = at::where(in[0], in[1], in[2]);
+  } else if (op == "addcmul") {
+    r = at::addcmul(in[0], in[1], in[2], s);
+  } else if (op == "addcdiv") {
+    r = at::addcdiv(in[0], in[1], in[2], s);
+  } else if (op == "lerp_scalar") {
+    r = at::lerp(in[0], in[1], s);
+  } else if (op == "lerp_tensor") {
+    r = at::lerp(in[0], in[1], in[2]);
+  } else {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: '", op, "' is not implemented for complex dtypes");
+  }
+  at::Tensor(iter.tensor_base(0)).copy_(r);
+  return true;
+}
+
 template <const char* Op>
 void unary(at::TensorIteratorBase& iter) {
+  if (complex_on_cpu(iter, Op, nullptr)) {
+    return;
+  }
   OXIDE_NAMED(Op);
   pointwise(iter, id);
 }
 template <const char* Op>
 void unary_it(at::TensorIterator& iter) {
+  if (complex_on_cpu(iter, Op, nullptr)) {
+    return;
+  }
   OXIDE_NAMED(Op);
   pointwise(iter, id);
 }
 template <const char* Op>
 void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  if (complex_on_cpu(iter, Op, &s)) {
+    return;
+  }
   OXIDE_NAMED(Op);
   ScalarArgs a;
   a.set(0, s);

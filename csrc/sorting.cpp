@@ -126,9 +126,11 @@ at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
   TORCH_CHECK(self.device() == mask.device(), "masked_select(): self and mask must be on the same device");
   auto [m, s] = at::expand_outplace(mask, self);
+  // 0-dim operands select from a one-element vector (the result is 1-d either way).
+  const auto source = s->dim() == 0 ? s->reshape({1}) : *s;
   c10::List<std::optional<at::Tensor>> idx;
-  idx.push_back(*m);
-  return at::index(*s, idx);
+  idx.push_back(m->dim() == 0 ? m->reshape({1}) : *m);
+  return at::index(source, idx);
 }
 
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {

@@ -36,6 +36,8 @@ fn main() {
         .unwrap_or_else(|_| "python3".into());
     let output = Command::new(&python)
         .args(["-c", TORCH_QUERY])
+        // A previously installed (possibly broken) torch_oxide must not be autoloaded while building the next one.
+        .env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
         .output()
         .unwrap_or_else(|e| panic!("could not run {python}: {e}"));
     assert!(

@@ -106,9 +106,11 @@ XFAIL = {
     ("module", "nn.TransformerEncoder.eval", "float32"): _TRANSFORMER_FASTPATH,
     ("module", "nn.Transformer.train", "float32"): _TRANSFORMER_FASTPATH,
     **{("module", f"nn.{m}.{mode}", "*"): _FUSED_RNN for m in ("GRU", "GRUCell", "LSTM", "LSTMCell") for mode in ("train", "eval")},
-    ("error", "cat", "*"): "the CPU fallback copies out= tensors, so out= overlapping an input is not detected (needs a native cat)",
-    ("error", "gather", "*"): "the CPU fallback copies out= tensors, so out= overlapping an input is not detected (needs a native gather)",
-    ("error", "index_select", "*"): "the CPU fallback copies out= tensors, so out= overlapping an input is not detected (needs a native index_select)",
+    **{("op", op, dt): "ties: oxide sorts stably, CPU's unstable sort/topk orders equal elements its own way "
+                       "(implementation-defined); values agree, tie indices differ"
+       for op, dt in (("sort", "bool"), ("sort", "bfloat16"), ("topk", "bfloat16"), ("topk", "int64"))},
+    ("grad", "pow", "float32"): "one of 50 vector-Jacobian elements differs by 1.5e-5 relative (tolerance 1.3e-6): "
+                                "float32 accumulation order in the backward's reductions differs from CPU's",
     ("op", "nn.functional.layer_norm", "bfloat16"): "one element differs by 1 bfloat16 ulp at eps=-0.5: CPU's fused layer_norm vs native_layer_norm through the fallback (needs a native layer_norm)",
 }
 

@@ -192,6 +192,11 @@ impl TensorIter {
 /// `src + i*stride` must be readable elements of `dtype` for `i < n`; `dst.len() >= n`.
 #[inline]
 pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: usize, dst: &mut [T]) -> Result<()> {
+    if dtype == T::DTYPE && stride == std::mem::size_of::<T>() as isize {
+        // SAFETY: caller contract; same type, contiguous.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const T, dst.as_mut_ptr(), n) };
+        return Ok(());
+    }
     with_real_dtype!(dtype, "load", |S| {
         for (i, d) in dst[..n].iter_mut().enumerate() {
             // SAFETY: caller contract.
@@ -252,9 +257,11 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
     }
     let numel = it.numel();
     let error = std::sync::Mutex::new(None);
+    // Staging buffers only for operands that need them, sized to the work (small calls stay cheap).
     it.parallel_ranges(numel, |start, end| {
-        let mut bufs = vec![[I::from_i64(0); BLOCK]; N];
-        let mut obuf = [O::from_i64(0); BLOCK];
+        let cap = BLOCK.min(end - start).max(1);
+        let mut bufs: Vec<Vec<I>> = (0..N).map(|_| Vec::new()).collect();
+        let mut obuf: Vec<O> = Vec::new();
         it.for_each_row_in(start, end, |offs, len| {
             let mut b = 0;
             while b < len {
@@ -267,7 +274,12 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                     let p = unsafe { op.ptr.offset(offs[k + 1] + b as isize * s) };
                     if op.dtype == I::DTYPE && s == std::mem::size_of::<I>() as isize {
                         ins[k] = p as *const I;
-                    } else if let Err(e) = unsafe { load::<I>(op.dtype, p, s, n, &mut bufs[k]) } {
+                    } else if let Err(e) = unsafe {
+                        if bufs[k].is_empty() {
+                            bufs[k] = vec![I::from_i64(0); cap];
+                        }
+                        load::<I>(op.dtype, p, s, n, &mut bufs[k])
+                    } {
                         *error.lock().unwrap() = Some(e);
                         return;
                     } else {
@@ -284,6 +296,9 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                 if out.dtype == O::DTYPE && s == std::mem::size_of::<O>() as isize {
                     f(p as *mut O, ins, n);
                 } else {
+                    if obuf.is_empty() {
+                        obuf = vec![O::from_i64(0); cap];
+                    }
                     f(obuf.as_mut_ptr(), ins, n);
                     if let Err(e) = unsafe { store::<O>(out.dtype, p, s, &obuf[..n]) } {
                         *error.lock().unwrap() = Some(e);

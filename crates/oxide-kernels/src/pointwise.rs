@@ -36,7 +36,8 @@ impl Ctx {
 
     /// The scalars converted to the compute type: integers and bool from the int64 values.
     fn scalars<C: Element>(&self) -> [C; 4] {
-        std::array::from_fn(|k| if C::INTEGRAL || C::DTYPE == DType::Bool { C::from_i64(self.i[k]) } else { C::from_f64(self.f[k]) })
+        // bool from the double value: 0.5 is true, as Scalar::to<bool> gives.
+        std::array::from_fn(|k| if C::INTEGRAL { C::from_i64(self.i[k]) } else { C::from_f64(self.f[k]) })
     }
 
     #[inline(always)]
@@ -171,6 +172,8 @@ family! {
     round_decimals = |x, s, c| if s[1] != F::ZERO { (x[0] / s[0]).round_even() * s[0] } else { (x[0] * s[0]).round_even() / s[0] };
     // s = (nan, posinf, neginf) replacements, already defaulted to the dtype's limits.
     nan_to_num = |x, s, c| if x[0].is_nan() { s[0] } else if x[0] == F::infinity() { s[1] } else if x[0] == -F::infinity() { s[2] } else { x[0] };
+    // tensor ** scalar for float16: plain pow (CPU special-cases float, double and bfloat16 only).
+    pow_scalar_plain = |x, s, c| x[0].pow(s[0]).unwrap_or(F::ZERO);
     // tensor ** scalar (s[0]) with PyTorch's special cases (sqrt for 0.5 keeps sqrt(-inf) = NaN).
     pow_scalar = |x, s, c| {
         let e = s[0];
@@ -263,6 +266,12 @@ family! {
     /// Binary floating ops.
     FloatBinary: arity 2, F: Float => F;
     div_true = |x, s, c| x[0] / x[1];
+    // trunc(a / b) with the quotient first rounded to the storage type (s[0]: 1 float16, 2 bfloat16), as CPU does for half types.
+    div_trunc_half = |x, s, c| {
+        let q = (x[0] / x[1]).to_f64();
+        let r = if s[0] == F::ONE { half::f16::from_f64(q).to_f64() } else { half::bf16::from_f64(q).to_f64() };
+        F::from_f64c(r).trunc()
+    };
     atan2 = |x, s, c| x[0].atan2(x[1]);
     hypot = |x, s, c| x[0].hypot(x[1]);
     copysign = |x, s, c| x[0].copysign(x[1]);
@@ -404,8 +413,17 @@ impl PointwiseOp {
             return Err(unsupported());
         }
         if self == PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) && matches!(compute, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
+            // CPU special-cases exponents for float, double and bfloat16, not for float16.
+            let op = if compute == DType::F16 { FloatUnary::pow_scalar_plain } else { FloatUnary::pow_scalar };
             // SAFETY: forwarded contract.
-            return unsafe { PointwiseOp::FloatUnary(FloatUnary::pow_scalar).run(it, Some(compute), ctx) };
+            return unsafe { PointwiseOp::FloatUnary(op).run(it, Some(compute), ctx) };
+        }
+        if self == PointwiseOp::RealBinary(RealBinary::div_trunc) && compute == DType::BF16 && it.strides.get(2).is_some_and(|s| s.iter().any(|&x| x != 0)) {
+            // CPU rounds the bfloat16 quotient before truncating, except for a scalar
+            // divisor (then it divides in float); float16 is never rounded.
+            let half = Ctx::with_f64([2.0, 0.0, 0.0, 0.0]);
+            // SAFETY: forwarded contract.
+            return unsafe { PointwiseOp::FloatBinary(FloatBinary::div_trunc_half).run(it, Some(compute), &half) };
         }
         // Operands of another dtype are rounded to a half-precision common dtype
         // before widening, as CPU's type promotion materialises them.

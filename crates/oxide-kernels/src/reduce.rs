@@ -102,6 +102,13 @@ trait Reducer: Sync {
             self.step(s, x, first + i as i64);
         }
     }
+    /// Folds one input row into `states` element for element (the outer schedule).
+    #[inline(always)]
+    fn step_lanes(&self, states: &mut [Self::State], xs: &[Self::In], index: i64) {
+        for (s, &x) in states.iter_mut().zip(xs) {
+            self.step(s, x, index);
+        }
+    }
     fn combine(&self, a: Self::State, b: Self::State) -> Self::State;
     fn finish(&self, s: Self::State, count: usize) -> [Self::Out; 2];
 }
@@ -153,6 +160,14 @@ impl<A: Num> Reducer for Sum<A> {
         }
         *s = s.add(t);
     }
+    #[inline(always)]
+    fn step_lanes(&self, states: &mut [A], xs: &[A], _: i64) {
+        if self.skip_nan {
+            states.iter_mut().zip(xs).for_each(|(s, &x)| self.step(s, x, 0));
+        } else {
+            states.iter_mut().zip(xs).for_each(|(s, &x)| *s = s.add(x));
+        }
+    }
     fn combine(&self, a: A, b: A) -> A {
         a.add(b)
     }
@@ -200,6 +215,32 @@ impl<A: Num> Reducer for Extremum<A> {
             Some(c) if self.max => c.max_nan(x),
             Some(c) => c.min_nan(x),
         });
+    }
+    #[inline(always)]
+    fn step_slice(&self, s: &mut Option<A>, xs: &[A], i: i64) {
+        if xs.len() < 32 {
+            xs.iter().for_each(|&x| self.step(s, x, i));
+            return;
+        }
+        // 16 lanes of plain comparisons plus a NaN flag: vectorisable, NaN still wins.
+        let mut lanes = [xs[0]; 16];
+        let mut nan = false;
+        let chunks = xs.chunks_exact(16);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for j in 0..16 {
+                let v = c[j];
+                nan |= v.is_nan();
+                lanes[j] = if self.max { if v > lanes[j] { v } else { lanes[j] } } else if v < lanes[j] { v } else { lanes[j] };
+            }
+        }
+        for &v in lanes.iter().chain(rest) {
+            self.step(s, v, i);
+        }
+        if nan {
+            let n = xs.iter().copied().find(|v| v.is_nan()).unwrap_or(xs[0]);
+            *s = Some(n);
+        }
     }
     fn combine(&self, a: Option<A>, b: Option<A>) -> Option<A> {
         match (a, b) {
@@ -529,11 +570,14 @@ unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
                             let off = base + roffs[0] + q as isize * sp.reduced.inner_stride(0);
                             // SAFETY: in-bounds by construction.
                             let p = unsafe { in_op.ptr.offset(off) };
-                            if let Err(e) = unsafe { load::<R::In>(in_op.dtype, p, s_in, n, &mut buf) } {
-                                return record(Err(e));
-                            }
-                            for j in 0..n {
-                                r.step(&mut states[j], buf[j], index);
+                            if in_op.dtype == R::In::DTYPE && s_in == std::mem::size_of::<R::In>() as isize {
+                                // SAFETY: n contiguous elements of the accumulation type.
+                                r.step_lanes(&mut states[..n], unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
+                            } else {
+                                if let Err(e) = unsafe { load::<R::In>(in_op.dtype, p, s_in, n, &mut buf) } {
+                                    return record(Err(e));
+                                }
+                                r.step_lanes(&mut states[..n], &buf[..n], index);
                             }
                             index += 1;
                         }
@@ -697,6 +741,12 @@ mod tests {
         assert!((v[0] - 1.0).abs() < 1e-12 && (v[1] - 7.0).abs() < 1e-12);
         let n: Vec<f32> = reduce_2d(ReduceOp::Norm { p: 2.0 }, &mut x, 2, 3, 0, 1);
         assert!((n[0] - 10f32.sqrt()).abs() < 1e-6);
+        let mut long: Vec<f32> = (0..1000).map(|i| (i % 37) as f32).collect();
+        let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut long, 1, 1000, 1, 1);
+        assert_eq!(m[0], 36.0);
+        long[517] = f32::NAN;
+        let m: Vec<f32> = reduce_2d(ReduceOp::MinValues, &mut long, 1, 1000, 1, 1);
+        assert!(m[0].is_nan());
         let mut nan = vec![1.0f32, f32::NAN, 3.0];
         let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut nan, 1, 3, 1, 1);
         assert!(m[0].is_nan());
