@@ -1,7 +1,7 @@
 """The counted CPU fallback: counts per operator, reset, and the three OXIDE_FALLBACK modes.
 
 The operators used here (digamma, i0, special_i0e) have no native kernel yet;
-test_coverage.py fails first if one becomes native, pointing here."""
+the exact counts asserted below fail if one becomes native, so pick another then."""
 
 import warnings
 
