@@ -440,7 +440,29 @@ fn split(it: &TensorIter) -> Split {
             }
         }
     }
-    let outer = !it.shape.is_empty() && it.shape[0] > 1 && !is_reduced(0);
+    // TensorIterator moves reduced dimensions innermost; what matters for speed is
+    // memory order. The dimension with the smallest input stride leads: if it is
+    // kept, adjacent outputs are reduced together (outer schedule), otherwise each
+    // output reduces rows along it (inner schedule).
+    let smallest = |t: &TensorIter, k: usize| (0..t.shape.len()).min_by_key(|&d| t.strides[k][d].unsigned_abs());
+    let kd = smallest(&kept, input);
+    let rd = smallest(&reduced, 0);
+    let outer = match (kd, rd) {
+        (Some(kd), Some(rd)) => kept.strides[input][kd].unsigned_abs() < reduced.strides[0][rd].unsigned_abs(),
+        (Some(_), None) => true,
+        _ => false,
+    };
+    let lead = |t: &mut TensorIter, d: usize| {
+        t.shape[..=d].rotate_right(1);
+        for s in t.strides.iter_mut() {
+            s[..=d].rotate_right(1);
+        }
+    };
+    if outer {
+        lead(&mut kept, kd.unwrap_or(0));
+    } else if let Some(rd) = rd {
+        lead(&mut reduced, rd);
+    }
     Split { kept, reduced, outer }
 }
 
