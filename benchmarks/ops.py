@@ -6,7 +6,10 @@
 the same data on an oxide device and on the CPU, with the same
 ``torch.get_num_threads()``. After a warm-up, each timed repetition runs the operator
 ``calls`` times and ends with ``torch.oxide.synchronize()`` (a no-op for the CPU);
-oxide and CPU repetitions alternate, so drift in clock speed hits both alike. A case
+each side runs its repetitions as one block after its own warm-up: PyTorch's OpenMP
+workers and oxide's rayon workers keep spinning briefly after work, so interleaving
+single repetitions makes each side pay for the other's busy threads on these 2-core
+machines. A case
 reports the median time per call, the ratio oxide/CPU (lower is better) and, when the
 case has a target, whether the ratio meets it.
 
@@ -177,15 +180,15 @@ def run_case(case: Case) -> Result:
 
     before = torch.oxide.fallback_stats()
     matches = _matches(run_oxide(), run_cpu())
-    for _ in range(case.warmup):
-        run_oxide()
-        run_cpu()
-    torch.oxide.synchronize()
     oxide_s: List[float] = []
     cpu_s: List[float] = []
-    for _ in range(case.reps):
-        oxide_s.append(_time_rep(run_oxide, case.calls, _sync_oxide))
-        cpu_s.append(_time_rep(run_cpu, case.calls, _sync_cpu))
+    for run, sync, times in ((run_oxide, _sync_oxide, oxide_s), (run_cpu, _sync_cpu, cpu_s)):
+        for _ in range(case.warmup):
+            run()
+        sync()
+        time.sleep(0.05)  # let the other side's worker threads go idle
+        for _ in range(case.reps):
+            times.append(_time_rep(run, case.calls, sync))
     after = torch.oxide.fallback_stats()
     grown = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
 
