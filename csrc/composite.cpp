@@ -31,6 +31,11 @@ namespace {
 
 using Indices = c10::List<std::optional<at::Tensor>>;
 
+// 0-dim tensors take part as one-element vectors (gather/scatter/index_* address dim 0 of them).
+at::Tensor as_vector(const at::Tensor& t) {
+  return t.dim() == 0 ? t.reshape({1}) : t;
+}
+
 // Index tensors that address, for every position of `index`, the element of a
 // tensor with `index` substituted along `dim` (the gather/scatter addressing).
 Indices along(const at::Tensor& index, int64_t dim) {
@@ -74,9 +79,9 @@ struct Gather : at::meta::structured_gather {
       return;
     }
     dim = at::maybe_wrap_dim(dim, self.dim());
-    const auto source = self.dim() == 0 ? self.reshape({1}) : self;
+    const auto source = as_vector(self);
     check_range(index, source.size(dim), dim, "gather");
-    out.copy_(at::index(source, along(index.dim() == 0 ? index.reshape({1}) : index, dim)).view(out.sizes()));
+    out.copy_(at::index(source, along(as_vector(index), dim)).view(out.sizes()));
   }
 };
 
@@ -89,16 +94,21 @@ void scatter_into(const at::Tensor& out, const at::Tensor& self, int64_t dim, co
     return;
   }
   dim = at::maybe_wrap_dim(dim, self.dim());
-  auto target = out.dim() == 0 ? out.view({1}) : out;
-  const auto idx = index.dim() == 0 ? index.reshape({1}) : index;
+  auto target = as_vector(out);
+  const auto idx = as_vector(index);
   check_range(idx, target.size(dim), dim, "scatter");
   target.index_put_(along(idx, dim), values, accumulate);
 }
 
+// scatter / scatter_add with a source tensor: only the corner of src that index covers is read.
+void scatter_src(const at::Tensor& out, const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                 const at::Tensor& src, bool accumulate) {
+  scatter_into(out, self, dim, index, corner(as_vector(src), as_vector(index)), accumulate);
+}
+
 struct ScatterSrc : at::meta::structured_scatter_src {
   void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src, const at::Tensor& out) {
-    const auto idx = index.dim() == 0 ? index.reshape({1}) : index;
-    scatter_into(out, self, dim, index, corner(src.dim() == 0 ? src.reshape({1}) : src, idx), false);
+    scatter_src(out, self, dim, index, src, false);
   }
 };
 struct ScatterValue : at::meta::structured_scatter_value {
@@ -108,8 +118,7 @@ struct ScatterValue : at::meta::structured_scatter_value {
 };
 struct ScatterAdd : at::meta::structured_scatter_add {
   void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src, const at::Tensor& out) {
-    const auto idx = index.dim() == 0 ? index.reshape({1}) : index;
-    scatter_into(out, self, dim, index, corner(src.dim() == 0 ? src.reshape({1}) : src, idx), true);
+    scatter_src(out, self, dim, index, src, true);
   }
 };
 
@@ -122,16 +131,14 @@ void index_along(const at::Tensor& out, const at::Tensor& self, int64_t dim, con
   if (index.numel() == 0) {
     return;
   }
-  auto target = out.dim() == 0 ? out.view({1}) : out;
+  auto target = as_vector(out);
   check_range(index, target.size(dim), dim, accumulate ? "index_add" : "index_copy");
   Indices idx;
   for (int64_t d = 0; d < dim; ++d) {
     idx.push_back(std::nullopt);
   }
   idx.push_back(index.reshape({-1}));
-  // Move `dim` of source to the front of the indexed block, as advanced indexing lays values out.
-  auto values = source.dim() == 0 ? source.reshape({1}) : source;
-  target.index_put_(idx, values, accumulate);
+  target.index_put_(idx, as_vector(source), accumulate);
 }
 
 // alpha * source in self's dtype (index_add keeps self's dtype; alpha 1 is the common case).
@@ -277,7 +284,7 @@ at::Tensor& index_fill_scalar(at::Tensor& self, int64_t dim, const at::Tensor& i
   TORCH_CHECK(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
   TORCH_CHECK(self.device() == index.device(), "index_fill_(): self and index must be on the same device");
   dim = at::maybe_wrap_dim(dim, self.dim());
-  auto target = self.dim() == 0 ? self.view({1}) : self;
+  auto target = as_vector(self);
   Indices idx;
   for (int64_t d = 0; d < dim; ++d) {
     idx.push_back(std::nullopt);

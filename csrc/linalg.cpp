@@ -89,6 +89,7 @@ struct Addmv : at::meta::structured_addmv {
     if (out.numel() == 0) {
       return;
     }
+    // Not add_product: self may be 0-dim, and the in-place case must see self and out as the same tensor.
     const double be = beta.toComplexDouble().real();
     if (be != 0 && !self.is_same(out)) {
       out.copy_(self.expand(out.sizes()));

@@ -44,13 +44,10 @@ unsafe fn offsets(it: &TensorIter, ix: &Indexed, offs: &[isize], b: usize, n: us
     Ok(())
 }
 
-/// `dst[i] = src[offset(i)]` (gather through the indices), for elements of `elem_size` bytes.
-///
-/// Errors: [`Error::IndexOutOfBounds`].
-///
-/// # Safety
-/// The iterator addresses live memory; every in-bounds offset is a valid element of the source.
-pub unsafe fn index(it: &TensorIter, ix: &Indexed, elem_size: usize) -> Result<()> {
+/// The shared loop of [`index`] and [`index_put`]: `f(dst_element, src_element)`
+/// for every element, where the operand on the restrided side (`put`: the
+/// destination, else the source) is displaced by the element's index offset.
+unsafe fn for_each_indexed(it: &TensorIter, ix: &Indexed, put: bool, f: impl Fn(*mut u8, *const u8) -> Result<()> + Sync) -> Result<()> {
     let errors = std::sync::Mutex::new(Ok(()));
     it.parallel_ranges(it.numel(), |start, end| {
         let (dst, src) = (it.operands[0], it.operands[1]);
@@ -62,23 +59,37 @@ pub unsafe fn index(it: &TensorIter, ix: &Indexed, elem_size: usize) -> Result<(
             while b < len {
                 let n = BLOCK.min(len - b);
                 // SAFETY: forwarded contract.
-                if let Err(e) = unsafe { offsets(it, ix, offs, b, n, &mut off, &mut buf) } {
+                let r = unsafe { offsets(it, ix, offs, b, n, &mut off, &mut buf) }.and_then(|_| {
+                    for j in 0..n {
+                        let (od, os) = if put { (off[j], 0) } else { (0, off[j]) };
+                        // SAFETY: in-bounds by the checks above and the caller contract.
+                        let (d, s) = unsafe {
+                            (dst.ptr.offset(offs[0] + (b + j) as isize * sd + od), src.ptr.offset(offs[1] + (b + j) as isize * ss + os))
+                        };
+                        f(d, s)?;
+                    }
+                    Ok(())
+                });
+                if let Err(e) = r {
                     *errors.lock().unwrap() = Err(e);
                     return;
-                }
-                for j in 0..n {
-                    // SAFETY: in-bounds by the checks above and the caller contract.
-                    unsafe {
-                        let d = dst.ptr.offset(offs[0] + (b + j) as isize * sd);
-                        let s = src.ptr.offset(offs[1] + (b + j) as isize * ss + off[j]);
-                        std::ptr::copy_nonoverlapping(s, d, elem_size);
-                    }
                 }
                 b += n;
             }
         });
     });
     errors.into_inner().unwrap()
+}
+
+/// `dst[i] = src[offset(i)]` (gather through the indices), for elements of `elem_size` bytes.
+///
+/// Errors: [`Error::IndexOutOfBounds`].
+///
+/// # Safety
+/// The iterator addresses live memory; every in-bounds offset is a valid element of the source.
+pub unsafe fn index(it: &TensorIter, ix: &Indexed, elem_size: usize) -> Result<()> {
+    // SAFETY: forwarded contract; elements do not overlap.
+    unsafe { for_each_indexed(it, ix, false, |d, s| Ok(std::ptr::copy_nonoverlapping(s, d, elem_size))) }
 }
 
 /// `dst[offset(i)] = src[i]`, or `+=` with `accumulate` (then serial, so
@@ -94,42 +105,17 @@ pub unsafe fn index_put(it: &TensorIter, ix: &Indexed, elem_size: usize, accumul
     if accumulate {
         it.threads = 1;
     }
-    let it = &it;
-    let errors = std::sync::Mutex::new(Ok(()));
-    it.parallel_ranges(it.numel(), |start, end| {
-        let (dst, src) = (it.operands[0], it.operands[1]);
-        let mut off = vec![0isize; BLOCK];
-        let mut buf = vec![0i64; BLOCK];
-        it.for_each_row_in(start, end, |offs, len| {
-            let (sd, ss) = (it.inner_stride(0), it.inner_stride(1));
-            let mut b = 0;
-            while b < len {
-                let n = BLOCK.min(len - b);
-                // SAFETY: forwarded contract.
-                let r = unsafe { offsets(it, ix, offs, b, n, &mut off, &mut buf) }.and_then(|_| {
-                    for j in 0..n {
-                        // SAFETY: in-bounds by the checks above and the caller contract.
-                        unsafe {
-                            let d = dst.ptr.offset(offs[0] + (b + j) as isize * sd + off[j]);
-                            let s = src.ptr.offset(offs[1] + (b + j) as isize * ss);
-                            if accumulate {
-                                add_into(dtype, d, s)?;
-                            } else {
-                                std::ptr::copy_nonoverlapping(s, d, elem_size);
-                            }
-                        }
-                    }
-                    Ok(())
-                });
-                if let Err(e) = r {
-                    *errors.lock().unwrap() = Err(e);
-                    return;
-                }
-                b += n;
+    // SAFETY: forwarded contract.
+    unsafe {
+        for_each_indexed(&it, ix, true, |d, s| {
+            if accumulate {
+                add_into(dtype, d, s)
+            } else {
+                std::ptr::copy_nonoverlapping(s, d, elem_size);
+                Ok(())
             }
-        });
-    });
-    errors.into_inner().unwrap()
+        })
+    }
 }
 
 /// `*d += *s` for one element of `dtype` (half types through float).

@@ -173,6 +173,12 @@ impl TensorIter {
         }
     }
 
+    /// Byte offsets of element `j` of the row that starts at `row` (from [`TensorIter::for_each_row_in`]).
+    #[inline]
+    pub fn offsets_at(&self, row: &[isize; MAX_OPERANDS], j: usize) -> [isize; MAX_OPERANDS] {
+        std::array::from_fn(|k| if k < self.ntensors() { row[k] + j as isize * self.inner_stride(k) } else { 0 })
+    }
+
     /// Runs `f(start, end)` over `[0, total)` split into contiguous ranges, in
     /// parallel when `total` elements of work justify more than one task.
     pub fn parallel_ranges(&self, total: usize, f: impl Fn(usize, usize) + Sync) {

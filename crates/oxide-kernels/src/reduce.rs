@@ -516,7 +516,7 @@ unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
         let mut result = Ok(());
         sp.kept.for_each_row_in(0, nk, |koffs, klen| {
             for j in 0..klen {
-                let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + j as isize * sp.kept.inner_stride(k)).collect();
+                let offs = sp.kept.offsets_at(koffs, j);
                 if let Err(e) = unsafe { write_outputs(r, it, &offs, r.init(), 0) } {
                     result = Err(e);
                 }
@@ -536,7 +536,7 @@ unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
             // Few outputs, long reductions: split each reduction over tasks.
             sp.kept.for_each_row_in(0, nk, |koffs, klen| {
                 for j in 0..klen {
-                    let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + j as isize * sp.kept.inner_stride(k)).collect();
+                    let offs = sp.kept.offsets_at(koffs, j);
                     let tasks = it.tasks_for(nr);
                     let chunk = nr.div_ceil(tasks);
                     let parts: Vec<Result<R::State>> = (0..tasks)
@@ -562,7 +562,7 @@ unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
             sp.kept.parallel_ranges_weighted(nk, nr, |start, end| {
                 sp.kept.for_each_row_in(start, end, |koffs, klen| {
                     for j in 0..klen {
-                        let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + j as isize * sp.kept.inner_stride(k)).collect();
+                        let offs = sp.kept.offsets_at(koffs, j);
                         let mut s = r.init();
                         // SAFETY: forwarded contract.
                         let res = unsafe { fold_range(r, &sp.reduced, offs[input], 0, nr, &mut s) };
@@ -605,7 +605,7 @@ unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
                         }
                     });
                     for j in 0..n {
-                        let offs: Vec<isize> = (0..it.ntensors()).map(|k| koffs[k] + (b + j) as isize * sp.kept.inner_stride(k)).collect();
+                        let offs = sp.kept.offsets_at(koffs, b + j);
                         record(unsafe { write_outputs(r, it, &offs, states[j], nr) });
                     }
                     b += n;
