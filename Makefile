@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps cargo-test pytest conformance bench-ops clean
+.PHONY: demo test build deps cargo-test pytest conformance bench-ops bench-models clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -48,6 +48,11 @@ conformance: build
 # Writes benchmarks/results/ops.md and ops.json.
 bench-ops: build
 	$(PY) benchmarks/ops.py --out benchmarks/results
+
+# One training step of each acceptance workload, oxide vs CPU (benchmarks/README.md).
+# Writes benchmarks/results/models.md and models.json.
+bench-models: build
+	$(PY) benchmarks/models.py --out benchmarks/results
 
 clean:
 	cargo clean

@@ -62,6 +62,9 @@ struct ScalarArgs {
 // The pointwise op id for a name (resolved once per call site via a static).
 int32_t pointwise_id(const char* name);
 
+// Declares `id`, the pointwise op named `op`, resolved once per call site.
+#define OXIDE_NAMED(op) static const int32_t id = ::oxide::pointwise_id(op)
+
 // Runs pointwise op `id` over `iter` on the output's device and current stream,
 // computing in `compute` (default: the iterator's common dtype, else the op family's choice).
 void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars = {},

@@ -135,10 +135,6 @@ void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scala
 
 namespace {
 
-// The kernel for one stub: `op` is the Rust op name, resolved on first use.
-#define OXIDE_NAMED(op)                                       \
-  static const int32_t id = ::oxide::pointwise_id(op);
-
 // Complex operands have no Rust loops yet: the same operator runs on host
 // copies of the operands through PyTorch's CPU kernels and the result is
 // copied back. That is a CPU fallback, counted (and refused under

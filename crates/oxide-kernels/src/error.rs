@@ -17,6 +17,9 @@ pub enum Error {
     /// An index outside `[-size, size)` (PyTorch raises IndexError).
     #[error("index {index} is out of bounds for dimension {dim} with size {size}")]
     IndexOutOfBounds { index: i64, dim: i64, size: i64 },
+    /// A class or bin index outside its range, with PyTorch's message (PyTorch raises IndexError).
+    #[error("{reason}")]
+    OutOfRange { op: &'static str, reason: String },
     /// Operands whose shape/stride arrays disagree in length, or a negative extent.
     #[error("{op}: invalid layout: {reason}")]
     InvalidLayout { op: &'static str, reason: String },

@@ -90,6 +90,48 @@ fn lerp<F: Float>(a: F, b: F, w: F) -> F {
     }
 }
 
+/// `x * Phi(x)`, Phi the standard normal CDF.
+#[inline(always)]
+fn gelu_erf<F: Float>(x: F) -> F {
+    let half = F::from_f64c(0.5);
+    x * half * (F::ONE + (x * F::from_f64c(std::f64::consts::FRAC_1_SQRT_2)).erf())
+}
+
+/// d/dx of [`gelu_erf`]: `Phi(x) + x * phi(x)`.
+#[inline(always)]
+fn gelu_erf_grad<F: Float>(x: F) -> F {
+    let half = F::from_f64c(0.5);
+    let cdf = half * (F::ONE + (x * F::from_f64c(std::f64::consts::FRAC_1_SQRT_2)).erf());
+    // 1 / sqrt(2 pi)
+    let pdf = F::from_f64c(0.398_942_280_401_432_7) * (-half * x * x).exp();
+    cdf + x * pdf
+}
+
+/// The tanh approximation of GELU and its derivative:
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+#[inline(always)]
+fn gelu_tanh<F: Float>(x: F) -> (F, F) {
+    let half = F::from_f64c(0.5);
+    let k0 = F::from_f64c(0.797_884_560_802_865_4); // sqrt(2 / pi)
+    let k1 = F::from_f64c(0.044715);
+    let inner = k0 * (x + k1 * x * x * x);
+    let t = inner.tanh();
+    let d_inner = k0 * (F::ONE + F::from_f64c(3.0) * k1 * x * x);
+    (half * x * (F::ONE + t), half * (F::ONE + t) + half * x * (F::ONE - t * t) * d_inner)
+}
+
+/// `log1p(exp(beta x)) / beta`, or `x` where `beta x > threshold`.
+#[inline(always)]
+fn softplus<F: Float>(x: F, beta: F, threshold: F) -> F {
+    if x * beta > threshold { x } else { (x * beta).exp().ln_1p() / beta }
+}
+
+/// `min(max(x + 3, 0), 6)`, shared by hardsigmoid and hardswish.
+#[inline(always)]
+fn hard<F: Float>(x: F) -> F {
+    (x + F::from_f64c(3.0)).max_nan(F::ZERO).min_nan(F::from_f64c(6.0))
+}
+
 macro_rules! family {
     (
         $(#[$doc:meta])* $fam:ident: arity $n:literal, $C:ident: $bound:ident => $O:ty;
@@ -186,6 +228,23 @@ family! {
         else { x[0].pow(e).unwrap_or(F::ZERO) }
     };
     sinc = |x, s, c| if x[0] == F::ZERO { F::ONE } else { let y = x[0] * F::from_f64c(std::f64::consts::PI); y.sin() / y };
+    // Activations (the stubs of PyTorch's ATen/native/Activation.h); formulas as torch.nn.functional documents them.
+    // s[0] = 0: exact GELU, x * Phi(x); s[0] = 1: the tanh approximation (Hendrycks & Gimpel 2016).
+    gelu = |x, s, c| if s[0] == F::ZERO { gelu_erf(x[0]) } else { gelu_tanh(x[0]).0 };
+    silu = |x, s, c| x[0] * x[0].sigmoid();
+    mish = |x, s, c| x[0] * softplus(x[0], F::ONE, F::from_f64c(20.0)).tanh();
+    // s = (beta, threshold): linear above threshold, for stability.
+    softplus = |x, s, c| softplus(x[0], s[0], s[1]);
+    // s = (alpha, scale, input_scale): x > 0 ? scale * x : alpha * scale * expm1(input_scale * x).
+    elu = |x, s, c| if x[0] > F::ZERO { x[0] * s[1] } else { (x[0] * s[2]).exp_m1() * s[0] * s[1] };
+    leaky_relu = |x, s, c| if x[0] > F::ZERO { x[0] } else { x[0] * s[0] };
+    hardsigmoid = |x, s, c| hard(x[0]) / F::from_f64c(6.0);
+    hardswish = |x, s, c| x[0] * hard(x[0]) / F::from_f64c(6.0);
+    // s[0] = lambda
+    hardshrink = |x, s, c| if x[0] >= -s[0] && x[0] <= s[0] { F::ZERO } else { x[0] };
+    softshrink = |x, s, c| if x[0] > s[0] { x[0] - s[0] } else if x[0] < -s[0] { x[0] + s[0] } else { F::ZERO };
+    // log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), exact for large |x|.
+    log_sigmoid = |x, s, c| x[0].min_nan(F::ZERO) - (-x[0].abs()).exp().ln_1p();
 }
 
 family! {
@@ -260,6 +319,8 @@ family! {
     // (mask, self) -> self with s[0] where mask is set
     masked_fill = |x, s, c| if x[0] != C::ZERO { s[0] } else { x[1] };
     heaviside = |x, s, c| if x[0] == C::ZERO { x[1] } else if x[0] > C::ZERO { C::ONE } else { C::ZERO };
+    // (self, other) -> self <= threshold ? value : other, s = (threshold, value); threshold_backward passes grad as other.
+    threshold = |x, s, c| if x[0] <= s[0] { s[1] } else { x[1] };
 }
 
 family! {
@@ -291,6 +352,55 @@ family! {
     tanh_backward = |x, s, c| x[0] * (F::ONE - x[1] * x[1]);
     // lerp with a scalar weight s[0]
     lerp_scalar = |x, s, c| lerp(x[0], x[1], s[0]);
+    // Activation backward: (grad_output, self) -> grad_input, scalars as in the forward op.
+    gelu_backward = |x, s, c| x[0] * if s[0] == F::ZERO { gelu_erf_grad(x[1]) } else { gelu_tanh(x[1]).1 };
+    silu_backward = |x, s, c| { let sg = x[1].sigmoid(); x[0] * sg * (F::ONE + x[1] * (F::ONE - sg)) };
+    mish_backward = |x, s, c| {
+        let t = softplus(x[1], F::ONE, F::from_f64c(20.0)).tanh();
+        x[0] * (t + x[1] * x[1].sigmoid() * (F::ONE - t * t))
+    };
+    softplus_backward = |x, s, c| if x[1] * s[0] > s[1] { x[0] } else { let z = (x[1] * s[0]).exp(); x[0] * z / (z + F::ONE) };
+    // (grad, self or result), s = (alpha, scale, input_scale, is_result)
+    elu_backward = |x, s, c| {
+        let (g, v) = (x[0], x[1]);
+        if v > F::ZERO { g * s[1] }
+        else if s[3] != F::ZERO { g * s[2] * (v + s[0] * s[1]) }
+        else { g * s[2] * s[0] * s[1] * (v * s[2]).exp() }
+    };
+    // (self or result, grad): PyTorch's iterator puts self first for this one.
+    leaky_relu_backward = |x, s, c| if x[0] > F::ZERO { x[1] } else { x[1] * s[0] };
+    hardsigmoid_backward = |x, s, c| if x[1] > F::from_f64c(-3.0) && x[1] < F::from_f64c(3.0) { x[0] / F::from_f64c(6.0) } else { F::ZERO };
+    hardswish_backward = |x, s, c| {
+        let three = F::from_f64c(3.0);
+        if x[1] <= -three { F::ZERO } else if x[1] < three { x[0] * (x[1] / three + F::from_f64c(0.5)) } else { x[0] }
+    };
+    // s[0] = lambda (hardshrink and softshrink share it)
+    shrink_backward = |x, s, c| if x[1] >= -s[0] && x[1] <= s[0] { F::ZERO } else { x[0] };
+    // s = (min, max)
+    hardtanh_backward = |x, s, c| if x[1] <= s[0] || x[1] >= s[1] { F::ZERO } else { x[0] };
+    // (self, grad): d/dx log(sigmoid(x)) = sigmoid(-x), from exp(-|x|) for stability.
+    log_sigmoid_backward = |x, s, c| {
+        let z = (-x[0].abs()).exp();
+        let q = z / (F::ONE + z);
+        x[1] * if x[0] < F::ZERO { F::ONE - q } else { q }
+    };
+    // (self, weight): x > 0 ? x : weight * x
+    prelu = |x, s, c| if x[0] > F::ZERO { x[0] } else { x[1] * x[0] };
+    // glu's halves (a, b): a * sigmoid(b)
+    glu = |x, s, c| x[0] * x[1].sigmoid();
+    // Pointwise losses (input, target), before reduction.
+    mse = |x, s, c| { let d = x[0] - x[1]; d * d };
+    // s[0] = beta
+    smooth_l1 = |x, s, c| { let d = (x[0] - x[1]).abs(); if d < s[0] { F::from_f64c(0.5) * d * d / s[0] } else { d - F::from_f64c(0.5) * s[0] } };
+    // s[0] = delta
+    huber = |x, s, c| { let d = (x[0] - x[1]).abs(); if d < s[0] { F::from_f64c(0.5) * d * d } else { s[0] * (d - F::from_f64c(0.5) * s[0]) } };
+    // -(y ln x + (1 - y) ln(1 - x)) with each log clamped at -100, as PyTorch does; x outside [0, 1] fails.
+    binary_cross_entropy = |x, s, c| {
+        if !(x[0] >= F::ZERO && x[0] <= F::ONE) { c.fail() } else {
+            let lo = F::from_f64c(-100.0);
+            (x[1] - F::ONE) * (F::ONE - x[0]).ln().max_nan(lo) - x[1] * x[0].ln().max_nan(lo)
+        }
+    };
 }
 
 family! {
@@ -313,6 +423,20 @@ family! {
     addcdiv = |x, s, c| x[0] + s[0] * x[1] / x[2];
     // (self, end, weight)
     lerp_tensor = |x, s, c| lerp(x[0], x[1], x[2]);
+    // Loss backward: (input, target, grad_output) -> grad_input, s[0] = norm (1/numel for mean).
+    mse_backward = |x, s, c| s[0] * (x[0] - x[1]) * x[2];
+    // s[1] = beta
+    smooth_l1_backward = |x, s, c| {
+        let d = x[0] - x[1];
+        if d < -s[1] { -s[0] * x[2] } else if d > s[1] { s[0] * x[2] } else { s[0] * d * x[2] / s[1] }
+    };
+    // s[1] = delta
+    huber_backward = |x, s, c| {
+        let d = x[0] - x[1];
+        if d < -s[1] { -s[0] * x[2] * s[1] } else if d > s[1] { s[0] * x[2] * s[1] } else { s[0] * d * x[2] }
+    };
+    // (grad, input, target): grad * (x - y) / max(x (1 - x), 1e-12), PyTorch's EPSILON.
+    binary_cross_entropy_backward = |x, s, c| x[0] * (x[1] - x[2]) / ((F::ONE - x[1]) * x[1]).max_nan(F::from_f64c(1e-12));
 }
 
 /// A resolved pointwise op: its family and the op within it.
@@ -376,7 +500,7 @@ impl PointwiseOp {
         use PointwiseOp as P;
         matches!(
             self,
-            P::RealBinary(RealBinary::div_trunc | RealBinary::div_floor | RealBinary::remainder | RealBinary::fmod | RealBinary::pow)
+            P::RealBinary(RealBinary::div_trunc | RealBinary::div_floor | RealBinary::remainder | RealBinary::fmod | RealBinary::pow | RealBinary::threshold)
                 | P::IntBinary(IntBinary::lshift | IntBinary::rshift)
                 | P::RealTernary(RealTernary::clamp | RealTernary::addcmul)
                 | P::RealUnary(RealUnary::abs)
@@ -490,6 +614,7 @@ impl PointwiseOp {
                 PointwiseOp::RealBinary(RealBinary::pow) | PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) => {
                     "Integers to negative integer powers are not allowed.".to_string()
                 }
+                PointwiseOp::FloatBinary(FloatBinary::binary_cross_entropy) => "all elements of input should be between 0 and 1".to_string(),
                 _ => "ZeroDivisionError".to_string(),
             };
             return Err(Error::InvalidValue { op, reason });

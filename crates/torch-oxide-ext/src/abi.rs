@@ -103,7 +103,7 @@ impl AbiError {
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
-            AbiError::Kernel(oxide_kernels::Error::IndexOutOfBounds { .. }) => OXIDE_STATUS_INDEX_ERROR,
+            AbiError::Kernel(oxide_kernels::Error::IndexOutOfBounds { .. } | oxide_kernels::Error::OutOfRange { .. }) => OXIDE_STATUS_INDEX_ERROR,
             AbiError::Runtime(_) | AbiError::Kernel(_) | AbiError::Invalid(_) => OXIDE_STATUS_INVALID_VALUE,
         }
     }
@@ -1265,6 +1265,212 @@ pub unsafe extern "C" fn oxide_nonzero(device: i32, stream: i64, dtype_code: i32
             } else {
                 oxide_kernels::nonzero::nonzero(dt, &shape, &strides, data as *const u8, out, *count)
             }
+        })
+    })
+}
+
+/// Softmax (`log` = 0) or log-softmax (`log` != 0) of the contiguous
+/// `[outer, dim, inner]` tensor `input` (dtype `in_dtype`) along its middle
+/// dimension into `out` (dtype `out_dtype`: the same, or float32 for a half input).
+///
+/// # Safety
+/// Both hold `outer * dim * inner` elements of live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_softmax(device: i32, stream: i64, in_dtype: i32, input: *const c_void, out_dtype: i32, out: *mut c_void, outer: usize, dim: usize, inner: usize, log: i32, threads: i32) -> i32 {
+    ffi(|| {
+        let (idt, odt) = (dtype(in_dtype)?, dtype(out_dtype)?);
+        launch(device, stream, outer * dim * inner, &[input, out as *const c_void], || unsafe {
+            oxide_kernels::nn::softmax(idt, input as *const u8, odt, out as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Backward of [`oxide_softmax`]: `grad` and `output` (dtype `dtype`) to
+/// `grad_input` (dtype `gin_dtype`), all contiguous `[outer, dim, inner]`.
+///
+/// # Safety
+/// All three hold `outer * dim * inner` elements of live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_softmax_backward(device: i32, stream: i64, dtype_code: i32, grad: *const c_void, output: *const c_void, gin_dtype: i32, grad_input: *mut c_void, outer: usize, dim: usize, inner: usize, log: i32, threads: i32) -> i32 {
+    ffi(|| {
+        let (dt, gdt) = (dtype(dtype_code)?, dtype(gin_dtype)?);
+        launch(device, stream, outer * dim * inner, &[grad, output, grad_input as *const c_void], || unsafe {
+            oxide_kernels::nn::softmax_backward(dt, grad as *const u8, output as *const u8, gdt, grad_input as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `nll_loss` / `nll_loss2d` forward over log-probabilities `[n, c, s]` and
+/// int64 targets `[n, s]` (contiguous); `weight` (c elements) may be null.
+/// `reduction` is PyTorch's code (0 none, 1 mean, 2 sum).
+///
+/// # Safety
+/// Pointers address the contiguous tensors described; `out` holds n*s
+/// elements for reduction 0, else one; `total_weight` one.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_nll_loss(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, reduction: i64, ignore_index: i64, input: *const c_void, target: *const i64, weight: *const c_void, out: *mut c_void, total_weight: *mut c_void) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let sh = oxide_kernels::nn::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::nn::Reduction::from_code(reduction)? };
+        launch(device, stream, n * c * s, &[input], || unsafe {
+            oxide_kernels::nn::nll_loss(dt, sh, input as *const u8, target, weight as *const u8, out as *mut u8, total_weight as *mut u8)
+        })
+    })
+}
+
+/// Backward of [`oxide_nll_loss`] into the zero-filled `grad_input` (`[n, c, s]`).
+///
+/// # Safety
+/// As [`oxide_nll_loss`]; `grad_output` holds n*s elements for reduction 0, else one.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_nll_loss_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, reduction: i64, ignore_index: i64, grad_output: *const c_void, target: *const i64, weight: *const c_void, total_weight: *const c_void, grad_input: *mut c_void) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let sh = oxide_kernels::nn::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::nn::Reduction::from_code(reduction)? };
+        launch(device, stream, n * c * s, &[grad_input as *const c_void], || unsafe {
+            oxide_kernels::nn::nll_loss_backward(dt, sh, grad_output as *const u8, target, weight as *const u8, total_weight as *const u8, grad_input as *mut u8)
+        })
+    })
+}
+
+/// Group norm forward (layer norm is `g = 1, s = 1`): `x`, `y` contiguous
+/// `[n, c, s]` of `dtype_code`; `weight`/`bias` `[c]` of `param_dtype` (may
+/// be null); `mean`/`rstd` `[n, g]` of `stat_dtype`.
+///
+/// # Safety
+/// Pointers address live device tensors of those shapes.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_group_norm(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, g: usize, x: *const c_void, param_dtype: i32, weight: *const c_void, bias: *const c_void, eps: f64, y: *mut c_void, stat_dtype: i32, mean: *mut c_void, rstd: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let (dt, pdt, sdt) = (dtype(dtype_code)?, dtype(param_dtype)?, dtype(stat_dtype)?);
+        let sh = oxide_kernels::norm::GroupShape { n, c, s, g };
+        launch(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
+            oxide_kernels::norm::group_norm(dt, sh, x as _, pdt, weight as _, bias as _, eps, y as _, sdt, mean as _, rstd as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Group norm backward; `dx`, `dweight`, `dbias` may each be null (not computed).
+///
+/// # Safety
+/// As [`oxide_group_norm`]; `dy`, `dx` are `[n, c, s]`, `dweight`/`dbias` `[c]`.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_group_norm_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, g: usize, dy: *const c_void, x: *const c_void, stat_dtype: i32, mean: *const c_void, rstd: *const c_void, param_dtype: i32, weight: *const c_void, dx: *mut c_void, dweight: *mut c_void, dbias: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let (dt, pdt, sdt) = (dtype(dtype_code)?, dtype(param_dtype)?, dtype(stat_dtype)?);
+        let sh = oxide_kernels::norm::GroupShape { n, c, s, g };
+        launch(device, stream, n * c * s, &[dy, x], || unsafe {
+            oxide_kernels::norm::group_norm_backward(dt, sh, dy as _, x as _, sdt, mean as _, rstd as _, pdt, weight as _, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Batch norm forward over `x` `[n, c, s]` (contiguous, `dtype_code`);
+/// per-channel tensors `[c]` of `param_dtype`, each possibly null. Training
+/// writes `save_mean`/`save_invstd` and updates the running statistics.
+///
+/// # Safety
+/// Pointers address live device tensors of those shapes.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_batch_norm(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, x: *const c_void, param_dtype: i32, weight: *const c_void, bias: *const c_void, running_mean: *mut c_void, running_var: *mut c_void, training: i32, momentum: f64, eps: f64, y: *mut c_void, save_mean: *mut c_void, save_invstd: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let (dt, pdt) = (dtype(dtype_code)?, dtype(param_dtype)?);
+        let sh = oxide_kernels::norm::BatchShape { n, c, s };
+        let p = oxide_kernels::norm::BatchParams { weight: weight as _, bias: bias as _, running_mean: running_mean as _, running_var: running_var as _ };
+        launch(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
+            oxide_kernels::norm::batch_norm(dt, sh, x as _, pdt, p, training != 0, momentum, eps, y as _, save_mean as _, save_invstd as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Batch norm backward; `dx`, `dweight`, `dbias` may each be null (not computed).
+///
+/// # Safety
+/// As [`oxide_batch_norm`]; `dy`, `dx` are `[n, c, s]`.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_batch_norm_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, dy: *const c_void, x: *const c_void, param_dtype: i32, weight: *const c_void, running_mean: *const c_void, running_var: *const c_void, save_mean: *const c_void, save_invstd: *const c_void, training: i32, eps: f64, dx: *mut c_void, dweight: *mut c_void, dbias: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let (dt, pdt) = (dtype(dtype_code)?, dtype(param_dtype)?);
+        let sh = oxide_kernels::norm::BatchShape { n, c, s };
+        let p = oxide_kernels::norm::BatchParams { weight: weight as _, bias: std::ptr::null(), running_mean: running_mean as _, running_var: running_var as _ };
+        launch(device, stream, n * c * s, &[dy, x], || unsafe {
+            oxide_kernels::norm::batch_norm_backward(dt, sh, dy as _, x as _, pdt, p, save_mean as _, save_invstd as _, training != 0, eps, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Hyper-parameters of [`oxide_fused_adam`], as `torch.optim.Adam(W)` passes them.
+#[repr(C)]
+pub struct OxideAdam {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub weight_decay: f64,
+    pub eps: f64,
+    pub amsgrad: i32,
+    pub maximize: i32,
+    /// Nonzero for AdamW's decoupled weight decay.
+    pub decoupled: i32,
+    /// Step count after this step.
+    pub step: f64,
+    /// Gradients are divided by this when `has_grad_scale` is nonzero.
+    pub grad_scale: f64,
+    pub has_grad_scale: i32,
+}
+
+/// One fused Adam/AdamW step on `n` contiguous elements of each tensor
+/// (`max_exp_avg_sq` may be null without amsgrad).
+///
+/// # Safety
+/// Non-null pointers address `n` elements of `dtype_code` in live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *const c_void, exp_avg: *mut c_void, exp_avg_sq: *mut c_void, max_exp_avg_sq: *mut c_void, h: *const OxideAdam, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        // SAFETY: caller passes a valid struct.
+        let h = unsafe { &*h };
+        let hp = oxide_kernels::optim::Adam {
+            lr: h.lr, beta1: h.beta1, beta2: h.beta2, weight_decay: h.weight_decay, eps: h.eps,
+            amsgrad: h.amsgrad != 0, maximize: h.maximize != 0, decoupled: h.decoupled != 0, step: h.step,
+            grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
+        };
+        launch(device, stream, n, &[param as *const c_void, grad, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
+            oxide_kernels::optim::adam(dt, n, param as _, grad as _, exp_avg as _, exp_avg_sq as _, max_exp_avg_sq as _, hp, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Hyper-parameters of [`oxide_fused_sgd`], as `torch.optim.SGD` passes them.
+#[repr(C)]
+pub struct OxideSgd {
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub nesterov: i32,
+    pub maximize: i32,
+    pub is_first_step: i32,
+    pub grad_scale: f64,
+    pub has_grad_scale: i32,
+}
+
+/// One fused SGD step on `n` contiguous elements (`momentum_buffer` may be null without momentum).
+///
+/// # Safety
+/// Non-null pointers address `n` elements of `dtype_code` in live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *const c_void, momentum_buffer: *mut c_void, h: *const OxideSgd, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        // SAFETY: caller passes a valid struct.
+        let h = unsafe { &*h };
+        let hp = oxide_kernels::optim::Sgd {
+            lr: h.lr, weight_decay: h.weight_decay, momentum: h.momentum, dampening: h.dampening,
+            nesterov: h.nesterov != 0, maximize: h.maximize != 0, is_first_step: h.is_first_step != 0,
+            grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
+        };
+        launch(device, stream, n, &[param as *const c_void, grad], || unsafe {
+            oxide_kernels::optim::sgd(dt, n, param as _, grad as _, momentum_buffer as _, hp, threads.max(1) as usize)
         })
     })
 }

@@ -1,0 +1,186 @@
+"""Training-step benchmarks: the acceptance workloads on oxide against CPU PyTorch.
+
+    python benchmarks/models.py [--out benchmarks/results] [--only NAME] [--reps N]
+
+(``make bench-models`` runs it with the defaults.) Each workload (the digits CNN of
+``make demo`` over one epoch, torchvision ResNet-18, a small GPT-2 from
+``transformers``, an LSTM/GRU sequence model) runs the same training step (forward,
+loss, backward, optimizer step) from the same weights on oxide and on the CPU, with the
+same ``torch.get_num_threads()``. Each side runs its repetitions as one block after its
+own warm-up step (see ``ops.py`` for why blocks, not interleaving). Reported: median
+seconds per step on each device, the ratio oxide/CPU (lower is better; target <= 1.3,
+<= 1.0 for the demo epoch), the peak oxide memory allocated during the steps
+(``torch.oxide.max_memory_allocated``; CPU PyTorch keeps no allocator statistics, so
+the CPU column is the growth of the process's peak resident set size, a coarse upper
+bound), and whether any operator fell back to the CPU during the oxide steps.
+
+Writes ``models.md`` and ``models.json`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import importlib.util
+import json
+import os
+import pathlib
+import resource
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+import torch_oxide  # noqa: F401
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+
+def _digits():
+    spec = importlib.util.spec_from_file_location("digits_cnn", ROOT / "examples" / "digits_cnn.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    x, y, _, _ = demo.load_data(seed=0)
+    torch.manual_seed(0)
+    model = demo.DigitsCNN()
+
+    def epoch(m, opt, dev, data={}):
+        # One epoch of the demo: batches of 64 in a fixed order.
+        if dev not in data:
+            data[dev] = (x.to(dev), y.to(dev))
+        xd, yd = data[dev]
+        for i in range(0, len(yd), 64):
+            opt.zero_grad()
+            F.cross_entropy(m(xd[i:i + 64]), yd[i:i + 64]).backward()
+            opt.step()
+
+    return model, epoch, lambda p: torch.optim.Adam(p, lr=3e-3), 1.0
+
+
+def _step_fn(loss_fn, batch):
+    def step(m, opt, dev, cache={}):
+        if dev not in cache:
+            cache[dev] = [t.to(dev) for t in batch]
+        opt.zero_grad()
+        loss_fn(m, *cache[dev]).backward()
+        opt.step()
+    return step
+
+
+def _resnet():
+    import torchvision
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    batch = (torch.randn(8, 3, 64, 64, generator=g), torch.randint(0, 10, (8,), generator=g))
+    return (torchvision.models.resnet18(num_classes=10),
+            _step_fn(lambda m, xb, yb: F.cross_entropy(m(xb), yb), batch),
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), 1.3)
+
+
+def _gpt2():
+    import transformers
+    cfg = transformers.GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=2048, n_positions=128,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    batch = (torch.randint(0, 2048, (4, 128), generator=g),)
+    return (transformers.GPT2LMHeadModel(cfg), _step_fn(lambda m, ids: m(ids, labels=ids).loss, batch),
+            lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True), 1.3)
+
+
+def _sequence():
+    from test_workloads import SequenceModel
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    batch = (torch.randint(0, 1000, (32, 50), generator=g), torch.randint(0, 5, (32,), generator=g))
+    return (SequenceModel(vocab=1000, dim=128), _step_fn(lambda m, ids, yb: F.cross_entropy(m(ids), yb), batch),
+            lambda p: torch.optim.Adam(p, lr=1e-3), 1.3)
+
+
+WORKLOADS: Dict[str, Callable] = {
+    "digits CNN epoch": _digits,
+    "ResNet-18 step (8x3x64x64)": _resnet,
+    "GPT-2 step (4 layers, 256 wide, 4x128 tokens)": _gpt2,
+    "LSTM+GRU step (32x50 tokens, 128 wide)": _sequence,
+}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _time(step, model, opt, dev, reps: int) -> List[float]:
+    sync = torch.oxide.synchronize if dev == "oxide" else (lambda: None)
+    step(model, opt, dev)  # warm-up
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step(model, opt, dev)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run(name: str, reps: int) -> Dict[str, object]:
+    model, step, make_opt, target = WORKLOADS[name]()
+    model_o = copy.deepcopy(model).to("oxide")
+    rss0 = _peak_rss_mb()
+    cpu_times = _time(step, model, make_opt(model.parameters()), "cpu", reps)
+    rss1 = _peak_rss_mb()
+    torch.oxide.reset_peak_memory_stats()
+    before = dict(torch.oxide.fallback_stats())
+    ox_times = _time(step, model_o, make_opt(model_o.parameters()), "oxide", reps)
+    after = torch.oxide.fallback_stats()
+    fell_back = sorted(op for op, n in after.items() if n != before.get(op, 0))
+    cpu, ox = statistics.median(cpu_times), statistics.median(ox_times)
+    return {
+        "name": name, "cpu_s": cpu, "oxide_s": ox, "ratio": ox / cpu, "target": target,
+        "met": ox / cpu <= target, "oxide_peak_mb": torch.oxide.max_memory_allocated() / 2**20,
+        "cpu_peak_rss_growth_mb": rss1 - rss0, "fallback_ops": fell_back,
+        "cpu_times": cpu_times, "oxide_times": ox_times,
+    }
+
+
+def write(out: str, results: List[Dict[str, object]], env: Dict[str, object]) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "models.json"), "w") as f:
+        json.dump({"env": env, "results": results}, f, indent=2)
+    lines = [
+        "# Training-step benchmarks: oxide vs CPU PyTorch", "",
+        f"torch {env['torch']}, {env['threads']} threads, {env['date']}. "
+        "Median seconds per step; ratio = oxide / CPU (lower is better).", "",
+        "| workload | CPU s | oxide s | ratio | target | met | oxide peak MiB | CPU peak RSS growth MiB | fallback |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['name']} | {r['cpu_s']:.4f} | {r['oxide_s']:.4f} | {r['ratio']:.2f} | <= {r['target']} | "
+            f"{'yes' if r['met'] else 'no'} | {r['oxide_peak_mb']:.1f} | {r['cpu_peak_rss_growth_mb']:.1f} | "
+            f"{', '.join(r['fallback_ops']) or 'none'} |")
+    with open(os.path.join(out, "models.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--only", default="", help="run the workloads whose name contains this text")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args(argv)
+    torch.oxide.set_fallback_mode("silent")
+    env = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+           "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    results = [run(name, args.reps) for name in WORKLOADS if args.only.lower() in name.lower()]
+    write(args.out, results, env)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

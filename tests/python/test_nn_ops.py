@@ -1,0 +1,478 @@
+"""Neural-network operators against CPU PyTorch: activations, pointwise losses,
+softmax / log_softmax, nll_loss (1-d and 2-d), cross_entropy, and the batch, layer,
+group and RMS norms; forward values, input and parameter gradients, running
+statistics, in-place forms, and the errors CPU raises for bad arguments.
+
+Every test runs under OXIDE_FALLBACK=error (`native_only`), so an operator that would
+silently run on the CPU fallback fails it.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def _native(native_only):
+    yield
+
+
+def tol(dtype):
+    if dtype == torch.bfloat16:
+        return dict(rtol=2e-2, atol=2e-2)
+    if dtype == torch.float16:
+        return dict(rtol=1e-2, atol=1e-2)
+    return {}
+
+
+def dname(d):
+    return str(d).removeprefix("torch.")
+
+
+def leaves(args, device):
+    """Copies of the CPU arguments on `device`; floating tensors become grad leaves."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            b = a.detach().to(device)
+            if a.is_floating_point() and a.requires_grad:
+                b.requires_grad_(True)
+            out.append(b)
+        else:
+            out.append(a)
+    return out
+
+
+def compare(fn, *args, grad=True, **tolerances):
+    """Runs fn on CPU and on oxide; compares outputs and, if `grad`, the gradients of
+    every floating leaf for a fixed random output gradient."""
+    cpu_args = leaves(args, "cpu")
+    ox_args = leaves(args, "oxide")
+    expected = fn(*cpu_args)
+    actual = fn(*ox_args)
+    expected_t = expected if isinstance(expected, tuple) else (expected,)
+    actual_t = actual if isinstance(actual, tuple) else (actual,)
+    for e, a in zip(expected_t, actual_t):
+        assert a.device.type == "oxide"
+        torch.testing.assert_close(a.cpu(), e, equal_nan=True, **tolerances)
+    if not grad:
+        return
+    outs = [(e, a) for e, a in zip(expected_t, actual_t) if e.requires_grad]
+    g = torch.Generator().manual_seed(7)
+    grads = [torch.randn(e.shape, generator=g, dtype=torch.float64).to(e.dtype) for e, _ in outs]
+    torch.autograd.backward([e for e, _ in outs], grads)
+    torch.autograd.backward([a for _, a in outs], [x.to("oxide") for x in grads])
+    for c, o in zip(cpu_args, ox_args):
+        if isinstance(c, torch.Tensor) and c.requires_grad:
+            assert o.grad is not None, "no gradient reached an oxide input"
+            torch.testing.assert_close(o.grad.cpu(), c.grad, equal_nan=True, **tolerances)
+
+
+def randn(*shape, dtype=torch.float32, seed=0, grad=True, scale=2.0):
+    g = torch.Generator().manual_seed(seed)
+    t = (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    return t.requires_grad_(grad)
+
+
+# ---------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "mish": F.mish,
+    "softplus": lambda x: F.softplus(x, beta=2.0, threshold=3.0),
+    "elu": lambda x: F.elu(x, alpha=0.5),
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, alpha=1.5),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "hardsigmoid": F.hardsigmoid,
+    "hardswish": F.hardswish,
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.75),
+    "relu6": F.relu6,
+    "threshold": lambda x: F.threshold(x, 0.25, -2.0),
+    "hardshrink": lambda x: F.hardshrink(x, 0.3),
+    "softshrink": lambda x: F.softshrink(x, 0.3),
+    "logsigmoid": F.logsigmoid,
+    "tanhshrink": F.tanhshrink,
+    "glu": lambda x: F.glu(x, dim=-1),
+    "glu_dim0": lambda x: F.glu(x, dim=0),
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+}
+
+
+def activation_input(dtype):
+    # Boundary values of the piecewise activations sit in the first row.
+    edges = torch.tensor([-3.0, 3.0, 0.0, 0.25, -0.3, 0.3, -0.5, 0.75, 6.0, 30.0, -30.0, 1.5],
+                         dtype=torch.float64)
+    x = torch.cat([edges.view(1, 12), randn(5, 12, dtype=torch.float64, grad=False, scale=3.0)])
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=dname)
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activation_forward_backward(name, dtype):
+    x = activation_input(dtype).requires_grad_(True)
+    compare(ACTIVATIONS[name], x, **tol(dtype))
+
+
+@pytest.mark.parametrize("name", ["gelu", "silu", "leaky_relu", "hardswish", "elu", "threshold"])
+def test_activation_on_transposed_input(name):
+    x = randn(12, 6).t().detach().requires_grad_(True)
+    assert not x.is_contiguous()
+    compare(ACTIVATIONS[name], x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.relu_(x), lambda x: F.elu_(x), lambda x: F.leaky_relu_(x, 0.1),
+    lambda x: F.hardtanh_(x, -1, 1), lambda x: F.silu(x, inplace=True),
+    lambda x: F.hardswish(x, inplace=True), lambda x: F.gelu(x).add_(1),
+    lambda x: F.threshold_(x, 0.1, 5.0), lambda x: F.mish(x, inplace=True),
+], ids=["relu_", "elu_", "leaky_relu_", "hardtanh_", "silu_", "hardswish_", "gelu", "threshold_", "mish_"])
+def test_inplace_activation_on_a_view(fn):
+    base_c = randn(4, 6, grad=False)
+    base_o = base_c.to("oxide")
+    fn(base_c[:, 1:4])
+    fn(base_o[:, 1:4])
+    torch.testing.assert_close(base_o.cpu(), base_c)
+
+
+def test_prelu_per_channel_weight():
+    x = randn(3, 4, 5)
+    w = torch.tensor([0.25, -0.5, 1.5, 0.0], requires_grad=True)
+    compare(F.prelu, x, w)
+
+
+def test_integer_threshold_matches_cpu():
+    x = torch.arange(-5, 5, dtype=torch.int32)
+    compare(lambda t: F.threshold(t, 1, 7), x, grad=False)
+
+
+@pytest.mark.parametrize("case", ["gelu approximate", "softshrink lambda", "glu odd", "celu alpha 0"])
+def test_activation_argument_errors_match_cpu(case):
+    x = randn(3, 5, grad=False)
+    fn = {
+        "gelu approximate": lambda t: F.gelu(t, approximate="bad"),
+        "softshrink lambda": lambda t: F.softshrink(t, -1.0),
+        "glu odd": lambda t: F.glu(t, -1),
+        "celu alpha 0": lambda t: F.celu(t, 0.0),
+    }[case]
+    with pytest.raises(Exception) as cpu_err:
+        fn(x)
+    with pytest.raises(type(cpu_err.value)):
+        fn(x.to("oxide"))
+
+
+# ---------------------------------------------------------------------------------------
+# Softmax family
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=dname)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax(log, dim, dtype):
+    f = F.log_softmax if log else F.softmax
+    x = randn(3, 4, 5, dtype=dtype, scale=4.0)
+    compare(lambda t: f(t, dim), x, **tol(dtype))
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_edge_layouts(log):
+    f = F.log_softmax if log else F.softmax
+    compare(lambda t: f(t, 0), randn(()))                       # 0-dim
+    compare(lambda t: f(t, 1), randn(0, 3))                     # empty
+    compare(lambda t: f(t, 0), randn(4, 6).t())                 # transposed input
+    big = torch.tensor([[1000.0, 0.0, -1000.0], [float("-inf"), 0.0, 1.0]], requires_grad=True)
+    compare(lambda t: f(t, 1), big)                             # stability, -inf entries
+    compare(lambda t: f(t, 1, dtype=torch.float64), randn(2, 5))  # dtype= argument
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_half_to_float(log):
+    # CPU refuses half_to_float (a CUDA feature); the oracle is the float32 softmax of the upcast input.
+    op = torch._log_softmax if log else torch._softmax
+    x = randn(3, 7, dtype=torch.float16, grad=False)
+    out = op(x.to("oxide"), 1, True)
+    assert out.dtype == torch.float32
+    ref = op(x.float(), 1, False)
+    torch.testing.assert_close(out.cpu(), ref)
+    g = torch.randn(3, 7)
+    grad_in = torch.ops.aten._softmax_backward_data(g.to("oxide"), out, 1, torch.bfloat16) if not log else \
+        torch.ops.aten._log_softmax_backward_data(g.to("oxide"), out, 1, torch.bfloat16)
+    ref_grad = (torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data)(
+        g, ref, 1, torch.float32)
+    # The grad_input dtype is whatever PyTorch's meta function picks (float32 in 2.15); the values must agree.
+    torch.testing.assert_close(grad_in.cpu().float(), ref_grad, **tol(torch.float16))
+
+
+def test_softmax_out_into_a_strided_tensor():
+    # CPU's kernel writes a non-contiguous out= as if it were contiguous, so the oracle is the functional result.
+    x = randn(4, 5, grad=False)
+    out_o = torch.zeros(5, 4, device="oxide").t()
+    torch._softmax(x.to("oxide"), 1, False, out=out_o)
+    torch.testing.assert_close(out_o.cpu(), torch.softmax(x, 1))
+
+
+# ---------------------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------------------
+
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("loss", ["mse", "l1", "smooth_l1", "smooth_l1_beta0", "huber"])
+def test_regression_losses(loss, reduction):
+    f = {
+        "mse": F.mse_loss, "l1": F.l1_loss,
+        "smooth_l1": lambda a, b, reduction: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.5),
+        "smooth_l1_beta0": lambda a, b, reduction: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.0),
+        "huber": lambda a, b, reduction: F.huber_loss(a, b, reduction=reduction, delta=0.7),
+    }[loss]
+    a, b = randn(4, 6, seed=1), randn(4, 6, seed=2)
+    compare(lambda x, y: f(x, y, reduction=reduction), a, b)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_binary_cross_entropy(reduction):
+    p = torch.rand(5, 3, generator=torch.Generator().manual_seed(3)).clamp(0.01, 0.99).requires_grad_(True)
+    y = torch.rand(5, 3, generator=torch.Generator().manual_seed(4))
+    w = torch.rand(5, 3, generator=torch.Generator().manual_seed(5))
+    compare(lambda a, b: F.binary_cross_entropy(a, b, reduction=reduction), p, y)
+    compare(lambda a, b, c: F.binary_cross_entropy(a, b, weight=c, reduction=reduction), p, y, w)
+    edges = torch.tensor([0.0, 1.0, 0.5, 1.0], requires_grad=True)
+    compare(lambda a, b: F.binary_cross_entropy(a, b, reduction=reduction), edges,
+            torch.tensor([0.0, 1.0, 1.0, 0.0]))
+
+
+def test_binary_cross_entropy_rejects_probabilities_outside_unit_interval():
+    bad = torch.tensor([0.5, 1.5])
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        F.binary_cross_entropy(bad.to("oxide"), torch.ones(2, device="oxide"))
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_bce_with_logits_and_kl_div(reduction):
+    x, y = randn(4, 5, seed=6), torch.rand(4, 5, generator=torch.Generator().manual_seed(7))
+    pw = torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0])
+    compare(lambda a, b: F.binary_cross_entropy_with_logits(a, b, reduction=reduction), x, y)
+    compare(lambda a, b, c: F.binary_cross_entropy_with_logits(a, b, pos_weight=c, reduction=reduction), x, y, pw)
+    logp = randn(4, 5, seed=8)
+    compare(lambda a, b: F.kl_div(F.log_softmax(a, 1), b, reduction=reduction), logp, F.softmax(y, 1))
+    compare(lambda a, b: F.kl_div(F.log_softmax(a, 1), b, reduction=reduction, log_target=True), logp,
+            F.log_softmax(y, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dname)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_nll_loss(weighted, reduction, dtype):
+    x = randn(6, 4, dtype=dtype)
+    t = torch.tensor([0, 3, 1, -100, 2, 3])
+    w = torch.tensor([0.5, 2.0, 1.0, 0.25], dtype=dtype) if weighted else None
+    compare(lambda a: F.nll_loss(F.log_softmax(a, 1), t.to(a.device), weight=None if w is None else w.to(a.device),
+                                 reduction=reduction), x)
+
+
+def test_nll_loss_single_sample_and_ignore_index():
+    x = randn(5)
+    compare(lambda a: F.nll_loss(F.log_softmax(a, 0), torch.tensor(2, device=a.device)), x)
+    x2 = randn(3, 4)
+    compare(lambda a: F.nll_loss(a, torch.tensor([1, 1, 2], device=a.device), ignore_index=1), x2)
+    # Every target ignored: mean is 0/0, NaN on CPU too.
+    compare(lambda a: F.nll_loss(a, torch.tensor([1, 1, 1], device=a.device), ignore_index=1), x2)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_nll_loss2d_and_spatial_cross_entropy(reduction):
+    x = randn(2, 3, 4, 5)
+    t = torch.randint(0, 3, (2, 4, 5), generator=torch.Generator().manual_seed(1))
+    t[0, 0, 0] = -100
+    w = torch.tensor([1.0, 0.5, 2.0])
+    compare(lambda a: F.nll_loss(F.log_softmax(a, 1), t.to(a.device), weight=w.to(a.device), reduction=reduction), x)
+    compare(lambda a: F.cross_entropy(a, t.to(a.device), reduction=reduction), x)
+    # 3-d input (N, C, L) goes through nll_loss2d on a reshaped view
+    compare(lambda a: F.cross_entropy(a, t[:, 0].to(a.device), reduction=reduction), randn(2, 3, 5))
+
+
+def test_cross_entropy_label_smoothing_and_probability_targets():
+    x = randn(5, 4)
+    t = torch.tensor([0, 1, 2, 3, 1])
+    compare(lambda a: F.cross_entropy(a, t.to(a.device), label_smoothing=0.1), x)
+    probs = torch.softmax(randn(5, 4, grad=False, seed=9), 1)
+    compare(lambda a: F.cross_entropy(a, probs.to(a.device), label_smoothing=0.2), x)
+
+
+def test_nll_loss_errors_match_cpu():
+    x = torch.randn(3, 4).log_softmax(1)
+    bad = torch.tensor([0, 4, 1])
+    with pytest.raises(IndexError, match="out of bounds"):
+        F.nll_loss(x.to("oxide"), bad.to("oxide"))
+    with pytest.raises(Exception) as cpu_err:
+        F.nll_loss(x, torch.tensor([0, 1]))
+    with pytest.raises(type(cpu_err.value)):
+        F.nll_loss(x.to("oxide"), torch.tensor([0, 1], device="oxide"))
+
+
+# ---------------------------------------------------------------------------------------
+# Normalisation
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (2, 3, 4, 4)], ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_batch_norm(affine, shape, training):
+    x = randn(*shape)
+    c = shape[1]
+    w = randn(c, seed=1) if affine else None
+    b = randn(c, seed=2) if affine else None
+    rm_c, rv_c = torch.linspace(-1, 1, c), torch.linspace(0.5, 2, c)
+    rm_o, rv_o = rm_c.to("oxide"), rv_c.to("oxide")
+
+    def fn(t, *params):
+        wb = params if affine else (None, None)
+        rm, rv = (rm_c, rv_c) if t.device.type == "cpu" else (rm_o, rv_o)
+        return F.batch_norm(t, rm, rv, *wb, training=training, momentum=0.3, eps=1e-4)
+
+    compare(fn, x, *((w, b) if affine else ()))
+    torch.testing.assert_close(rm_o.cpu(), rm_c)
+    torch.testing.assert_close(rv_o.cpu(), rv_c)
+
+
+def test_batch_norm_module_channels_last_and_no_running_stats():
+    m_c = torch.nn.BatchNorm2d(3)
+    m_o = torch.nn.BatchNorm2d(3).oxide()
+    x = randn(2, 3, 5, 5).detach().contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    compare(lambda t: (m_c if t.device.type == "cpu" else m_o)(t), x)
+    torch.testing.assert_close(m_o.running_var.cpu(), m_c.running_var)
+    no_stats_c = torch.nn.BatchNorm1d(4, track_running_stats=False)
+    no_stats_o = torch.nn.BatchNorm1d(4, track_running_stats=False).oxide()
+    compare(lambda t: (no_stats_c if t.device.type == "cpu" else no_stats_o)(t), randn(5, 4))
+    compare(lambda t: F.instance_norm(t), randn(2, 3, 6))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=dname)
+@pytest.mark.parametrize("normalized", [(5,), (4, 5)], ids=str)
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_layer_norm(affine, normalized, dtype):
+    x = randn(3, 4, 5, dtype=dtype)
+    params = (randn(*normalized, dtype=dtype, seed=1), randn(*normalized, dtype=dtype, seed=2)) if affine else ()
+    compare(lambda t, *p: F.layer_norm(t, normalized, *p, eps=1e-5), x, *params, **tol(dtype))
+
+
+def test_layer_norm_errors_match_cpu():
+    x = randn(3, 4, grad=False)
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        F.layer_norm(x.to("oxide"), (5,))
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_group_norm(affine, groups):
+    x = randn(2, 4, 3, 3)
+    params = (randn(4, seed=1), randn(4, seed=2)) if affine else ()
+    compare(lambda t, *p: F.group_norm(t, groups, *p), x, *params)
+
+
+def test_group_norm_rejects_indivisible_groups():
+    with pytest.raises(RuntimeError):
+        F.group_norm(torch.randn(2, 4, 3, device="oxide"), 3)
+
+
+def test_rms_norm():
+    compare(lambda t, w: F.rms_norm(t, (6,), w), randn(3, 6), randn(6, seed=3))
+    compare(lambda t: F.rms_norm(t, (2, 6)), randn(3, 2, 6))
+
+
+# ---------------------------------------------------------------------------------------
+# Recurrent cells
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_recurrent_layers_forward_backward(kind, bias):
+    torch.manual_seed(0)
+    layer_c = getattr(torch.nn, kind)(4, 5, num_layers=2, bias=bias, batch_first=True)
+    layer_o = getattr(torch.nn, kind)(4, 5, num_layers=2, bias=bias, batch_first=True)
+    layer_o.load_state_dict(layer_c.state_dict())
+    layer_o = layer_o.oxide()
+    x = randn(3, 6, 4)
+    compare(lambda t: (layer_c if t.device.type == "cpu" else layer_o)(t)[0], x)
+    for (name, pc), po in zip(layer_c.named_parameters(), layer_o.parameters()):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, msg=name)
+
+
+def test_lstm_cell_with_state():
+    torch.manual_seed(1)
+    cell_c = torch.nn.LSTMCell(3, 4)
+    cell_o = torch.nn.LSTMCell(3, 4)
+    cell_o.load_state_dict(cell_c.state_dict())
+    cell_o = cell_o.oxide()
+    x, h, c = randn(2, 3), randn(2, 4, seed=1), randn(2, 4, seed=2)
+    compare(lambda a, b, d: (cell_c if a.device.type == "cpu" else cell_o)(a, (b, d)), x, h, c)
+
+
+# ---------------------------------------------------------------------------------------
+# Fused optimizers
+# ---------------------------------------------------------------------------------------
+
+OPTIMIZERS = {
+    "Adam": dict(lr=1e-2, weight_decay=0.1),
+    "Adam-amsgrad-maximize": dict(lr=1e-2, amsgrad=True, maximize=True),
+    "AdamW": dict(lr=1e-2, weight_decay=0.05),
+    "SGD-momentum": dict(lr=0.1, momentum=0.9, weight_decay=1e-3),
+    "SGD-nesterov": dict(lr=0.1, momentum=0.9, nesterov=True, dampening=0.0),
+    "SGD-plain": dict(lr=0.1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dname)
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_fused_optimizer_steps_match_cpu(name, dtype):
+    cls = getattr(torch.optim, name.split("-")[0])
+    kwargs = OPTIMIZERS[name]
+    params_c = [randn(5, 3, dtype=dtype, seed=s).detach().requires_grad_(True) for s in range(3)]
+    params_o = [p.detach().to("oxide").requires_grad_(True) for p in params_c]
+    opt_c = cls(params_c, **kwargs)  # CPU reference: the default (foreach/for-loop) implementation
+    opt_o = cls(params_o, fused=True, **kwargs)
+    for step in range(3):
+        for k, (pc, po) in enumerate(zip(params_c, params_o)):
+            g = randn(5, 3, dtype=dtype, seed=100 * step + k, grad=False)
+            pc.grad, po.grad = g, g.to("oxide")
+        opt_c.step()
+        opt_o.step()
+    for pc, po in zip(params_c, params_o):
+        torch.testing.assert_close(po.detach().cpu(), pc.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adam_with_grad_scaler_skips_non_finite_steps():
+    p = torch.ones(4, device="oxide", requires_grad=True)
+    opt = torch.optim.Adam([p], lr=0.1, fused=True)
+    scaler = torch.amp.GradScaler("oxide", init_scale=4.0)
+    scaler.scale((p * torch.tensor([1.0, 2.0, 3.0, float("inf")], device="oxide")).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+    torch.testing.assert_close(p.detach().cpu(), torch.ones(4))
+    assert scaler.get_scale() == 2.0
+    opt.zero_grad()
+    scaler.scale((p * 2.0).sum()).backward()
+    scaler.step(opt)
+    assert (p.detach().cpu() < 1).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Embedding
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("scale", [False, True], ids=["plain", "scale_grad_by_freq"])
+def test_embedding_backward(scale, padding_idx):
+    w = randn(6, 4)
+    idx = torch.tensor([[0, 2, 5], [2, 2, 1]])
+    compare(lambda t: F.embedding(idx.to(t.device), t, padding_idx=padding_idx, scale_grad_by_freq=scale), w)

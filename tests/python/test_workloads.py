@@ -1,0 +1,114 @@
+"""Acceptance workloads: real models train on oxide with zero CPU fallbacks.
+
+Each test builds one model, copies it to oxide, and runs the same training steps
+(forward, loss, backward, optimizer step) on both devices under OXIDE_FALLBACK=error;
+losses, gradients and updated parameters must match the CPU run. Dropout is disabled
+where a model has it: random streams differ between devices by design.
+"""
+
+import copy
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _native(native_only):
+    yield
+
+
+def train_and_compare(model, batches, loss_fn, make_opt, steps=2, rtol=1e-4, atol=1e-5):
+    """Runs `steps` steps on CPU and oxide from the same weights; compares loss, grads, params."""
+    model_c = model
+    model_o = copy.deepcopy(model).to("oxide")
+    if hasattr(model_o, "tie_weights"):
+        # Module.to() keeps Parameter objects (and so tied weights) only for the backends PyTorch
+        # lists as dense (CPU, CUDA, MPS, ...); PrivateUse1 gets new Parameters, as XLA does.
+        model_o.tie_weights()
+    assert len(list(model_o.parameters())) == len(list(model_c.parameters()))
+    opt_c, opt_o = make_opt(model_c.parameters()), make_opt(model_o.parameters())
+    names = [n for n, _ in model_c.named_parameters()]
+    for step in range(steps):
+        inputs = batches(step)
+        losses = []
+        for m, opt, dev in ((model_c, opt_c, "cpu"), (model_o, opt_o, "oxide")):
+            opt.zero_grad()
+            loss = loss_fn(m, *[t.to(dev) for t in inputs])
+            loss.backward()
+            losses.append(loss)
+        torch.testing.assert_close(losses[1].detach().cpu(), losses[0].detach(), rtol=rtol, atol=atol)
+        for name, pc, po in zip(names, model_c.parameters(), model_o.parameters()):
+            if pc.grad is None:
+                assert po.grad is None, name
+                continue
+            torch.testing.assert_close(po.grad.cpu(), pc.grad, rtol=rtol * 10, atol=atol * 10, msg=name)
+        opt_c.step()
+        opt_o.step()
+    for name, pc, po in zip(names, model_c.parameters(), model_o.parameters()):
+        torch.testing.assert_close(po.detach().cpu(), pc.detach(), rtol=rtol * 10, atol=atol * 10, msg=name)
+    for (name, bc), bo in zip(model_c.named_buffers(), model_o.buffers()):
+        torch.testing.assert_close(bo.cpu(), bc, rtol=rtol * 10, atol=atol * 10, msg=name)
+
+
+def test_digits_cnn_demo_model():
+    spec = importlib.util.spec_from_file_location("digits_cnn", ROOT / "examples" / "digits_cnn.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    x, y, _, _ = demo.load_data(seed=0)
+    torch.manual_seed(0)
+    model = demo.DigitsCNN()
+    train_and_compare(model, lambda s: (x[64 * s:64 * s + 64], y[64 * s:64 * s + 64]),
+                      lambda m, xb, yb: F.cross_entropy(m(xb), yb),
+                      lambda p: torch.optim.Adam(p, lr=3e-3), steps=3)
+
+
+def test_resnet18_training_step():
+    torchvision = pytest.importorskip("torchvision", reason="torchvision is installed by requirements.txt")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    g = torch.Generator().manual_seed(1)
+    batches = lambda s: (torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))  # noqa: E731
+    train_and_compare(model, batches, lambda m, xb, yb: F.cross_entropy(m(xb), yb),
+                      lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), steps=1, rtol=1e-3, atol=1e-4)
+
+
+def test_gpt2_training_step():
+    transformers = pytest.importorskip("transformers", reason="transformers is installed by requirements.txt")
+    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    g = torch.Generator().manual_seed(2)
+    batches = lambda s: (torch.randint(0, 256, (2, 24), generator=g),)  # noqa: E731
+    train_and_compare(model, batches, lambda m, ids: m(ids, labels=ids).loss,
+                      lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True), steps=2, rtol=1e-3, atol=1e-4)
+
+
+class SequenceModel(torch.nn.Module):
+    """(B, T) token ids -> (B, classes) logits: embedding, 2-layer LSTM, GRU, linear head."""
+
+    def __init__(self, vocab=50, dim=16, classes=5):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.lstm = torch.nn.LSTM(dim, dim, num_layers=2, batch_first=True)
+        self.gru = torch.nn.GRU(dim, dim, batch_first=True)
+        self.head = torch.nn.Linear(dim, classes)
+
+    def forward(self, ids):
+        h, _ = self.lstm(self.embed(ids))
+        h, _ = self.gru(h)
+        return self.head(h[:, -1])
+
+
+def test_lstm_gru_sequence_model_training_step():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    batches = lambda s: (torch.randint(0, 50, (4, 7), generator=g), torch.randint(0, 5, (4,), generator=g))  # noqa: E731
+    train_and_compare(SequenceModel(), batches, lambda m, ids, yb: F.cross_entropy(m(ids), yb),
+                      lambda p: torch.optim.Adam(p, lr=1e-2), steps=2)
