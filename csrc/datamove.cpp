@@ -1,11 +1,13 @@
 // Data movement that CPU PyTorch implements with CPU-only loops: scatter with
 // reductions, masked_scatter_, unique, searchsorted/bucketize, bincount and
 // histc. Where PyTorch's operator is device-generic code around a
-// DispatchStub (scatter_reduce, scatter(reduce=), masked_scatter_, histc),
-// we register the stub and reuse the operator, so argument checks, output
-// sizing, `include_self` and `mean`'s division are PyTorch's own; the rest
-// glue PyTorch's checks (BucketizationUtils.h, the unique/bincount rules)
-// to the Rust loops in oxide_kernels::{scatter, unique, search, histogram}.
+// DispatchStub (scatter_reduce, scatter(reduce=), histc), we register the
+// stub and reuse the operator, so argument checks, output sizing,
+// `include_self` and `mean`'s division are PyTorch's own. masked_scatter_'s
+// CPU entry point refuses other devices, so its few checks are restated
+// around the stub kernel; the rest glue PyTorch's checks
+// (BucketizationUtils.h, the unique/bincount rules) to the Rust loops in
+// oxide_kernels::{scatter, unique, search, histogram}.
 #include "kernels.h"
 #include "structured.h"
 
