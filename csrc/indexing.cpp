@@ -4,6 +4,8 @@
 // functions set up shapes, checks and iterators; the loops are Rust
 // (oxide_kernels::index, ::factory, ::pointwise).
 #include "kernels.h"
+
+#include <ATen/Dispatch.h>
 #include "structured.h"
 
 #include <ATen/MemoryOverlap.h>
@@ -98,6 +100,12 @@ void arange_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10
 }
 
 void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10::Scalar& end, int64_t steps) {
+  // CPU converts the ends to the output dtype first: an end the dtype cannot hold raises
+  // (RuntimeError), and dtypes without a CPU loop (bool, uint16..) raise NotImplementedError.
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND2(at::kHalf, at::kBFloat16, iter.dtype(), "linspace", [&] {
+    (void)start.to<scalar_t>();
+    (void)end.to<scalar_t>();
+  });
   sequence(iter, 1, start.toDouble(), end.toDouble(), 0, 0, steps);
 }
 

@@ -1034,7 +1034,33 @@ def data_movement_cases(op, dt):
             cases.append((f"scatter_reduce_ {reduce} on x.t()",
                            lambda a, i, s, r=reduce: a.t().scatter_reduce_(0, i, s, r, include_self=False),
                            x((4, 6), 3), randidx((3, 4), 6, 4), x((3, 4), 5)))
-        return cases
+            cases.append((f"{reduce} dim 0, transposed source, specials",
+                          lambda a, i, s, r=reduce: a.scatter_reduce(0, i, s.t(), r),
+                          x((4, 5), 6, True), randidx((3, 5), 4, 7), x((5, 3), 8, True)))
+        return cases + [
+            ("int32 index", lambda a, i, s: a.scatter_reduce(1, i.int(), s, "sum"), x((3, 5), 9), randidx((3, 4), 5, 10),
+             x((3, 4), 11)),
+            ("expanded index", lambda a, i, s: a.scatter_reduce(0, i.expand(3, 5), s, "sum"), x((4, 5), 12),
+             randidx((3, 1), 4, 13), x((3, 5), 14)),
+            ("0-dim", lambda a, i, s: a.scatter_reduce(0, i, s, "amax", include_self=False), x((), 15), idx(0)[0], x((), 16)),
+            ("empty index", lambda a, i, s: a.scatter_reduce(1, i, s, "prod"), x((3, 5), 17), randidx((3, 0), 5, 18),
+             x((3, 0), 19)),
+            ("index out of range raises", lambda a, i, s: a.scatter_reduce(1, i, s, "sum"), x((3, 5), 20),
+             idx(5).reshape(1, 1), x((1, 1), 21)),
+            ("negative index raises", lambda a, i, s: a.scatter_reduce(1, i, s, "amin"), x((3, 5), 22),
+             idx(-1).reshape(1, 1), x((1, 1), 23)),
+            ("unknown reduce raises", lambda a, i, s: a.scatter_reduce(1, i, s, "max"), x((3, 5), 24),
+             randidx((3, 2), 5, 25), x((3, 2), 26)),
+            ("out of wrong size", with_out(lambda a, i, s, out: torch.scatter_reduce(a, 1, i, s, "mean", out=out)),
+             x((3, 5), 27), randidx((3, 4), 5, 28), x((3, 4), 29), o()),
+            ("scatter reduce='add'", lambda a, i, s: a.scatter(1, i, s, reduce="add"), x((3, 5), 30), randidx((3, 4), 5, 31),
+             x((3, 4), 32)),
+            ("scatter_ reduce='multiply' on x.t()", lambda a, i, s: a.t().scatter_(0, i, s, reduce="multiply"), x((4, 6), 33),
+             randidx((3, 4), 6, 34), x((3, 4), 35)),
+            ("scatter value reduce='add'", lambda a, i: a.scatter(1, i, 2, reduce="add"), x((3, 5), 36), randidx((3, 4), 5, 37)),
+            ("scatter value reduce='multiply'", lambda a, i: a.scatter(1, i, 3, reduce="multiply"), x((3, 5), 38),
+             randidx((3, 4), 5, 39)),
+        ]
     if op == "index_add":
         return [
             ("dim 0 duplicate index", lambda a, i, s: a.index_add(0, i, s), x((5, 3), 0), idx(0, 2, 2, 4), x((4, 3), 1)),
@@ -1114,6 +1140,13 @@ def data_movement_cases(op, dt):
             ("masked_scatter_ on x.t()", lambda a, m, s: a.t().masked_scatter_(m, s), x((4, 6), 6), mask((6, 4), 7),
              x((5, 5), 8)),
             ("transposed source", lambda a, m, s: a.masked_scatter(m, s.t()), x((3, 5), 9), mask((3, 5), 10), x((5, 3), 11)),
+            ("masked_scatter_ on x[:, ::2], broadcast mask", lambda a, m, s: a[:, ::2].masked_scatter_(m, s), x((4, 6), 12),
+             mask((3,), 13), x((12,), 14)),
+            ("0-dim", lambda a, m, s: a.masked_scatter(m, s), x((), 15), mask((), 16), x((2,), 17)),
+            ("empty", lambda a, m, s: a.masked_scatter(m, s), x((0, 3), 18), mask((0, 3), 19), x((0,), 20)),
+            ("too few source elements raises", lambda a, m, s: a.masked_scatter(m, s), x((3,), 21),
+             torch.ones(3, dtype=torch.bool), x((2,), 22)),
+            ("source of another dtype raises", lambda a, m, s: a.masked_scatter(m, s), x((3,), 23), mask((3,), 24), f64((3,))),
         ]
     if op == "nonzero":
         return [
@@ -1202,6 +1235,20 @@ def data_movement_cases(op, dt):
              few((5, 3), 1).t()),
             ("dim 0", lambda a: torch.unique(a, dim=0, return_counts=True), few((6, 2), 2)),
             ("empty", lambda a: torch.unique(a, return_inverse=True, return_counts=True), x((0,), 3)),
+            ("nan/inf, sorted=False", lambda a: torch.unique(a, sorted=False, return_inverse=True, return_counts=True),
+             x((3, 5), 4, True)),
+            ("0-dim", lambda a: torch.unique(a, return_inverse=True), x((), 5)),
+            ("dim 1 of a 3-d tensor", lambda a: torch.unique(a, dim=1, return_inverse=True, return_counts=True),
+             few((2, 6, 2), 6)),
+            ("dim -1 transposed", lambda a: torch.unique(a, dim=-1), few((5, 2), 7).t()),
+            ("dim 0 of an empty (0, 3)", lambda a: torch.unique(a, dim=0, return_counts=True), x((0, 3), 8)),
+            ("dim 0 with another empty dim raises", lambda a: torch.unique(a, dim=0), x((3, 0), 9)),
+            ("consecutive", lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True),
+             few((12,), 10).sort().values),
+            ("consecutive transposed", lambda a: torch.unique_consecutive(a, return_counts=True), few((4, 3), 11).t()),
+            ("consecutive dim 0", lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True, dim=0),
+             few((6, 2), 12).repeat_interleave(2, 0)),
+            ("consecutive empty", lambda a: torch.unique_consecutive(a, return_inverse=True), x((0,), 13)),
         ]
     if op == "searchsorted":
         seq = _sorted(few((7,), 0))
@@ -1216,6 +1263,24 @@ def data_movement_cases(op, dt):
             ("scalar value", lambda s: torch.searchsorted(s, 1), seq),
             ("transposed values", lambda s, v: torch.searchsorted(s, v), seq, few((4, 3), 8).t()),
             ("empty values", lambda s, v: torch.searchsorted(s, v), seq, x((0,), 9)),
+            ("batched sorter, right", lambda s, v, srt: torch.searchsorted(s, v, right=True, sorter=srt), few((3, 7), 10),
+             few((3, 4), 11), few((3, 7), 10).argsort(stable=True)),
+            ("non-contiguous sequence and values", lambda s, v: torch.searchsorted(s[::2], v.t()), _sorted(few((14,), 12)),
+             few((4, 3), 13)),
+            ("values with nan/inf", lambda s, v: torch.searchsorted(s, v), seq, x((3, 5), 14, True)),
+            ("float64 values promote", lambda s, v: torch.searchsorted(s, v), seq, f64((3,))),
+            ("empty sequence", lambda s, v: torch.searchsorted(s, v), x((0,), 15), few((3,), 16)),
+            ("out=", with_out(lambda s, v, out: torch.searchsorted(s, v, out=out)), seq, few((3, 4), 17), idx(1, 2)),
+            ("out= of the wrong dtype raises", with_out(lambda s, v, out: torch.searchsorted(s, v, out_int32=True, out=out)),
+             seq, few((3, 4), 18), idx(1, 2)),
+            ("side and right conflict raises", lambda s, v: torch.searchsorted(s, v, right=True, side="left"), seq,
+             few((3,), 19)),
+            ("sorter out of range raises", lambda s, v, srt: torch.searchsorted(s, v, sorter=srt), few((3,), 20),
+             few((2,), 21), idx(0, 3, 1)),
+            ("bucketize", lambda v, b: torch.bucketize(v, b), few((3, 4), 22), seq),
+            ("bucketize right out_int32", lambda v, b: torch.bucketize(v, b, right=True, out_int32=True), few((3, 4), 23), seq),
+            ("bucketize scalar", lambda b: torch.bucketize(1, b), seq),
+            ("bucketize 2-d boundaries raises", lambda v, b: torch.bucketize(v, b), few((3,), 24), _sorted(few((2, 3), 25))),
         ]
     if op == "bincount":
         v = make((12,), dt, 0, "nonneg")
@@ -1227,6 +1292,12 @@ def data_movement_cases(op, dt):
             ("step-sliced", lambda a: a[::2].bincount(), v),
             ("empty", lambda a: a.bincount(), make((0,), dt, 3)),
             ("negative values raise (signed)", lambda a: a.bincount(), make((12,), dt, 4, "any")),
+            ("int64 weights sum as float64", lambda a, w: a.bincount(w), v, make((12,), torch.int64, 5)),
+            ("weights of the wrong length raise", lambda a, w: a.bincount(w), v, make((5,), torch.float32, 6)),
+            ("empty with minlength and weights", lambda a, w: a.bincount(w, minlength=4), make((0,), dt, 7),
+             make((0,), torch.float64, 8)),
+            ("negative minlength raises", lambda a: a.bincount(minlength=-1), v),
+            ("2-d raises", lambda a: torch.bincount(a), make((3, 4), dt, 9, "nonneg")),
         ]
     if op == "histc":
         return [
@@ -1235,6 +1306,14 @@ def data_movement_cases(op, dt):
             ("values on the edges", lambda a: torch.histc(a, bins=3, min=-1, max=1), few((3, 5), 2)),
             ("nan with an explicit range", lambda a: torch.histc(a, bins=4, min=-3, max=3), x((3, 5), 3, True)),
             ("empty", lambda a: torch.histc(a, bins=3, min=0, max=1), x((0,), 4)),
+            ("values outside a narrow range", lambda a: torch.histc(a, bins=7, min=-0.5, max=1), x((4, 6), 5)[1:, ::2]),
+            ("min == max picks the data range", lambda a: torch.histc(a, bins=6, min=1.5, max=1.5), few((3, 5), 6)),
+            ("constant input widens by 1", lambda a: torch.histc(a, bins=4), torch.ones(5, dtype=dt)),
+            ("empty with min == max", lambda a: torch.histc(a, bins=2), x((0,), 7)),
+            ("out of wrong size", with_out(lambda a, out: torch.histc(a, bins=4, min=-1, max=1, out=out)), x((3, 5), 8), o()),
+            ("bins=0 raises", lambda a: torch.histc(a, bins=0), x((3,), 9)),
+            ("min > max raises", lambda a: torch.histc(a, bins=3, min=2, max=1), x((3,), 10)),
+            ("nan with the data range raises", lambda a: torch.histc(a, bins=3), x((3, 5), 11, True)),
         ]
     raise AssertionError(op)
 
@@ -1247,7 +1326,7 @@ DATA_MOVEMENT = ["cat", "stack", "index_select", "gather", "scatter", "scatter_a
 
 # Operators that still run on the CPU fallback: under native_only they must raise. strict=True
 # makes a newly native operator fail here until it is moved out of this set.
-STILL_FALLBACK = {"scatter_reduce", "masked_scatter", "unique", "searchsorted", "bincount", "histc"}
+STILL_FALLBACK = set()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)

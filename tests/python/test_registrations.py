@@ -17,6 +17,10 @@ NATIVE_OPS = [
     "aten::_local_scalar_dense", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
     "aten::set_.source_Tensor", "aten::set_", "aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_",
     "aten::record_stream", "aten::convolution", "aten::convolution_backward",
+    # datamove.cpp: operators and the structured wrappers around stub-backed PyTorch code
+    "aten::scatter_reduce.two", "aten::scatter.reduce", "aten::scatter.value_reduce", "aten::masked_scatter_",
+    "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::searchsorted.Tensor",
+    "aten::bucketize.Tensor", "aten::bincount", "aten::histc",
 ]
 
 

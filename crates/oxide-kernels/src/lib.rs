@@ -30,6 +30,7 @@ pub mod dtype;
 pub mod error;
 pub mod factory;
 pub mod fill;
+pub mod histogram;
 pub mod index;
 pub mod iter;
 pub mod layout;
@@ -43,7 +44,10 @@ pub mod pointwise;
 pub mod random;
 pub mod reduce;
 pub mod scan;
+pub mod scatter;
+pub mod search;
 pub mod sort;
+pub mod unique;
 
 pub use dtype::{DType, Element};
 pub use half;

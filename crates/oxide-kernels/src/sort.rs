@@ -17,7 +17,7 @@ use crate::iter::GRAIN;
 use crate::with_real_dtype;
 
 /// An element type with an order-preserving `u64` key.
-trait SortKey: Element {
+pub(crate) trait SortKey: Element {
     fn key(self) -> u64;
 }
 

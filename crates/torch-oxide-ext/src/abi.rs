@@ -1474,3 +1474,264 @@ pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i
         })
     })
 }
+
+/// Reductions of [`oxide_scatter_reduce`] (values of PyTorch's `ReductionType`).
+pub const OXIDE_REDUCE_MAX: i32 = 0;
+pub const OXIDE_REDUCE_MEAN: i32 = 1;
+pub const OXIDE_REDUCE_MIN: i32 = 2;
+pub const OXIDE_REDUCE_SUM: i32 = 3;
+pub const OXIDE_REDUCE_PROD: i32 = 4;
+
+/// Scatter with reduction `reduce` (an `OXIDE_REDUCE_*`) along `dim`: for
+/// every position of the index shape (`ndim` extents), the element of `out`
+/// at that position with coordinate `dim` replaced by the index is combined
+/// with the source element (see `oxide_kernels::scatter::scatter_reduce`).
+/// `dim_size` is `out`'s extent along `dim`; strides are in elements, `ndim`
+/// per operand (all zero for a scalar source); the index is int64 or int32.
+///
+/// # Safety
+/// Arrays hold `ndim` values; every addressed element is live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_scatter_reduce(
+    device: i32,
+    stream: i64,
+    reduce: i32,
+    dtype_code: i32,
+    ndim: usize,
+    shape: *const i64,
+    dim: usize,
+    dim_size: i64,
+    out: *mut c_void,
+    out_strides: *const i64,
+    src: *const c_void,
+    src_strides: *const i64,
+    index_dtype: i32,
+    index: *const c_void,
+    index_strides: *const i64,
+    threads: i32,
+) -> i32 {
+    use oxide_kernels::scatter::{scatter_reduce, ScatterReduce, Strided};
+    ffi(|| {
+        let reduce = match reduce {
+            OXIDE_REDUCE_MAX => ScatterReduce::Amax,
+            OXIDE_REDUCE_MEAN => ScatterReduce::Mean,
+            OXIDE_REDUCE_MIN => ScatterReduce::Amin,
+            OXIDE_REDUCE_SUM => ScatterReduce::Sum,
+            OXIDE_REDUCE_PROD => ScatterReduce::Prod,
+            r => return Err(AbiError::Invalid(format!("unknown scatter reduction {r}"))),
+        };
+        let (dt, idt) = (dtype(dtype_code)?, dtype(index_dtype)?);
+        // SAFETY: caller contract.
+        let shape = extents("scatter_reduce", unsafe { dims(shape, ndim) })?;
+        let conv = |p: *const i64| -> Vec<isize> { unsafe { dims(p, ndim) }.iter().map(|&s| s as isize).collect() };
+        let (os, ss, is) = (conv(out_strides), conv(src_strides), conv(index_strides));
+        let numel: usize = shape.iter().product();
+        // A broadcast scalar source may live in host memory (a CPU scalar): only strided operands are checked.
+        let mut operands = vec![out as *const c_void, index];
+        if ss.iter().any(|&s| s != 0) {
+            operands.push(src);
+        }
+        launch(device, stream, numel, &operands, || unsafe {
+            scatter_reduce(
+                reduce,
+                dt,
+                &shape,
+                dim,
+                dim_size.max(0) as usize,
+                Strided { ptr: out as *mut u8, strides: &os },
+                Strided { ptr: src as *mut u8, strides: &ss },
+                idt,
+                Strided { ptr: index as *mut u8, strides: &is },
+                threads.max(1) as usize,
+            )
+        })
+    })
+}
+
+/// `masked_scatter_` over `iter` (output, bool mask; linear order): the
+/// k-th set mask element receives element k of the contiguous `source`
+/// (`source_len` elements of the output's dtype).
+///
+/// # Safety
+/// As [`oxide_pointwise`]; `source` holds `source_len` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_masked_scatter(device: i32, stream: i64, iter: *const OxideIter, source: *const c_void, source_len: usize) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter("masked_scatter", &*iter) }?;
+        launch(device, stream, source_len, &[source], || unsafe { oxide_kernels::scatter::masked_scatter(&it, source as *const u8, source_len) })
+    })
+}
+
+/// Stable lexicographic order of `n` contiguous rows of `m` elements at
+/// `data`, written to `perm` (`n` int64): the sort behind `unique`.
+///
+/// # Safety
+/// `data` holds n*m elements of `dtype_code`, `perm` n int64, both live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_argsort_rows(device: i32, stream: i64, dtype_code: i32, n: usize, m: usize, data: *const c_void, perm: *mut i64, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let operands: &[*const c_void] = if m == 0 { &[perm as *const c_void] } else { &[data, perm as *const c_void] };
+        launch(device, stream, n, operands, || unsafe { oxide_kernels::unique::argsort_rows(dt, n, m, data as *const u8, perm, threads.max(1) as usize) })
+    })
+}
+
+/// Groups of equal consecutive rows among `n` contiguous rows of `m`
+/// elements, visited in `perm` order (null: in order): first row of each
+/// group to `reps`, group sizes to `counts` (may be null), each row's group
+/// to `inverse` (may be null); the number of groups to `*groups`.
+///
+/// # Safety
+/// `data` holds n*m elements; `perm` (if non-null) a permutation of 0..n;
+/// `reps`, `counts`, `inverse` n int64 each; all live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_unique_consecutive(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    n: usize,
+    m: usize,
+    data: *const c_void,
+    perm: *const i64,
+    reps: *mut i64,
+    inverse: *mut i64,
+    counts: *mut i64,
+    groups: *mut usize,
+) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let mut operands = vec![reps as *const c_void];
+        for p in [data, perm as *const c_void, inverse as *const c_void, counts as *const c_void] {
+            if !p.is_null() && (m > 0 || p != data) {
+                operands.push(p);
+            }
+        }
+        let k = launch(device, stream, n, &operands, || unsafe { oxide_kernels::unique::unique_consecutive(dt, n, m, data as *const u8, perm, reps, inverse, counts) })?;
+        put(groups, k)
+    })
+}
+
+/// `searchsorted`: for each of the `nvalues` contiguous values, its
+/// insertion position in row `i / per_row` of `boundaries` (contiguous rows
+/// of `len`, ordered through `sorter` when non-null), upper bound when
+/// `right != 0`; written as `out_dtype` (int32/int64) to `out`.
+///
+/// # Safety
+/// Pointers address the stated contiguous elements of live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_searchsorted(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    values: *const c_void,
+    nvalues: usize,
+    per_row: usize,
+    boundaries: *const c_void,
+    len: usize,
+    sorter: *const i64,
+    right: i32,
+    out_dtype: i32,
+    out: *mut c_void,
+    threads: i32,
+) -> i32 {
+    ffi(|| {
+        let (dt, odt) = (dtype(dtype_code)?, dtype(out_dtype)?);
+        let mut operands = vec![values, out as *const c_void];
+        if len > 0 {
+            operands.push(boundaries);
+            if !sorter.is_null() {
+                operands.push(sorter as *const c_void);
+            }
+        }
+        launch(device, stream, nvalues, &operands, || unsafe {
+            oxide_kernels::search::searchsorted(dt, values as *const u8, nvalues, per_row, boundaries as *const u8, len, sorter, right != 0, odt, out as *mut u8, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Smallest and largest of `n` integers at `data` (element stride
+/// `stride`); `*any = false` when `n == 0`. The glue validates `bincount`'s
+/// input and sizes its result with them.
+///
+/// # Safety
+/// `data + i*stride` are live device elements of `dtype_code` for `i < n`.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_bincount_range(device: i32, stream: i64, dtype_code: i32, n: usize, data: *const c_void, stride: i64, min: *mut i64, max: *mut i64, any: *mut bool) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let r = launch(device, stream, n, &[data], || unsafe { oxide_kernels::histogram::bincount_range(dt, n, data as *const u8, stride as isize) })?;
+        let (lo, hi) = r.unwrap_or((0, -1));
+        put(min, lo)?;
+        put(max, hi)?;
+        put(any, r.is_some())
+    })
+}
+
+/// `bincount` of `n` integers at `data` into `out` (`nbins` contiguous
+/// elements, zeroed first): int64 counts when `weights_dtype < 0`, else sums
+/// of the float32/float64 `weights` (element stride `weights_stride`).
+///
+/// # Safety
+/// As [`oxide_bincount_range`]; `weights` likewise; `out` holds `nbins` elements.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_bincount(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    n: usize,
+    data: *const c_void,
+    stride: i64,
+    weights_dtype: i32,
+    weights: *const c_void,
+    weights_stride: i64,
+    out: *mut c_void,
+    nbins: usize,
+) -> i32 {
+    use oxide_kernels::histogram::{bincount, Weights};
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let w = if weights_dtype < 0 { None } else { Some(Weights { dtype: dtype(weights_dtype)?, ptr: weights as *const u8, stride: weights_stride as isize }) };
+        // An empty input's pointer may be null: only what is read is checked.
+        let mut operands = vec![out as *const c_void];
+        if n > 0 {
+            operands.push(data);
+            if w.is_some() {
+                operands.push(weights);
+            }
+        }
+        launch(device, stream, n.max(nbins), &operands, || unsafe {
+            bincount(dt, n, data as *const u8, stride as isize, w, out as *mut u8, nbins)
+        })
+    })
+}
+
+/// `histc` counts of `n` values at `input` (element stride `stride`) in the
+/// bins between the `nedges` contiguous ascending `edges`, into `hist`
+/// (`nedges - 1` contiguous elements); `local_search` refines the
+/// interpolated bin against the edges.
+///
+/// # Safety
+/// Pointers address the stated elements of live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_histc(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    n: usize,
+    input: *const c_void,
+    stride: i64,
+    edges: *const c_void,
+    nedges: usize,
+    local_search: i32,
+    hist: *mut c_void,
+    threads: i32,
+) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let operands: &[*const c_void] = if n == 0 { &[edges, hist as *const c_void] } else { &[input, edges, hist as *const c_void] };
+        launch(device, stream, nedges, operands, || unsafe {
+            oxide_kernels::histogram::histc(dt, n, input as *const u8, stride as isize, edges as *const u8, nedges, local_search != 0, hist as *mut u8, threads.max(1) as usize)
+        })
+    })
+}
