@@ -36,6 +36,7 @@ pub mod layout;
 pub mod linalg;
 pub mod math;
 pub mod nonzero;
+pub mod pool;
 pub mod pointwise;
 pub mod random;
 pub mod reduce;
