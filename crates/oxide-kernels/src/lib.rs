@@ -40,6 +40,7 @@ pub mod nn;
 pub mod norm;
 pub mod nonzero;
 pub mod optim;
+pub mod pool;
 pub mod pointwise;
 pub mod random;
 pub mod reduce;

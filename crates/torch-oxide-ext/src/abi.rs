@@ -1735,3 +1735,119 @@ pub unsafe extern "C" fn oxide_histc(
         })
     })
 }
+
+/// The windows of one pooling call: `planes` contiguous (depth, height,
+/// width) volumes; per axis (index 0 depth, 1 height, 2 width) the input and
+/// output extents and, unless `adaptive` is nonzero, PyTorch's kernel size,
+/// stride, padding and dilation. 2-d pooling passes depth 1 with a kernel,
+/// stride and dilation of 1 and no padding.
+#[repr(C)]
+pub struct OxidePoolGeometry {
+    pub planes: i64,
+    pub input: [i64; 3],
+    pub output: [i64; 3],
+    pub kernel: [i64; 3],
+    pub stride: [i64; 3],
+    pub padding: [i64; 3],
+    pub dilation: [i64; 3],
+    pub adaptive: i32,
+}
+
+/// The kernel crate's view of a geometry: plane count and the three axes.
+fn pool_axes(g: &OxidePoolGeometry) -> Result<(usize, [oxide_kernels::pool::Axis; 3]), AbiError> {
+    use oxide_kernels::pool::{Axis, Window};
+    let size = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("pooling: negative {what} {v}")));
+    let mut axes = [Axis::unit(); 3];
+    for (k, a) in axes.iter_mut().enumerate() {
+        let window = if g.adaptive != 0 {
+            Window::Adaptive
+        } else {
+            Window::Fixed { kernel: size("kernel size", g.kernel[k])?, stride: size("stride", g.stride[k])?, padding: size("padding", g.padding[k])?, dilation: size("dilation", g.dilation[k])? }
+        };
+        *a = Axis { input: size("input size", g.input[k])?, output: size("output size", g.output[k])?, window };
+    }
+    Ok((size("plane count", g.planes)?, axes))
+}
+
+fn plane(extents: &[i64; 3]) -> usize {
+    extents.iter().map(|&e| e.max(0) as usize).product()
+}
+
+/// Max pooling forward (`oxide_kernels::pool::max_pool`): the maxima of the
+/// windows of `input` (`planes` contiguous volumes of `dtype_code`) into
+/// `output` and their flat in-plane offsets into `indices` (both contiguous).
+///
+/// # Safety
+/// `geometry` is valid; `input` holds planes x input volume elements,
+/// `output` and `indices` planes x output volume, all live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_max_pool(device: i32, stream: i64, dtype_code: i32, geometry: *const OxidePoolGeometry, input: *const c_void, output: *mut c_void, indices: *mut i64, threads: i32) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let g = unsafe { &*geometry };
+        let (dt, (planes, axes)) = (dtype(dtype_code)?, pool_axes(g)?);
+        launch(device, stream, planes * plane(&g.output), &[input, output as *const c_void, indices as *const c_void], || unsafe {
+            oxide_kernels::pool::max_pool(dt, planes, &axes, input as *const u8, output as *mut u8, indices, threads.max(1) as usize)
+        })
+    })
+}
+
+/// Max pooling backward (`oxide_kernels::pool::max_pool_backward`): zeroes
+/// `grad_input` (`planes` x `in_plane`, contiguous) and adds each
+/// `grad_output` element (`planes` x `out_plane`) at its `indices` offset.
+///
+/// # Safety
+/// Buffers hold the stated element counts of `dtype_code` (indices: int64) in live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_max_pool_backward(device: i32, stream: i64, dtype_code: i32, planes: usize, in_plane: usize, out_plane: usize, grad_output: *const c_void, indices: *const i64, grad_input: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let ops = [grad_output, indices as *const c_void];
+        let operands: &[*const c_void] = if planes * out_plane > 0 { &ops } else { &[] };
+        launch(device, stream, planes * in_plane, &[&[grad_input as *const c_void], operands].concat(), || unsafe {
+            oxide_kernels::pool::max_pool_backward(dt, planes, in_plane, out_plane, grad_output as *const u8, indices, grad_input as *mut u8, threads.max(1) as usize)
+        })
+    })
+}
+
+fn pool_divisor(adaptive: bool, count_include_pad: i32, has_divisor: i32, divisor: i64) -> oxide_kernels::pool::Divisor {
+    use oxide_kernels::pool::Divisor;
+    if adaptive {
+        Divisor::Adaptive
+    } else if has_divisor != 0 {
+        Divisor::Override(divisor)
+    } else {
+        Divisor::Window { count_include_pad: count_include_pad != 0 }
+    }
+}
+
+/// Average pooling (`oxide_kernels::pool::avg_pool`, or `avg_pool_backward`
+/// when `backward` is nonzero): forward reads `src` (input volumes) and
+/// writes `dst` (output volumes); backward reads `src` (grad_output, output
+/// volumes) and writes `dst` (grad_input, input volumes). The divisor is
+/// PyTorch's: adaptive windows divide by their extents, fixed ones by
+/// `divisor` when `has_divisor` is nonzero, else by the window volume with
+/// (`count_include_pad`) or without padding.
+///
+/// # Safety
+/// `geometry` is valid; `src` and `dst` hold planes x the stated volumes of `dtype_code` in live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_avg_pool(device: i32, stream: i64, dtype_code: i32, geometry: *const OxidePoolGeometry, count_include_pad: i32, has_divisor: i32, divisor: i64, backward: i32, src: *const c_void, dst: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let g = unsafe { &*geometry };
+        let (dt, (planes, axes)) = (dtype(dtype_code)?, pool_axes(g)?);
+        let div = pool_divisor(g.adaptive != 0, count_include_pad, has_divisor, divisor);
+        let threads = threads.max(1) as usize;
+        if backward != 0 {
+            let operands: &[*const c_void] = if planes * plane(&g.output) > 0 { &[src, dst as *const c_void] } else { &[dst as *const c_void] };
+            launch(device, stream, planes * plane(&g.input), operands, || unsafe {
+                oxide_kernels::pool::avg_pool_backward(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
+            })
+        } else {
+            launch(device, stream, planes * plane(&g.output), &[src, dst as *const c_void], || unsafe {
+                oxide_kernels::pool::avg_pool(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
+            })
+        }
+    })
+}
