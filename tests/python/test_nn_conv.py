@@ -141,6 +141,7 @@ def test_channels_last_input():
     compare(fn, [x, w], torch.float32)
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
 @pytest.mark.parametrize("padding", ["same", "valid"])
 @pytest.mark.parametrize("dim,kernel,dilation", [(1, 3, 1), (2, 4, 1), (2, 3, 2), (3, 2, 1)])
 def test_string_padding(dim, kernel, dilation, padding):
