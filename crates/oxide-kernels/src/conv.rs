@@ -125,7 +125,7 @@ impl Conv {
             dilation: spatial(s.dilation, "dilation", 1, 1)?,
             transposed,
         };
-        if cv.in_channels % cv.groups != 0 || cv.out_channels % cv.groups != 0 {
+        if !cv.in_channels.is_multiple_of(cv.groups) || !cv.out_channels.is_multiple_of(cv.groups) {
             return Err(bad(format!("{} groups for {} input and {} output channels", cv.groups, cv.in_channels, cv.out_channels)));
         }
         let w = cv.window();
@@ -269,8 +269,7 @@ fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], cols: &mut [C], thre
                 line[..lo].fill(C::ZERO);
                 line[hi..].fill(C::ZERO);
                 let Some(src) = src else { return };
-                let first = src + (lo * s2) as isize as usize;
-                let first = (first as isize + off) as usize;
+                let first = ((src + lo * s2) as isize + off) as usize;
                 if s2 == 1 {
                     line[lo..hi].copy_from_slice(&img[first..first + (hi - lo)]);
                 } else {
@@ -400,6 +399,7 @@ impl<'a, T: Storage> Out<'a, T> {
 }
 
 /// `c (m x n, row stride ldc) = a @ b + beta * c`, operands as (slice, row stride, column stride).
+#[allow(clippy::too_many_arguments)]
 fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[C], usize, usize), beta: f64, c: &mut [C], ldc: usize) -> Result<()> {
     let mat = |p: *const C, rs: usize, cs: usize| Matrix { ptr: p as *mut u8, batch_stride: 0, row_stride: rs as isize, col_stride: cs as isize };
     // SAFETY: every slice covers the rows and columns its strides address (the callers size them so).
