@@ -20,6 +20,8 @@ Groups and targets:
 - float32 GEMM ``torch.mm``, square 512/1024/2048, with GFLOP/s; <= 1.25
 - per-call overhead on 1-element tensors: add, mul, sum, 1x1 mm, timed over many
   calls; <= 1.5
+- convolution: ``Conv2d(64, 64, 3, padding=1)`` on (8, 64, 32, 32) float32, forward
+  plus backward (input, weight and bias gradients); <= 1.3
 - informative, no target: contiguous copy of a transposed 4096x4096, float32->float16
   cast, softmax.
 
@@ -110,6 +112,18 @@ def _randn2(*shape: int) -> Callable[[], Sequence[torch.Tensor]]:
     return lambda: (torch.randn(*shape), torch.randn(*shape))
 
 
+def _conv_inputs() -> Sequence[torch.Tensor]:
+    x, w, b, gy = torch.randn(8, 64, 32, 32), torch.randn(64, 64, 3, 3) / 24, torch.randn(64), torch.randn(8, 64, 32, 32)
+    return (x.requires_grad_(), w.requires_grad_(), b.requires_grad_(), gy)
+
+
+def _conv_train_step(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, gy: torch.Tensor) -> torch.Tensor:
+    # On oxide the inputs are copies of CPU leaves: gradients are taken with respect to the copies.
+    y = torch.nn.functional.conv2d(x, w, b, padding=1)
+    _, grad_w, _ = torch.autograd.grad(y, (x, w, b), gy)
+    return grad_w
+
+
 def cases() -> List[Case]:
     mat = (1000, 10_000)  # 1e7 elements
     out: List[Case] = [
@@ -131,6 +145,9 @@ def cases() -> List[Case]:
             Case(f"{name} (per call)", "overhead", "x".join(map(str, shape)), _randn2(*shape), op,
                  target=1.5, reps=7, warmup=1, calls=OVERHEAD_CALLS)
         )
+    conv_flops = 3 * 2.0 * 8 * 64 * 64 * 9 * 32 * 32  # forward, grad input, grad weight
+    out.append(Case("conv2d fwd+bwd", "conv", "8x64x32x32, 3x3", _conv_inputs, _conv_train_step, target=1.3,
+                    reps=10, flops=conv_flops))
     out += [
         Case("transpose.contiguous", "info", "4096x4096", _randn(4096, 4096), lambda x: x.t().contiguous()),
         Case("to(float16)", "info", "1e7", _randn(N), lambda x: x.to(torch.float16)),

@@ -109,14 +109,10 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
 }
 
-// Composite operators whose generic kernel never reaches the boxed fallback:
-// convolution picks a backend implementation and ends in the throwing
-// convolution_overrideable; conj_physical_ calls a DispatchStub that has no
-// oxide entry. Registering the counted fallback for them directly keeps them
-// working (and differentiable) until native kernels exist.
+// A composite operator whose generic kernel never reaches the boxed fallback:
+// conj_physical_ calls a DispatchStub that has no oxide entry. Registering the
+// counted fallback for it directly keeps it working until a native kernel exists.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
   m.impl("conj_physical_", torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
 }
 

@@ -16,7 +16,7 @@ NATIVE_OPS = [
     "aten::_reshape_alias", "aten::resize_", "aten::_copy_from", "aten::_copy_from_and_resize",
     "aten::_local_scalar_dense", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
     "aten::set_.source_Tensor", "aten::set_", "aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_",
-    "aten::record_stream", "aten::convolution", "aten::convolution_backward",
+    "aten::record_stream", "aten::convolution_overrideable", "aten::convolution_backward_overrideable",
     # datamove.cpp: operators and the structured wrappers around stub-backed PyTorch code
     "aten::scatter_reduce.two", "aten::scatter.reduce", "aten::scatter.value_reduce", "aten::masked_scatter_",
     "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::searchsorted.Tensor",

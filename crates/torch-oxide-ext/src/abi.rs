@@ -1851,3 +1851,109 @@ pub unsafe extern "C" fn oxide_avg_pool(device: i32, stream: i64, dtype_code: i3
         }
     })
 }
+
+/// One convolution (PyTorch's `ConvParams` with the operands' extents): the
+/// first `ndim` (1 to 3) entries of each spatial array are used. Operands are
+/// contiguous; shapes and weight layouts as `oxide_kernels::conv` describes.
+/// `threads` is PyTorch's `at::get_num_threads()`.
+#[repr(C)]
+pub struct OxideConv {
+    pub ndim: usize,
+    pub batch: i64,
+    pub in_channels: i64,
+    pub out_channels: i64,
+    pub groups: i64,
+    pub transposed: bool,
+    pub input: [i64; 3],
+    pub output: [i64; 3],
+    pub kernel: [i64; 3],
+    pub stride: [i64; 3],
+    pub padding: [i64; 3],
+    pub dilation: [i64; 3],
+    pub threads: i32,
+}
+
+fn conv_desc(c: &OxideConv) -> Result<oxide_kernels::conv::Conv, AbiError> {
+    use oxide_kernels::conv::{Conv, Spatial, MAX_SPATIAL};
+    if c.ndim == 0 || c.ndim > MAX_SPATIAL {
+        return Err(AbiError::Invalid(format!("convolution over {} spatial dimensions (1 to {MAX_SPATIAL} supported)", c.ndim)));
+    }
+    let s = |a: &[i64; 3]| -> Vec<i64> { a[..c.ndim].to_vec() };
+    let (input, output, kernel, stride, padding, dilation) = (s(&c.input), s(&c.output), s(&c.kernel), s(&c.stride), s(&c.padding), s(&c.dilation));
+    let spatial = Spatial { input: &input, output: &output, kernel: &kernel, stride: &stride, padding: &padding, dilation: &dilation };
+    Ok(Conv::new(c.batch, c.in_channels, c.out_channels, c.groups, c.transposed, spatial)?)
+}
+
+/// `output = convolution(input, weight) + bias` (`bias` may be null) for
+/// convolution `conv`, all operands of dtype `dtype_code`, on `stream` of `device`.
+///
+/// # Safety
+/// `conv` points to a valid description; each operand pointer addresses the
+/// contiguous live device memory of its shape; the output overlaps no input.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_convolution(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    conv: *const OxideConv,
+    input: *const c_void,
+    weight: *const c_void,
+    bias: *const c_void,
+    output: *mut c_void,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let c = unsafe { &*conv };
+        let (dt, cv) = (dtype(dtype_code)?, conv_desc(c)?);
+        let mut operands = vec![input, weight, output as *const c_void];
+        if !bias.is_null() {
+            operands.push(bias);
+        }
+        let work = cv.batch * cv.out_channels;
+        let bias = (!bias.is_null()).then_some(bias as *const u8);
+        launch(device, stream, work, &operands, || unsafe {
+            oxide_kernels::conv::convolution(dt, &cv, input as *const u8, weight as *const u8, bias, output as *mut u8, c.threads.max(1) as usize)
+        })
+    })
+}
+
+/// Gradients of convolution `conv` from `grad_output`: `grad_input`,
+/// `grad_weight`, `grad_bias` (each null when not requested; PyTorch's
+/// `output_mask`). `input` is read only for the weight gradient and `weight`
+/// only for the input gradient (either may be null otherwise).
+///
+/// # Safety
+/// As [`oxide_convolution`] for every non-null pointer; the gradients overlap
+/// no operand and each other.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn oxide_convolution_backward(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    conv: *const OxideConv,
+    grad_output: *const c_void,
+    input: *const c_void,
+    weight: *const c_void,
+    grad_input: *mut c_void,
+    grad_weight: *mut c_void,
+    grad_bias: *mut c_void,
+) -> i32 {
+    use oxide_kernels::conv::Grads;
+    ffi(|| {
+        // SAFETY: caller contract.
+        let c = unsafe { &*conv };
+        let (dt, cv) = (dtype(dtype_code)?, conv_desc(c)?);
+        if (!grad_input.is_null() && weight.is_null()) || (!grad_weight.is_null() && input.is_null()) {
+            return Err(AbiError::Invalid("convolution_backward: a requested gradient needs a missing operand".into()));
+        }
+        let given = |p: *mut c_void| (!p.is_null()).then_some(p as *mut u8);
+        let grads = Grads { input: given(grad_input), weight: given(grad_weight), bias: given(grad_bias) };
+        let mut operands = vec![grad_output];
+        operands.extend([input, weight, grad_input, grad_weight, grad_bias].into_iter().filter(|p| !p.is_null()).map(|p| p as *const c_void));
+        let work = cv.batch * cv.out_channels.max(cv.in_channels);
+        launch(device, stream, work, &operands, || unsafe {
+            oxide_kernels::conv::convolution_backward(dt, &cv, grad_output as *const u8, input as *const u8, weight as *const u8, grads, c.threads.max(1) as usize)
+        })
+    })
+}

@@ -1,0 +1,905 @@
+//! Convolution and transposed convolution with 1 to 3 spatial dimensions
+//! (PyTorch's `convolution` / `convolution_backward`), lowered to GEMM.
+//!
+//! Layouts. Every operand is contiguous and channels-first; the glue makes
+//! them so before calling:
+//! - input `(N, C_in, *input)`, output `(N, C_out, *output)`;
+//! - weight `(C_out, C_in / groups, *kernel)`, or `(C_in, C_out / groups, *kernel)`
+//!   for a transposed convolution (PyTorch's weight layouts);
+//! - bias `(C_out)`.
+//!
+//! Spatial extents are given with 1 to 3 entries and padded at the front to three
+//! (extent 1, kernel 1, stride 1, padding 0, dilation 1), so conv1d, conv2d and
+//! conv3d share one code path.
+//!
+//! Algorithm: the unfold-and-multiply lowering (K. Chellapilla, S. Puri, P. Simard,
+//! "High Performance Convolutional Neural Networks for Document Processing", 2006;
+//! the im2col of Caffe). `im2col` copies every receptive field of an image
+//! `(C, *image)` into a column matrix `(C * K, L)`, K = prod(kernel) taps and L
+//! window positions, row `(c, tap)` holding channel c's pixel under that tap at
+//! every position (0 where the window hangs over the padding); `col2im` is its
+//! adjoint (each column entry is added back onto the pixel it came from). With
+//! `W[g]` the weight rows of group g viewed as a matrix, per sample n and group g:
+//!
+//! | | convolution | transposed convolution |
+//! |---|---|---|
+//! | output | `W[g] @ im2col(x)` | `col2im(W[g]^T @ x)` |
+//! | grad input | `col2im(W[g]^T @ gy)` | `W[g] @ im2col(gy)` |
+//! | grad weight | `sum_n gy @ im2col(x)^T` | `sum_n x @ im2col(gy)^T` |
+//!
+//! plus the bias (broadcast over positions) and its gradient (the sum of `gy`
+//! over batch and positions). In both directions the image is the larger spatial
+//! side (conv input, transposed-conv output) and the columns the other one.
+//! The products run on [`crate::linalg::gemm`] (the `matrixmultiply` crate).
+//!
+//! dtypes: float32 and float64 compute in place; float16 and bfloat16 are widened
+//! to float32 on entry, computed in float32 (GEMM and every sum) and rounded
+//! once on exit, as PyTorch's opmath. Other dtypes: [`Error::UnsupportedDtype`].
+//!
+//! Parallelism: samples run one after the other when a product is large enough
+//! for `matrixmultiply` to thread it (im2col/col2im then split channels over
+//! rayon); otherwise (small kernels, depthwise, few channels) samples are split
+//! over up to `threads` rayon tasks, each with its own column buffer and weight
+//! gradient partial.
+
+use std::borrow::Cow;
+
+use rayon::prelude::*;
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::iter::GRAIN;
+use crate::linalg::{gemm, GemmShape, Matrix};
+use crate::math::{Float, Num};
+
+/// Spatial dimensions the kernels handle.
+pub const MAX_SPATIAL: usize = 3;
+
+/// Shape and parameters of one convolution. Spatial arrays are front-padded to
+/// [`MAX_SPATIAL`] entries (see [`Conv::new`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub groups: usize,
+    /// Spatial extents of the input.
+    pub input: [usize; MAX_SPATIAL],
+    /// Spatial extents of the output.
+    pub output: [usize; MAX_SPATIAL],
+    /// Spatial extents of the weight.
+    pub kernel: [usize; MAX_SPATIAL],
+    pub stride: [usize; MAX_SPATIAL],
+    pub padding: [usize; MAX_SPATIAL],
+    pub dilation: [usize; MAX_SPATIAL],
+    /// Transposed convolution (the adjoint of the convolution's input map).
+    pub transposed: bool,
+}
+
+/// Per-dimension spatial lists of a [`Conv`], 1 to 3 entries each.
+#[derive(Debug, Clone, Copy)]
+pub struct Spatial<'a> {
+    pub input: &'a [i64],
+    pub output: &'a [i64],
+    pub kernel: &'a [i64],
+    pub stride: &'a [i64],
+    pub padding: &'a [i64],
+    pub dilation: &'a [i64],
+}
+
+impl Conv {
+    /// Builds and validates a convolution description.
+    ///
+    /// Errors: [`Error::InvalidLayout`] when the spatial lists differ in length
+    /// or are not 1 to 3 long, an extent or padding is negative, a stride,
+    /// dilation, kernel extent or `groups` is below 1, `groups` does not divide
+    /// both channel counts, or the output extents are not those the input,
+    /// kernel, stride, padding and dilation give (for a transposed convolution:
+    /// the input is larger than the convolution of the output would be). PyTorch
+    /// checks all of this before the kernel runs; the check here keeps a wrong
+    /// call from touching memory outside its operands.
+    pub fn new(batch: i64, in_channels: i64, out_channels: i64, groups: i64, transposed: bool, s: Spatial) -> Result<Conv> {
+        let bad = |reason: String| Error::InvalidLayout { op: "convolution", reason };
+        let nd = s.input.len();
+        if !(1..=MAX_SPATIAL).contains(&nd) || [s.output, s.kernel, s.stride, s.padding, s.dilation].iter().any(|l| l.len() != nd) {
+            return Err(bad(format!("spatial lists of lengths {:?}", [s.input, s.output, s.kernel, s.stride, s.padding, s.dilation].map(|l| l.len()))));
+        }
+        let count = |v: i64, what: &str, min: i64| usize::try_from(v).ok().filter(|&u| u as i64 >= min).ok_or_else(|| bad(format!("{what} {v}")));
+        let spatial = |l: &[i64], what: &str, min: i64, fill: usize| -> Result<[usize; MAX_SPATIAL]> {
+            let mut a = [fill; MAX_SPATIAL];
+            for (k, &v) in l.iter().enumerate() {
+                a[MAX_SPATIAL - nd + k] = count(v, what, min)?;
+            }
+            Ok(a)
+        };
+        let cv = Conv {
+            batch: count(batch, "batch size", 0)?,
+            in_channels: count(in_channels, "input channels", 0)?,
+            out_channels: count(out_channels, "output channels", 0)?,
+            groups: count(groups, "groups", 1)?,
+            input: spatial(s.input, "input extent", 0, 1)?,
+            output: spatial(s.output, "output extent", 0, 1)?,
+            kernel: spatial(s.kernel, "kernel extent", 1, 1)?,
+            stride: spatial(s.stride, "stride", 1, 1)?,
+            padding: spatial(s.padding, "padding", 0, 0)?,
+            dilation: spatial(s.dilation, "dilation", 1, 1)?,
+            transposed,
+        };
+        if !cv.in_channels.is_multiple_of(cv.groups) || !cv.out_channels.is_multiple_of(cv.groups) {
+            return Err(bad(format!("{} groups for {} input and {} output channels", cv.groups, cv.in_channels, cv.out_channels)));
+        }
+        let w = cv.window();
+        for d in 0..MAX_SPATIAL {
+            let fits = w.positions(d).is_some_and(|p| if transposed { w.grid[d] <= p } else { w.grid[d] == p });
+            if !fits {
+                return Err(bad(format!("input extents {:?} and output extents {:?} do not match the kernel {:?}", cv.input, cv.output, cv.kernel)));
+            }
+        }
+        Ok(cv)
+    }
+
+    fn window(&self) -> Window {
+        let (image, grid) = if self.transposed { (self.output, self.input) } else { (self.input, self.output) };
+        Window { image, grid, kernel: self.kernel, stride: self.stride, padding: self.padding, dilation: self.dilation }
+    }
+
+    /// Channels of the image side (conv input, transposed-conv output) and of the column side, per group.
+    fn group_channels(&self) -> (usize, usize) {
+        let (i, o) = (self.in_channels / self.groups, self.out_channels / self.groups);
+        if self.transposed { (o, i) } else { (i, o) }
+    }
+
+    /// Elements of the input, weight and output.
+    fn lens(&self) -> (usize, usize, usize) {
+        let p = |a: [usize; MAX_SPATIAL]| a.iter().product::<usize>();
+        let weight = self.in_channels / self.groups * self.out_channels * p(self.kernel);
+        (self.batch * self.in_channels * p(self.input), weight, self.batch * self.out_channels * p(self.output))
+    }
+}
+
+/// The sliding window between an image and its column grid: grid position `o`
+/// and tap `t` read image index `o * stride - padding + t * dilation` per dimension.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    image: [usize; MAX_SPATIAL],
+    grid: [usize; MAX_SPATIAL],
+    kernel: [usize; MAX_SPATIAL],
+    stride: [usize; MAX_SPATIAL],
+    padding: [usize; MAX_SPATIAL],
+    dilation: [usize; MAX_SPATIAL],
+}
+
+impl Window {
+    fn image_len(&self) -> usize {
+        self.image.iter().product()
+    }
+    fn grid_len(&self) -> usize {
+        self.grid.iter().product()
+    }
+    fn taps(&self) -> usize {
+        self.kernel.iter().product()
+    }
+
+    /// Window positions that fit in the padded image along `d` (None: not one).
+    fn positions(&self, d: usize) -> Option<usize> {
+        let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
+        (self.image[d] + 2 * self.padding[d]).checked_sub(span).map(|r| r / self.stride[d] + 1)
+    }
+
+    /// Columns equal the image: 1-tap window, unit stride, no padding, same extents.
+    fn is_identity(&self) -> bool {
+        self.taps() == 1 && self.stride == [1; MAX_SPATIAL] && self.padding == [0; MAX_SPATIAL] && self.image == self.grid
+    }
+
+    /// Image offset of tap `t` along `d` relative to `o * stride`.
+    fn offset(&self, d: usize, t: usize) -> isize {
+        (t * self.dilation[d]) as isize - self.padding[d] as isize
+    }
+
+    /// Grid positions `[lo, hi)` along `d` whose tap `t` lands inside the image.
+    fn inside(&self, d: usize, t: usize) -> (usize, usize) {
+        let (off, s) = (self.offset(d, t), self.stride[d]);
+        // o * s + off in [0, image): o >= ceil(-off / s) and o < ceil((image - off) / s).
+        let lo = if off >= 0 { 0 } else { (off.unsigned_abs()).div_ceil(s) };
+        let limit = self.image[d] as isize - off;
+        let hi = if limit <= 0 { 0 } else { (limit as usize).div_ceil(s).min(self.grid[d]) };
+        (lo.min(hi), hi)
+    }
+
+    /// Calls `f(image_row, grid_row, lo, hi)` for every line of tap `tap`: the grid
+    /// row (`grid[2]` long) starting at `grid_row` and the image row (`image[2]`
+    /// long) at `image_row`, where grid positions `[lo, hi)` of the line read the
+    /// image; `image_row` is None for lines entirely in the padding.
+    fn for_each_line(&self, tap: [usize; MAX_SPATIAL], mut f: impl FnMut(Option<usize>, usize, usize, usize)) {
+        let r: [(usize, usize); MAX_SPATIAL] = std::array::from_fn(|d| self.inside(d, tap[d]));
+        let (lo, hi) = r[2];
+        for o0 in 0..self.grid[0] {
+            for o1 in 0..self.grid[1] {
+                let g = (o0 * self.grid[1] + o1) * self.grid[2];
+                if (r[0].0..r[0].1).contains(&o0) && (r[1].0..r[1].1).contains(&o1) {
+                    let i0 = (o0 * self.stride[0]) as isize + self.offset(0, tap[0]);
+                    let i1 = (o1 * self.stride[1]) as isize + self.offset(1, tap[1]);
+                    f(Some((i0 as usize * self.image[1] + i1 as usize) * self.image[2]), g, lo, hi);
+                } else {
+                    f(None, g, 0, 0);
+                }
+            }
+        }
+    }
+
+    /// Tap index `t` (row-major over the kernel) as per-dimension taps.
+    fn tap(&self, t: usize) -> [usize; MAX_SPATIAL] {
+        [t / (self.kernel[1] * self.kernel[2]), t / self.kernel[2] % self.kernel[1], t % self.kernel[2]]
+    }
+}
+
+/// How many rayon tasks `work` elements deserve with `threads` allowed.
+fn tasks_for(work: usize, threads: usize) -> usize {
+    if threads <= 1 { 1 } else { (work / GRAIN).clamp(1, threads) }
+}
+
+/// Runs `f(channel, chunk)` for the `channels` consecutive chunks of `per_channel`
+/// elements of `data`, split over rayon tasks when the work is large.
+fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_channel: usize, threads: usize, f: impl Fn(usize, &mut [C]) + Sync) {
+    if per_channel == 0 {
+        return;
+    }
+    let tasks = tasks_for(data.len(), threads).min(channels);
+    if tasks <= 1 {
+        data.chunks_mut(per_channel).enumerate().for_each(|(c, chunk)| f(c, chunk));
+        return;
+    }
+    let per_task = channels.div_ceil(tasks);
+    data.par_chunks_mut(per_task * per_channel).enumerate().for_each(|(t, part)| {
+        part.chunks_mut(per_channel).enumerate().for_each(|(c, chunk)| f(t * per_task + c, chunk));
+    });
+}
+
+/// Unfolds `image` `(channels, *w.image)` into `cols` `(channels * taps, grid_len)`, row-major.
+fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], cols: &mut [C], threads: usize) {
+    let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
+    let (g2, s2) = (w.grid[2], w.stride[2]);
+    for_each_channel(&mut cols[..channels * taps * gl], channels, taps * gl, threads, |c, rows| {
+        let img = &image[c * il..(c + 1) * il];
+        for (t, row) in rows.chunks_mut(gl).enumerate() {
+            let tap = w.tap(t);
+            let off = w.offset(2, tap[2]);
+            w.for_each_line(tap, |src, g, lo, hi| {
+                let line = &mut row[g..g + g2];
+                line[..lo].fill(C::ZERO);
+                line[hi..].fill(C::ZERO);
+                let Some(src) = src else { return };
+                let first = ((src + lo * s2) as isize + off) as usize;
+                if s2 == 1 {
+                    line[lo..hi].copy_from_slice(&img[first..first + (hi - lo)]);
+                } else {
+                    for (k, v) in line[lo..hi].iter_mut().enumerate() {
+                        *v = img[first + k * s2];
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Folds `cols` `(channels * taps, grid_len)` into `image` `(channels, *w.image)`:
+/// the image is overwritten with the sum of the column entries read from each pixel.
+fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], image: &mut [C], threads: usize) {
+    let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
+    let s2 = w.stride[2];
+    for_each_channel(&mut image[..channels * il], channels, il, threads, |c, img| {
+        img.fill(C::ZERO);
+        let rows = &cols[c * taps * gl..(c + 1) * taps * gl];
+        for (t, row) in rows.chunks(gl).enumerate() {
+            let tap = w.tap(t);
+            let off = w.offset(2, tap[2]);
+            w.for_each_line(tap, |dst, g, lo, hi| {
+                let Some(dst) = dst else { return };
+                let first = ((dst + lo * s2) as isize + off) as usize;
+                let line = &row[g + lo..g + hi];
+                if s2 == 1 {
+                    for (p, &v) in img[first..first + line.len()].iter_mut().zip(line) {
+                        *p = *p + v;
+                    }
+                } else {
+                    for (k, &v) in line.iter().enumerate() {
+                        let p = &mut img[first + k * s2];
+                        *p = *p + v;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The compute types: float32 and float64.
+trait Acc: Float + Send + Sync {}
+impl Acc for f32 {}
+impl Acc for f64 {}
+
+/// A storage dtype and its compute type.
+trait Storage: Element {
+    type Acc: Acc;
+    /// `n` elements at `p` as compute type: borrowed when they already are, else a widened copy.
+    ///
+    /// # Safety
+    /// `p` addresses `n` readable elements (it may be dangling when `n == 0`).
+    unsafe fn read<'a>(p: *const u8, n: usize) -> Cow<'a, [Self::Acc]>;
+    /// Rounds a computed value to storage.
+    fn narrow(v: Self::Acc) -> Self;
+    /// True when the compute type is the storage type (outputs are written in place).
+    const IN_PLACE: bool;
+}
+
+macro_rules! storage {
+    ($t:ty, $acc:ty, $in_place:expr, |$x:ident| $widen:expr, |$v:ident| $narrow:expr) => {
+        impl Storage for $t {
+            type Acc = $acc;
+            unsafe fn read<'a>(p: *const u8, n: usize) -> Cow<'a, [$acc]> {
+                if n == 0 {
+                    return Cow::Borrowed(&[]);
+                }
+                // SAFETY: caller contract; device memory of a tensor is element-aligned.
+                let s = unsafe { std::slice::from_raw_parts(p as *const $t, n) };
+                #[allow(clippy::useless_conversion)]
+                if $in_place {
+                    // SAFETY: `$t` and `$acc` are the same type in this arm.
+                    Cow::Borrowed(unsafe { std::slice::from_raw_parts(s.as_ptr() as *const $acc, n) })
+                } else {
+                    Cow::Owned(s.iter().map(|&$x| $widen).collect())
+                }
+            }
+            fn narrow($v: $acc) -> Self {
+                $narrow
+            }
+            const IN_PLACE: bool = $in_place;
+        }
+    };
+}
+storage!(f32, f32, true, |x| x, |v| v);
+storage!(f64, f64, true, |x| x, |v| v);
+storage!(half::f16, f32, false, |x| x.to_f32(), |v| half::f16::from_f32(v));
+storage!(half::bf16, f32, false, |x| x.to_f32(), |v| half::bf16::from_f32(v));
+
+/// An output of `n` elements of `T` at `p`, written through a compute-type
+/// slice: the memory itself for float32/float64, else a buffer rounded into it
+/// by [`Out::finish`].
+struct Out<'a, T: Storage> {
+    ptr: *mut T,
+    buf: Option<Vec<T::Acc>>,
+    direct: &'a mut [T::Acc],
+}
+
+impl<'a, T: Storage> Out<'a, T> {
+    /// # Safety
+    /// `p` addresses `n` writable elements of `T` nothing else references during the call.
+    unsafe fn new(p: *mut u8, n: usize) -> Out<'a, T> {
+        if T::IN_PLACE && n > 0 {
+            // SAFETY: caller contract; `T` is its own compute type.
+            let direct = unsafe { std::slice::from_raw_parts_mut(p as *mut T::Acc, n) };
+            Out { ptr: p as *mut T, buf: None, direct }
+        } else {
+            Out { ptr: p as *mut T, buf: Some(vec![T::Acc::ZERO; n]), direct: &mut [] }
+        }
+    }
+    fn slice(&mut self) -> &mut [T::Acc] {
+        match &mut self.buf {
+            Some(b) => b,
+            None => self.direct,
+        }
+    }
+    fn finish(self) {
+        if let Some(b) = self.buf {
+            for (k, &v) in b.iter().enumerate() {
+                // SAFETY: `new`'s contract: `ptr` addresses `b.len()` elements.
+                unsafe { self.ptr.add(k).write(T::narrow(v)) };
+            }
+        }
+    }
+}
+
+/// `c (m x n, row stride ldc) = a @ b + beta * c`, operands as (slice, row stride, column stride).
+#[allow(clippy::too_many_arguments)]
+fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[C], usize, usize), beta: f64, c: &mut [C], ldc: usize) -> Result<()> {
+    let mat = |p: *const C, rs: usize, cs: usize| Matrix { ptr: p as *mut u8, batch_stride: 0, row_stride: rs as isize, col_stride: cs as isize };
+    // SAFETY: every slice covers the rows and columns its strides address (the callers size them so).
+    unsafe { gemm(C::DTYPE, GemmShape { batch: 1, m, n, k }, 1.0, mat(a.0.as_ptr(), a.1, a.2), mat(b.0.as_ptr(), b.1, b.2), beta, mat(c.as_mut_ptr(), ldc, 1)) }
+}
+
+/// Output of one sample: `x` `(C_in, *input)` into `y` `(C_out, *output)`.
+fn forward_sample<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], cols: &mut Vec<C>, threads: usize) -> Result<()> {
+    let win = cv.window();
+    let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
+    let (ic, gc) = cv.group_channels();
+    let kk = ic * taps;
+    let wg = ic * gc * taps;
+    let identity = win.is_identity();
+    cols.resize(if identity { 0 } else { kk * gl }, C::ZERO);
+    for g in 0..cv.groups {
+        let wgt = &w[g * wg..(g + 1) * wg];
+        if !cv.transposed {
+            // y[g] (gc x L) = W[g] (gc x kk) @ im2col(x[g]) (kk x L).
+            let xg = &x[g * ic * il..(g + 1) * ic * il];
+            if !identity {
+                im2col(&win, ic, xg, cols, threads);
+            }
+            let src: &[C] = if identity { xg } else { cols };
+            let yg = &mut y[g * gc * gl..(g + 1) * gc * gl];
+            product(gc, gl, kk, (wgt, kk, 1), (src, gl, 1), 0.0, yg, gl)?;
+        } else {
+            // y[g] (ic x image) = col2im(W[g]^T (kk x gc) @ x[g] (gc x L)).
+            let xg = &x[g * gc * gl..(g + 1) * gc * gl];
+            let yg = &mut y[g * ic * il..(g + 1) * ic * il];
+            if identity {
+                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, yg, gl)?;
+            } else {
+                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, cols, gl)?;
+                col2im(&win, ic, cols, yg, threads);
+            }
+        }
+    }
+    if let Some(b) = bias {
+        let plane = if cv.transposed { il } else { gl };
+        for (row, &bv) in y.chunks_mut(plane.max(1)).zip(b) {
+            row.iter_mut().for_each(|v| *v = *v + bv);
+        }
+    }
+    Ok(())
+}
+
+/// Gradients of one sample: `gx` `(C_in, *input)` is overwritten, `gw` accumulated
+/// into. `x` is read only for `gw` and `w` only for `gx` (either may be empty otherwise).
+#[allow(clippy::too_many_arguments)]
+fn backward_sample<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, cols: &mut Vec<C>, threads: usize) -> Result<()> {
+    let win = cv.window();
+    let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
+    let (ic, gc) = cv.group_channels();
+    let kk = ic * taps;
+    let wg = ic * gc * taps;
+    let identity = win.is_identity();
+    cols.resize(if identity { 0 } else { kk * gl }, C::ZERO);
+    for g in 0..cv.groups {
+        let (wr, gwr) = (g * wg..(g + 1) * wg, g * wg..(g + 1) * wg);
+        if !cv.transposed {
+            let gyg = &gy[g * gc * gl..(g + 1) * gc * gl];
+            if let Some(gx) = gx.as_deref_mut() {
+                // gx[g] = col2im(W[g]^T (kk x gc) @ gy[g] (gc x L)).
+                let gxg = &mut gx[g * ic * il..(g + 1) * ic * il];
+                if identity {
+                    product(kk, gl, gc, (&w[wr], 1, kk), (gyg, gl, 1), 0.0, gxg, gl)?;
+                } else {
+                    product(kk, gl, gc, (&w[wr], 1, kk), (gyg, gl, 1), 0.0, cols, gl)?;
+                    col2im(&win, ic, cols, gxg, threads);
+                }
+            }
+            if let Some(gw) = gw.as_deref_mut() {
+                // gW[g] (gc x kk) += gy[g] (gc x L) @ im2col(x[g])^T (L x kk).
+                let xg = &x[g * ic * il..(g + 1) * ic * il];
+                if !identity {
+                    im2col(&win, ic, xg, cols, threads);
+                }
+                let src: &[C] = if identity { xg } else { cols };
+                product(gc, kk, gl, (gyg, gl, 1), (src, 1, gl), 1.0, &mut gw[gwr], kk)?;
+            }
+        } else {
+            let gyg = &gy[g * ic * il..(g + 1) * ic * il];
+            if !identity {
+                im2col(&win, ic, gyg, cols, threads);
+            }
+            let src: &[C] = if identity { gyg } else { cols };
+            if let Some(gx) = gx.as_deref_mut() {
+                // gx[g] (gc x L) = W[g] (gc x kk) @ im2col(gy[g]) (kk x L): a convolution.
+                product(gc, gl, kk, (&w[wr], kk, 1), (src, gl, 1), 0.0, &mut gx[g * gc * gl..(g + 1) * gc * gl], gl)?;
+            }
+            if let Some(gw) = gw.as_deref_mut() {
+                // gW[g] (gc x kk) += x[g] (gc x L) @ im2col(gy[g])^T (L x kk).
+                let xg = &x[g * gc * gl..(g + 1) * gc * gl];
+                product(gc, kk, gl, (xg, gl, 1), (src, 1, gl), 1.0, &mut gw[gwr], kk)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether samples should run in parallel: the per-group products are too small
+/// for `matrixmultiply` to thread them (it splits only above about 2^15 for
+/// `m*k + k*n`), so splitting samples is the parallelism there is.
+fn split_samples(cv: &Conv, threads: usize) -> bool {
+    let win = cv.window();
+    let (ic, gc) = cv.group_channels();
+    let kk = ic * win.taps();
+    threads > 1 && cv.batch > 1 && kk * (gc + win.grid_len()) < 1 << 15
+}
+
+/// Splits `batch` samples into contiguous ranges: (samples per task, tasks, threads per task).
+fn schedule(cv: &Conv, threads: usize) -> (usize, usize, usize) {
+    if split_samples(cv, threads) {
+        let per = cv.batch.div_ceil(threads.min(cv.batch));
+        (per, cv.batch.div_ceil(per), 1)
+    } else {
+        (cv.batch.max(1), 1, threads)
+    }
+}
+
+fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], threads: usize) -> Result<()> {
+    if cv.batch == 0 || y.is_empty() {
+        return Ok(());
+    }
+    let (xs, ys) = (x.len() / cv.batch, y.len() / cv.batch);
+    let (per, tasks, inner) = schedule(cv, threads);
+    let run = |t: usize, part: &mut [C]| -> Result<()> {
+        let mut cols = Vec::new();
+        for (j, yn) in part.chunks_mut(ys).enumerate() {
+            let n = t * per + j;
+            forward_sample(cv, &x[n * xs..(n + 1) * xs], w, bias, yn, &mut cols, inner)?;
+        }
+        Ok(())
+    };
+    if tasks <= 1 {
+        run(0, y)
+    } else {
+        y.par_chunks_mut(per * ys).enumerate().try_for_each(|(t, part)| run(t, part))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, gb: Option<&mut [C]>, threads: usize) -> Result<()> {
+    let (xl, wl, yl) = cv.lens();
+    let (xs, ys) = (xl.checked_div(cv.batch).unwrap_or(0), yl.checked_div(cv.batch).unwrap_or(0));
+    if let Some(gb) = gb {
+        let plane = ys / cv.out_channels.max(1);
+        let threads = if yl > GRAIN { threads } else { 1 };
+        for_each_channel(gb, cv.out_channels, 1, threads, |c, v| {
+            // Summed in double whatever the compute type: cheap, and close to any order of summation CPU uses.
+            let s: f64 = (0..cv.batch).flat_map(|n| &gy[n * ys + c * plane..n * ys + (c + 1) * plane]).map(|v| v.to_f64()).sum();
+            v[0] = C::from_f64(s);
+        });
+    }
+    if let Some(gw) = gw.as_deref_mut() {
+        gw.fill(C::ZERO);
+    }
+    if xs == 0 || ys == 0 {
+        // An empty side: the other side's gradient is zero.
+        if let Some(gx) = gx {
+            gx.fill(C::ZERO);
+        }
+        return Ok(());
+    }
+    if gx.is_none() && gw.is_none() {
+        return Ok(());
+    }
+    let (per, tasks, inner) = schedule(cv, threads);
+    let run = |t: usize, mut part: Option<&mut [C]>, mut partial: Option<&mut [C]>| -> Result<()> {
+        let mut cols = Vec::new();
+        for j in 0..per.min(cv.batch - t * per) {
+            let n = t * per + j;
+            let gxn = part.as_deref_mut().map(|p| &mut p[j * xs..(j + 1) * xs]);
+            let xn = if x.is_empty() { x } else { &x[n * xs..(n + 1) * xs] };
+            backward_sample(cv, &gy[n * ys..(n + 1) * ys], xn, w, gxn, partial.as_deref_mut(), &mut cols, inner)?;
+        }
+        Ok(())
+    };
+    if tasks <= 1 {
+        return run(0, gx, gw);
+    }
+    let want_gw = gw.is_some();
+    let parts: Vec<Option<&mut [C]>> = match gx {
+        Some(gx) => gx.chunks_mut(per * xs).map(Some).collect(),
+        None => (0..tasks).map(|_| None).collect(),
+    };
+    let partials = parts
+        .into_par_iter()
+        .enumerate()
+        .map(|(t, part)| {
+            let mut partial = if want_gw { vec![C::ZERO; wl] } else { Vec::new() };
+            run(t, part, want_gw.then_some(&mut partial[..]))?;
+            Ok(partial)
+        })
+        .collect::<Result<Vec<Vec<C>>>>()?;
+    if let Some(gw) = gw {
+        for p in &partials {
+            gw.iter_mut().zip(p).for_each(|(a, &b)| *a = *a + b);
+        }
+    }
+    Ok(())
+}
+
+unsafe fn run_forward<T: Storage>(cv: &Conv, input: *const u8, weight: *const u8, bias: Option<*const u8>, output: *mut u8, threads: usize) -> Result<()> {
+    let (xl, wl, yl) = cv.lens();
+    // SAFETY (whole body): `convolution`'s contract.
+    unsafe {
+        let x = T::read(input, xl);
+        let w = T::read(weight, wl);
+        let b = bias.map(|b| T::read(b, cv.out_channels));
+        let mut y = Out::<T>::new(output, yl);
+        forward(cv, &x, &w, b.as_deref(), y.slice(), threads)?;
+        y.finish();
+    }
+    Ok(())
+}
+
+/// The output of convolution `cv` (see the module documentation for layouts):
+/// `output = conv(input, weight) + bias`, every operand contiguous and of `dtype`.
+/// `bias` None means no bias; `threads` is the most threads to use (PyTorch's
+/// `at::get_num_threads()`).
+///
+/// Errors: [`Error::UnsupportedDtype`] for dtypes other than float32, float64,
+/// float16 and bfloat16 (nothing is written).
+///
+/// # Safety
+/// Each pointer addresses the contiguous elements of its operand's shape
+/// (input `batch * in_channels * prod(input)`, weight `in_channels / groups *
+/// out_channels * prod(kernel)`, bias `out_channels`, output `batch *
+/// out_channels * prod(output)`); the output overlaps no input.
+pub unsafe fn convolution(dtype: DType, cv: &Conv, input: *const u8, weight: *const u8, bias: Option<*const u8>, output: *mut u8, threads: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dtype {
+            DType::F32 => run_forward::<f32>(cv, input, weight, bias, output, threads),
+            DType::F64 => run_forward::<f64>(cv, input, weight, bias, output, threads),
+            DType::F16 => run_forward::<half::f16>(cv, input, weight, bias, output, threads),
+            DType::BF16 => run_forward::<half::bf16>(cv, input, weight, bias, output, threads),
+            d => Err(Error::UnsupportedDtype { op: "convolution", dtype: d }),
+        }
+    }
+}
+
+/// The gradients requested from [`convolution_backward`] (None: not computed).
+#[derive(Debug, Clone, Copy)]
+pub struct Grads {
+    /// Shape of the input.
+    pub input: Option<*mut u8>,
+    /// Shape of the weight.
+    pub weight: Option<*mut u8>,
+    /// `(out_channels)`.
+    pub bias: Option<*mut u8>,
+}
+
+unsafe fn run_backward<T: Storage>(cv: &Conv, grad_output: *const u8, input: *const u8, weight: *const u8, grads: Grads, threads: usize) -> Result<()> {
+    let (xl, wl, yl) = cv.lens();
+    // SAFETY (whole body): `convolution_backward`'s contract. The input is read
+    // only for the weight gradient and the weight only for the input gradient.
+    unsafe {
+        let gy = T::read(grad_output, yl);
+        let x = if grads.weight.is_some() { T::read(input, xl) } else { Cow::Borrowed(&[][..]) };
+        let w = if grads.input.is_some() { T::read(weight, wl) } else { Cow::Borrowed(&[][..]) };
+        let mut gx = grads.input.map(|p| Out::<T>::new(p, xl));
+        let mut gw = grads.weight.map(|p| Out::<T>::new(p, wl));
+        let mut gb = grads.bias.map(|p| Out::<T>::new(p, cv.out_channels));
+        backward(cv, &gy, &x, &w, gx.as_mut().map(|o| o.slice()), gw.as_mut().map(|o| o.slice()), gb.as_mut().map(|o| o.slice()), threads)?;
+        for o in [gx, gw, gb].into_iter().flatten() {
+            o.finish();
+        }
+    }
+    Ok(())
+}
+
+/// Gradients of convolution `cv` with respect to its input, weight and bias
+/// (each only when its pointer in `grads` is given), from `grad_output` (the
+/// output's shape); `input` is read only for the weight gradient and `weight`
+/// only for the input gradient. Layouts, dtypes and `threads` as [`convolution`].
+///
+/// Errors: [`Error::UnsupportedDtype`] as [`convolution`].
+///
+/// # Safety
+/// As [`convolution`] for every pointer that is read (null otherwise is fine);
+/// the gradients overlap no operand and each other.
+pub unsafe fn convolution_backward(dtype: DType, cv: &Conv, grad_output: *const u8, input: *const u8, weight: *const u8, grads: Grads, threads: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dtype {
+            DType::F32 => run_backward::<f32>(cv, grad_output, input, weight, grads, threads),
+            DType::F64 => run_backward::<f64>(cv, grad_output, input, weight, grads, threads),
+            DType::F16 => run_backward::<half::f16>(cv, grad_output, input, weight, grads, threads),
+            DType::BF16 => run_backward::<half::bf16>(cv, grad_output, input, weight, grads, threads),
+            d => Err(Error::UnsupportedDtype { op: "convolution_backward", dtype: d }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spatial parameters of one test case (front-padded later by `Conv::new`).
+    struct Case {
+        batch: i64,
+        cin: i64,
+        cout: i64,
+        groups: i64,
+        input: Vec<i64>,
+        kernel: Vec<i64>,
+        stride: Vec<i64>,
+        padding: Vec<i64>,
+        dilation: Vec<i64>,
+        output_padding: Vec<i64>,
+        transposed: bool,
+    }
+
+    fn case(batch: i64, cin: i64, cout: i64, groups: i64, input: &[i64], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Case {
+        Case {
+            batch, cin, cout, groups,
+            input: input.to_vec(), kernel: kernel.to_vec(), stride: stride.to_vec(), padding: padding.to_vec(), dilation: dilation.to_vec(),
+            output_padding: vec![0; input.len()],
+            transposed: false,
+        }
+    }
+
+    impl Case {
+        fn transposed(mut self, output_padding: &[i64]) -> Case {
+            self.transposed = true;
+            self.output_padding = output_padding.to_vec();
+            self
+        }
+        fn conv(&self) -> Conv {
+            let output: Vec<i64> = (0..self.input.len())
+                .map(|d| {
+                    let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
+                    if self.transposed {
+                        (self.input[d] - 1) * self.stride[d] - 2 * self.padding[d] + span + self.output_padding[d]
+                    } else {
+                        (self.input[d] + 2 * self.padding[d] - span) / self.stride[d] + 1
+                    }
+                })
+                .collect();
+            let s = Spatial { input: &self.input, output: &output, kernel: &self.kernel, stride: &self.stride, padding: &self.padding, dilation: &self.dilation };
+            Conv::new(self.batch, self.cin, self.cout, self.groups, self.transposed, s).unwrap()
+        }
+    }
+
+    /// Calls `f(image_index, grid_index, weight_index)` for every product of a
+    /// direct convolution: conv output (grid) += weight * input (image), or for a
+    /// transposed one output (image) += weight * input (grid). The weight is
+    /// `(grid channels, image channels / groups, *kernel)` in both cases.
+    fn direct(cv: &Conv, mut f: impl FnMut(usize, usize, usize)) {
+        let w = cv.window();
+        let (ic, gc) = cv.group_channels();
+        let (image_ch, grid_ch) = (ic * cv.groups, gc * cv.groups);
+        for n in 0..cv.batch {
+            for c in 0..grid_ch {
+                let g = c / gc;
+                for ci in 0..ic {
+                    for o in 0..w.grid_len() {
+                        let op = [o / (w.grid[1] * w.grid[2]), o / w.grid[2] % w.grid[1], o % w.grid[2]];
+                        for t in 0..w.taps() {
+                            let tap = w.tap(t);
+                            let pos: Vec<isize> = (0..3).map(|d| (op[d] * w.stride[d]) as isize + w.offset(d, tap[d])).collect();
+                            if (0..3).any(|d| pos[d] < 0 || pos[d] >= w.image[d] as isize) {
+                                continue;
+                            }
+                            let ip = (pos[0] as usize * w.image[1] + pos[1] as usize) * w.image[2] + pos[2] as usize;
+                            let ii = (n * image_ch + g * ic + ci) * w.image_len() + ip;
+                            let gi = (n * grid_ch + c) * w.grid_len() + o;
+                            f(ii, gi, (c * ic + ci) * w.taps() + t);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        // Small integers and halves: exact in every dtype's products and sums here.
+        (0..n).map(|i| (((i as u64 * 2654435761 + seed * 97) >> 3) % 9) as f64 / 2.0 - 2.0).collect()
+    }
+
+    fn as_bytes<T: Element>(v: &[f64]) -> Vec<T> {
+        v.iter().map(|&x| T::from_f64(x)).collect()
+    }
+
+    /// Forward and all three gradients of `c` in dtype `T` against the direct loops.
+    fn check<T: Element>(c: &Case, threads: usize, tol: f64) {
+        let cv = c.conv();
+        let (xl, wl, yl) = cv.lens();
+        let (x, w, b, gy) = (values(xl, 1), values(wl, 2), values(cv.out_channels, 3), values(yl, 4));
+        // Reference in f64.
+        let mut y = vec![0.0; yl];
+        let (mut gx, mut gw) = (vec![0.0; xl], vec![0.0; wl]);
+        direct(&cv, |ii, gi, wi| {
+            if cv.transposed {
+                y[ii] += w[wi] * x[gi];
+                gx[gi] += w[wi] * gy[ii];
+                gw[wi] += gy[ii] * x[gi];
+            } else {
+                y[gi] += w[wi] * x[ii];
+                gx[ii] += w[wi] * gy[gi];
+                gw[wi] += gy[gi] * x[ii];
+            }
+        });
+        let plane = yl / (cv.batch * cv.out_channels).max(1);
+        for (k, v) in y.iter_mut().enumerate() {
+            *v += b[k / plane % cv.out_channels];
+        }
+        let gb: Vec<f64> = (0..cv.out_channels).map(|co| (0..cv.batch).flat_map(|n| (0..plane).map(move |p| (n, p))).map(|(n, p)| gy[(n * cv.out_channels + co) * plane + p]).sum()).collect();
+
+        let (xt, wt, bt, gyt) = (as_bytes::<T>(&x), as_bytes::<T>(&w), as_bytes::<T>(&b), as_bytes::<T>(&gy));
+        let mut yt = as_bytes::<T>(&vec![f64::NAN; yl]);
+        let (mut gxt, mut gwt, mut gbt) = (as_bytes::<T>(&vec![f64::NAN; xl]), as_bytes::<T>(&vec![f64::NAN; wl]), as_bytes::<T>(&vec![f64::NAN; cv.out_channels]));
+        let p = |v: &Vec<T>| v.as_ptr() as *const u8;
+        unsafe {
+            convolution(T::DTYPE, &cv, p(&xt), p(&wt), Some(p(&bt)), yt.as_mut_ptr() as *mut u8, threads).unwrap();
+            let grads = Grads { input: Some(gxt.as_mut_ptr() as *mut u8), weight: Some(gwt.as_mut_ptr() as *mut u8), bias: Some(gbt.as_mut_ptr() as *mut u8) };
+            convolution_backward(T::DTYPE, &cv, p(&gyt), p(&xt), p(&wt), grads, threads).unwrap();
+        }
+        for (name, got, want) in [("output", &yt, &y), ("grad_input", &gxt, &gx), ("grad_weight", &gwt, &gw), ("grad_bias", &gbt, &gb)] {
+            for (k, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                let g = g.to_f64();
+                assert!((g - w).abs() <= tol * w.abs().max(1.0), "{name}[{k}] = {g}, want {w} ({:?} {cv:?})", T::DTYPE);
+            }
+        }
+    }
+
+    fn cases() -> Vec<Case> {
+        vec![
+            case(2, 3, 4, 1, &[7], &[3], &[1], &[1], &[1]),
+            case(2, 4, 6, 2, &[9], &[2], &[2], &[0], &[2]),
+            case(3, 2, 3, 1, &[5, 6], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+            case(2, 4, 4, 4, &[6, 5], &[3, 2], &[2, 1], &[1, 0], &[1, 2]),
+            case(2, 6, 4, 2, &[4, 5, 6], &[2, 3, 2], &[1, 2, 1], &[1, 0, 1], &[2, 1, 1]),
+            case(3, 5, 3, 1, &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]),
+            case(1, 2, 2, 1, &[3, 3], &[1, 1], &[2, 2], &[1, 1], &[1, 1]),
+            case(2, 3, 4, 1, &[2, 3], &[3, 3], &[1, 1], &[2, 2], &[1, 1]),
+            case(2, 3, 4, 1, &[5], &[3], &[2], &[1], &[1]).transposed(&[1]),
+            case(2, 4, 6, 2, &[4, 3], &[3, 2], &[2, 3], &[1, 0], &[1, 2]).transposed(&[1, 2]),
+            case(2, 4, 4, 4, &[3, 3], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[0, 0]),
+            case(2, 2, 4, 2, &[2, 3, 2], &[2, 2, 3], &[2, 1, 1], &[0, 1, 1], &[1, 1, 2]).transposed(&[1, 0, 0]),
+            case(3, 3, 2, 1, &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]),
+            case(2, 3, 2, 1, &[3], &[1], &[1], &[0], &[3]).transposed(&[2]),
+        ]
+    }
+
+    #[test]
+    fn every_case_and_dtype_matches_direct_convolution() {
+        for c in cases() {
+            for threads in [1, 2] {
+                check::<f64>(&c, threads, 1e-12);
+                check::<f32>(&c, threads, 1e-5);
+                check::<half::f16>(&c, threads, 2e-3);
+                check::<half::bf16>(&c, threads, 1e-2);
+            }
+        }
+    }
+
+    #[test]
+    fn large_cases_take_the_parallel_paths() {
+        // Large enough to split im2col/col2im over channels; and many small samples to split the batch.
+        check::<f32>(&case(2, 16, 32, 1, &[24, 24], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-5);
+        check::<f32>(&case(2, 32, 16, 1, &[12, 12], &[3, 3], &[2, 2], &[1, 1], &[1, 1]).transposed(&[1, 1]), 2, 1e-5);
+        check::<f64>(&case(9, 8, 8, 8, &[10, 10], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-12);
+        check::<f64>(&case(7, 4, 4, 2, &[6], &[3], &[1], &[1], &[1]).transposed(&[0]), 2, 1e-12);
+    }
+
+    #[test]
+    fn only_requested_gradients_are_written() {
+        let cv = case(2, 2, 2, 1, &[4], &[3], &[1], &[1], &[1]).conv();
+        let (xl, wl, yl) = cv.lens();
+        let (gy, w) = (vec![1.0f32; yl], vec![1.0f32; wl]);
+        let mut gx = vec![f32::NAN; xl];
+        let grads = Grads { input: Some(gx.as_mut_ptr() as *mut u8), weight: None, bias: None };
+        // The input is not read for the input gradient: a null pointer is fine.
+        unsafe { convolution_backward(DType::F32, &cv, gy.as_ptr() as *const u8, std::ptr::null(), w.as_ptr() as *const u8, grads, 1).unwrap() };
+        assert_eq!(&gx[..4], &[4.0, 6.0, 6.0, 4.0]);
+    }
+
+    #[test]
+    fn bad_descriptions_and_dtypes_are_errors() {
+        let s = |input: &'static [i64], output: &'static [i64]| Spatial { input, output, kernel: &[3], stride: &[1], padding: &[0], dilation: &[1] };
+        assert!(Conv::new(1, 4, 4, 3, false, s(&[5], &[3])).is_err()); // groups divide neither
+        assert!(Conv::new(1, 4, 4, 1, false, s(&[5], &[4])).is_err()); // wrong output extent
+        assert!(Conv::new(1, 4, 4, 1, false, s(&[2], &[0])).is_err()); // kernel larger than the input
+        assert!(Conv::new(1, 4, 4, 1, true, s(&[4], &[5])).is_err()); // transposed output too small
+        assert!(Conv::new(1, 4, 4, 0, false, s(&[5], &[3])).is_err());
+        let cv = Conv::new(1, 1, 1, 1, false, s(&[5], &[3])).unwrap();
+        let x = [0i64; 5];
+        let mut y = [0i64; 3];
+        let err = unsafe { convolution(DType::I64, &cv, x.as_ptr() as *const u8, x.as_ptr() as *const u8, None, y.as_mut_ptr() as *mut u8, 1) };
+        assert!(matches!(err, Err(Error::UnsupportedDtype { op: "convolution", dtype: DType::I64 })));
+    }
+
+    #[test]
+    fn empty_batch_and_channels() {
+        let c = Case { batch: 0, ..case(1, 2, 2, 1, &[4], &[3], &[1], &[1], &[1]) };
+        check::<f32>(&c, 2, 0.0);
+        check::<f32>(&case(2, 2, 0, 1, &[4], &[3], &[1], &[1], &[1]), 2, 0.0);
+    }
+}
