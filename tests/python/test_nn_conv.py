@@ -200,6 +200,19 @@ def test_convolution_backward_output_mask(dim, transposed, mask):
         torch.testing.assert_close(h.cpu(), wt, **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8], ids=str)
+def test_integer_convolution(dtype):
+    # CPU convolves integers (forward only; wrapping arithmetic): so does oxide.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 4, (2, 4, 6, 5), generator=g, dtype=dtype)
+    w = torch.randint(0, 3, (6, 2, 3, 3), generator=g, dtype=dtype)
+    b = torch.randint(0, 5, (6,), generator=g, dtype=dtype)
+    want = F.conv2d(x, w, b, stride=(2, 1), padding=1, groups=2)
+    got = F.conv2d(x.to("oxide"), w.to("oxide"), b.to("oxide"), stride=(2, 1), padding=1, groups=2)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
 def test_zero_batch():
     # _convolution's own empty path (no kernel call), kept native.
     x = torch.empty(0, 3, 5, 5)
@@ -225,7 +238,6 @@ ERRORS = {
                                                     stride=2, output_padding=2)),
     "dtype_mismatch": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d,
                                                                                     dtype=torch.float64))),
-    # (CPU also convolves some integer dtypes, oxide does not: see csrc/README.md.)
     "bool": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d, dtype=torch.bool),
                                 torch.ones(3, 2, 3, device=d, dtype=torch.bool))),
     "negative_padding": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d), padding=-1)),

@@ -34,7 +34,9 @@
 //!
 //! dtypes: float32 and float64 compute in place; float16 and bfloat16 are widened
 //! to float32 on entry, computed in float32 (GEMM and every sum) and rounded
-//! once on exit, as PyTorch's opmath. Other dtypes: [`Error::UnsupportedDtype`].
+//! once on exit, as PyTorch's opmath. uint8, int8, int16, int32 and int64 compute
+//! in their own type with wrapping arithmetic (CPU PyTorch convolves integers too;
+//! `linalg::gemm`'s plain loop, nothing fast). Other dtypes: [`Error::UnsupportedDtype`].
 //!
 //! Parallelism: samples run one after the other when a product is large enough
 //! for `matrixmultiply` to thread it (im2col/col2im then split channels over
@@ -50,7 +52,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::GRAIN;
 use crate::linalg::{gemm, GemmShape, Matrix};
-use crate::math::{Float, Num};
+use crate::math::Num;
 
 /// Spatial dimensions the kernels handle.
 pub const MAX_SPATIAL: usize = 3;
@@ -299,12 +301,12 @@ fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], image: &mut [C], thre
                 let line = &row[g + lo..g + hi];
                 if s2 == 1 {
                     for (p, &v) in img[first..first + line.len()].iter_mut().zip(line) {
-                        *p = *p + v;
+                        *p = p.add(v);
                     }
                 } else {
                     for (k, &v) in line.iter().enumerate() {
                         let p = &mut img[first + k * s2];
-                        *p = *p + v;
+                        *p = p.add(v);
                     }
                 }
             });
@@ -312,10 +314,27 @@ fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], image: &mut [C], thre
     });
 }
 
-/// The compute types: float32 and float64.
-trait Acc: Float + Send + Sync {}
-impl Acc for f32 {}
-impl Acc for f64 {}
+/// The compute types: float32, float64 and the integers (wrapping, as C++).
+trait Acc: Num + Send + Sync {
+    /// The sum of `values` (the bias gradient).
+    fn total(values: impl Iterator<Item = Self>) -> Self;
+}
+macro_rules! acc {
+    (float: $($t:ty),*; int: $($i:ty),*) => {
+        $(impl Acc for $t {
+            // Summed in double: cheap, and close to any order of summation CPU uses.
+            fn total(values: impl Iterator<Item = Self>) -> Self {
+                values.map(|v| v as f64).sum::<f64>() as $t
+            }
+        })*
+        $(impl Acc for $i {
+            fn total(values: impl Iterator<Item = Self>) -> Self {
+                values.fold(0, <$i>::wrapping_add)
+            }
+        })*
+    };
+}
+acc!(float: f32, f64; int: u8, i8, i16, i32, i64);
 
 /// A storage dtype and its compute type.
 trait Storage: Element {
@@ -358,6 +377,11 @@ macro_rules! storage {
 }
 storage!(f32, f32, true, |x| x, |v| v);
 storage!(f64, f64, true, |x| x, |v| v);
+storage!(u8, u8, true, |x| x, |v| v);
+storage!(i8, i8, true, |x| x, |v| v);
+storage!(i16, i16, true, |x| x, |v| v);
+storage!(i32, i32, true, |x| x, |v| v);
+storage!(i64, i64, true, |x| x, |v| v);
 storage!(half::f16, f32, false, |x| x.to_f32(), |v| half::f16::from_f32(v));
 storage!(half::bf16, f32, false, |x| x.to_f32(), |v| half::bf16::from_f32(v));
 
@@ -441,7 +465,7 @@ fn forward_sample<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &m
     if let Some(b) = bias {
         let plane = if cv.transposed { il } else { gl };
         for (row, &bv) in y.chunks_mut(plane.max(1)).zip(b) {
-            row.iter_mut().for_each(|v| *v = *v + bv);
+            row.iter_mut().for_each(|v| *v = v.add(bv));
         }
     }
     Ok(())
@@ -550,9 +574,7 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
         let plane = ys / cv.out_channels.max(1);
         let threads = if yl > GRAIN { threads } else { 1 };
         for_each_channel(gb, cv.out_channels, 1, threads, |c, v| {
-            // Summed in double whatever the compute type: cheap, and close to any order of summation CPU uses.
-            let s: f64 = (0..cv.batch).flat_map(|n| &gy[n * ys + c * plane..n * ys + (c + 1) * plane]).map(|v| v.to_f64()).sum();
-            v[0] = C::from_f64(s);
+            v[0] = C::total((0..cv.batch).flat_map(|n| &gy[n * ys + c * plane..n * ys + (c + 1) * plane]).copied());
         });
     }
     if let Some(gw) = gw.as_deref_mut() {
@@ -598,7 +620,7 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
         .collect::<Result<Vec<Vec<C>>>>()?;
     if let Some(gw) = gw {
         for p in &partials {
-            gw.iter_mut().zip(p).for_each(|(a, &b)| *a = *a + b);
+            gw.iter_mut().zip(p).for_each(|(a, &b)| *a = a.add(b));
         }
     }
     Ok(())
@@ -623,8 +645,8 @@ unsafe fn run_forward<T: Storage>(cv: &Conv, input: *const u8, weight: *const u8
 /// `bias` None means no bias; `threads` is the most threads to use (PyTorch's
 /// `at::get_num_threads()`).
 ///
-/// Errors: [`Error::UnsupportedDtype`] for dtypes other than float32, float64,
-/// float16 and bfloat16 (nothing is written).
+/// Errors: [`Error::UnsupportedDtype`] for bool, complex and the unsigned
+/// 16/32/64-bit dtypes (nothing is written).
 ///
 /// # Safety
 /// Each pointer addresses the contiguous elements of its operand's shape
@@ -639,6 +661,11 @@ pub unsafe fn convolution(dtype: DType, cv: &Conv, input: *const u8, weight: *co
             DType::F64 => run_forward::<f64>(cv, input, weight, bias, output, threads),
             DType::F16 => run_forward::<half::f16>(cv, input, weight, bias, output, threads),
             DType::BF16 => run_forward::<half::bf16>(cv, input, weight, bias, output, threads),
+            DType::U8 => run_forward::<u8>(cv, input, weight, bias, output, threads),
+            DType::I8 => run_forward::<i8>(cv, input, weight, bias, output, threads),
+            DType::I16 => run_forward::<i16>(cv, input, weight, bias, output, threads),
+            DType::I32 => run_forward::<i32>(cv, input, weight, bias, output, threads),
+            DType::I64 => run_forward::<i64>(cv, input, weight, bias, output, threads),
             d => Err(Error::UnsupportedDtype { op: "convolution", dtype: d }),
         }
     }
@@ -692,6 +719,11 @@ pub unsafe fn convolution_backward(dtype: DType, cv: &Conv, grad_output: *const 
             DType::F64 => run_backward::<f64>(cv, grad_output, input, weight, grads, threads),
             DType::F16 => run_backward::<half::f16>(cv, grad_output, input, weight, grads, threads),
             DType::BF16 => run_backward::<half::bf16>(cv, grad_output, input, weight, grads, threads),
+            DType::U8 => run_backward::<u8>(cv, grad_output, input, weight, grads, threads),
+            DType::I8 => run_backward::<i8>(cv, grad_output, input, weight, grads, threads),
+            DType::I16 => run_backward::<i16>(cv, grad_output, input, weight, grads, threads),
+            DType::I32 => run_backward::<i32>(cv, grad_output, input, weight, grads, threads),
+            DType::I64 => run_backward::<i64>(cv, grad_output, input, weight, grads, threads),
             d => Err(Error::UnsupportedDtype { op: "convolution_backward", dtype: d }),
         }
     }
@@ -791,7 +823,9 @@ mod tests {
     fn check<T: Element>(c: &Case, threads: usize, tol: f64) {
         let cv = c.conv();
         let (xl, wl, yl) = cv.lens();
-        let (x, w, b, gy) = (values(xl, 1), values(wl, 2), values(cv.out_channels, 3), values(yl, 4));
+        // The reference sees the values as `T` holds them (integers truncate the halves).
+        let held = |v: Vec<f64>| -> Vec<f64> { v.into_iter().map(|x| T::from_f64(x).to_f64()).collect() };
+        let (x, w, b, gy) = (held(values(xl, 1)), held(values(wl, 2)), held(values(cv.out_channels, 3)), held(values(yl, 4)));
         // Reference in f64.
         let mut y = vec![0.0; yl];
         let (mut gx, mut gw) = (vec![0.0; xl], vec![0.0; wl]);
@@ -856,6 +890,8 @@ mod tests {
                 check::<f32>(&c, threads, 1e-5);
                 check::<half::f16>(&c, threads, 2e-3);
                 check::<half::bf16>(&c, threads, 1e-2);
+                check::<i64>(&c, threads, 0.0);
+                check::<i32>(&c, threads, 0.0);
             }
         }
     }
@@ -890,10 +926,10 @@ mod tests {
         assert!(Conv::new(1, 4, 4, 1, true, s(&[4], &[5])).is_err()); // transposed output too small
         assert!(Conv::new(1, 4, 4, 0, false, s(&[5], &[3])).is_err());
         let cv = Conv::new(1, 1, 1, 1, false, s(&[5], &[3])).unwrap();
-        let x = [0i64; 5];
-        let mut y = [0i64; 3];
-        let err = unsafe { convolution(DType::I64, &cv, x.as_ptr() as *const u8, x.as_ptr() as *const u8, None, y.as_mut_ptr() as *mut u8, 1) };
-        assert!(matches!(err, Err(Error::UnsupportedDtype { op: "convolution", dtype: DType::I64 })));
+        let x = [false; 5];
+        let mut y = [false; 3];
+        let err = unsafe { convolution(DType::Bool, &cv, x.as_ptr() as *const u8, x.as_ptr() as *const u8, None, y.as_mut_ptr() as *mut u8, 1) };
+        assert!(matches!(err, Err(Error::UnsupportedDtype { op: "convolution", dtype: DType::Bool })));
     }
 
     #[test]
