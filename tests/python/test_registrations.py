@@ -21,6 +21,12 @@ NATIVE_OPS = [
     "aten::scatter_reduce.two", "aten::scatter.reduce", "aten::scatter.value_reduce", "aten::masked_scatter_",
     "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::searchsorted.Tensor",
     "aten::bucketize.Tensor", "aten::bincount", "aten::histc",
+    # activation.cpp, nn.cpp, norm.cpp, rnn.cpp, optim.cpp
+    "aten::gelu", "aten::threshold_backward", "aten::silu_backward", "aten::log_sigmoid_forward",
+    "aten::binary_cross_entropy", "aten::_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
+    "aten::nll_loss2d_forward", "aten::embedding_dense_backward", "aten::native_batch_norm",
+    "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
+    "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
 ]
 
 

@@ -91,8 +91,15 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
         let max = buf.iter().fold(-F::infinity(), |m, &v| m.max_nan(v));
         if log {
             let sum = buf.iter().fold(F::ZERO, |s, &v| s + (v - max).exp());
-            let shift = max + sum.ln();
-            buf.iter_mut().for_each(|v| *v = *v - shift);
+            // Along the last dimension CPU keeps the row's sum, and its log, in the element
+            // type (other dimensions stay in float): round likewise for half types.
+            let round = |v: F| match in_dt {
+                DType::F16 if inner == 1 => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
+                DType::BF16 if inner == 1 => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
+                _ => v,
+            };
+            let log_sum = round(round(sum).ln());
+            buf.iter_mut().for_each(|v| *v = (*v - max) - log_sum);
         } else {
             let mut sum = F::ZERO;
             for v in buf.iter_mut() {
