@@ -92,10 +92,11 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
         if log {
             let sum = buf.iter().fold(F::ZERO, |s, &v| s + (v - max).exp());
             // Along the last dimension CPU keeps the row's sum, and its log, in the element
-            // type (other dimensions stay in float): round likewise for half types.
+            // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
+            let keep = inner == 1 && out_dt == in_dt;
             let round = |v: F| match in_dt {
-                DType::F16 if inner == 1 => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
-                DType::BF16 if inner == 1 => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
+                DType::F16 if keep => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
+                DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
                 _ => v,
             };
             let log_sum = round(round(sum).ln());
