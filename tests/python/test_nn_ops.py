@@ -476,3 +476,34 @@ def test_embedding_backward(scale, padding_idx):
     w = randn(6, 4)
     idx = torch.tensor([[0, 2, 5], [2, 2, 1]])
     compare(lambda t: F.embedding(idx.to(t.device), t, padding_idx=padding_idx, scale_grad_by_freq=scale), w)
+
+
+# ---------------------------------------------------------------------------------------
+# Padding and upsampling
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 3)), ((3, 7), (1, 0)), ((1, 2, 5, 6), (1, 2, 3, 0)),
+                                       ((1, 2, 3, 4, 5), (1, 1, 2, 0, 0, 2))], ids=str)
+def test_reflection_and_replication_padding(shape, pad, mode):
+    compare(lambda t: F.pad(t, pad, mode=mode), randn(*shape))
+
+
+def test_reflection_padding_larger_than_input_raises_like_cpu():
+    x = torch.randn(1, 1, 3)
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        F.pad(x.to("oxide"), (3, 0), mode="reflect")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dname)
+@pytest.mark.parametrize("kwargs", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=1.7),
+                                    dict(size=(3, 2))], ids=str)
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bilinear-align"])
+def test_upsample_2d(mode, kwargs, dtype):
+    extra = dict(mode="bilinear", align_corners=True) if mode == "bilinear-align" else dict(mode=mode)
+    compare(lambda t: F.interpolate(t, **kwargs, **extra), randn(2, 3, 4, 5, dtype=dtype), **tol(dtype))
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 5), 9), ((1, 2, 3, 4, 2), (5, 3, 4))], ids=str)
+def test_upsample_nearest_1d_3d(shape, size):
+    compare(lambda t: F.interpolate(t, size=size, mode="nearest"), randn(*shape))
