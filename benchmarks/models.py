@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import importlib.util
 import json
 import os
 import pathlib
@@ -42,12 +41,8 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 
 def _digits():
-    spec = importlib.util.spec_from_file_location("digits_cnn", ROOT / "examples" / "digits_cnn.py")
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-    x, y, _, _ = demo.load_data(seed=0)
-    torch.manual_seed(0)
-    model = demo.DigitsCNN()
+    from test_workloads import demo_model_and_data
+    model, x, y = demo_model_and_data()
 
     def epoch(m, opt, dev, data={}):
         # One epoch of the demo: batches of 64 in a fixed order.

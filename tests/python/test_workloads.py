@@ -55,13 +55,18 @@ def train_and_compare(model, batches, loss_fn, make_opt, steps=2, rtol=1e-4, ato
         torch.testing.assert_close(bo.cpu(), bc, rtol=rtol * 10, atol=atol * 10, msg=name)
 
 
-def test_digits_cnn_demo_model():
+def demo_model_and_data():
+    """The `make demo` CNN (seeded) and its training images and labels, from examples/digits_cnn.py."""
     spec = importlib.util.spec_from_file_location("digits_cnn", ROOT / "examples" / "digits_cnn.py")
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)
     x, y, _, _ = demo.load_data(seed=0)
     torch.manual_seed(0)
-    model = demo.DigitsCNN()
+    return demo.DigitsCNN(), x, y
+
+
+def test_digits_cnn_demo_model():
+    model, x, y = demo_model_and_data()
     train_and_compare(model, lambda s: (x[64 * s:64 * s + 64], y[64 * s:64 * s + 64]),
                       lambda m, xb, yb: F.cross_entropy(m(xb), yb),
                       lambda p: torch.optim.Adam(p, lr=3e-3), steps=3)
