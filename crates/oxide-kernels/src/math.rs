@@ -281,14 +281,19 @@ impl Float for f32 {
         const LOG2E: f32 = std::f32::consts::LOG2_E;
         const C1: f32 = 0.693_359_4;
         const C2: f32 = -2.121_944_4e-4;
+        // Round to nearest even by adding and removing 1.5 * 2^23 (exact for |x * LOG2E| < 2^22),
+        // and read the integer from that sum's mantissa: `round_ties_even` and a saturating
+        // `as i32` keep LLVM from vectorising the loop (about 4x slower), these give the same n.
+        const MAGIC: f32 = 12_582_912.0;
         let x = self.clamp(-104.0, 89.0);
-        let n = (x * LOG2E).round_ties_even();
+        let shifted = x * LOG2E + MAGIC;
+        let n = shifted - MAGIC;
         let r = x - n * C1 - n * C2;
         let z = r * r;
         let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1) * r
             + 5.000_000_1e-1;
         let y = p * z + r + 1.0;
-        let ni = n as i32;
+        let ni = (shifted.to_bits() as i32) - 0x4B40_0000;
         let n1 = ni >> 1;
         let n2 = ni - n1;
         let s1 = f32::from_bits(((n1 + 127) as u32) << 23);
