@@ -24,6 +24,10 @@ Groups and targets:
   plus backward (input, weight and bias gradients); <= 1.3
 - informative, no target: contiguous copy of a transposed 4096x4096, float32->float16
   cast, softmax.
+- norms and softmax, float32, no target: layer_norm on (512, 256), batch_norm in
+  training mode on (8, 64, 32, 32), softmax and log_softmax along the last dimension
+  of (512, 1000); each forward alone and forward plus backward (input, and for the
+  norms weight and bias, gradients; the input gradient is compared).
 
 A case is *native* when ``torch.oxide.fallback_stats()`` did not change while its oxide
 runs ran; otherwise the table marks it ``fallback`` and names the operators that fell
@@ -124,6 +128,35 @@ def _conv_train_step(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, gy: torc
     return grad_w
 
 
+def _norm_inputs(shape: Sequence[int], channels: int) -> Callable[[], Sequence[torch.Tensor]]:
+    def make() -> Sequence[torch.Tensor]:
+        w, b = torch.rand(channels) + 0.5, torch.randn(channels)
+        return (torch.randn(*shape).requires_grad_(), w.requires_grad_(), b.requires_grad_(), torch.randn(*shape))
+    return make
+
+
+def _layer_norm(x, w, b, gy, backward=False):
+    y = torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)
+    return torch.autograd.grad(y, (x, w, b), gy)[0] if backward else y
+
+
+def _batch_norm(x, w, b, gy, backward=False):
+    # Training mode on batch statistics (no running statistics, so repetitions are identical).
+    y = torch.nn.functional.batch_norm(x, None, None, w, b, training=True)
+    return torch.autograd.grad(y, (x, w, b), gy)[0] if backward else y
+
+
+def _softmax_inputs(*shape: int) -> Callable[[], Sequence[torch.Tensor]]:
+    return lambda: (torch.randn(*shape).requires_grad_(), torch.randn(*shape))
+
+
+def _softmax(fn, backward=False):
+    def run(x, gy):
+        y = fn(x, -1)
+        return torch.autograd.grad(y, x, gy)[0] if backward else y
+    return run
+
+
 def cases() -> List[Case]:
     mat = (1000, 10_000)  # 1e7 elements
     out: List[Case] = [
@@ -153,6 +186,20 @@ def cases() -> List[Case]:
         Case("to(float16)", "info", "1e7", _randn(N), lambda x: x.to(torch.float16)),
         Case("softmax(dim=1)", "info", "1000x10000", _randn(*mat), lambda x: torch.softmax(x, 1)),
     ]
+    ln, bn = _norm_inputs((512, 256), 256), _norm_inputs((8, 64, 32, 32), 64)
+    out += [
+        Case("layer_norm", "norm", "512x256", ln, _layer_norm, reps=15, calls=10),
+        Case("layer_norm fwd+bwd", "norm", "512x256", ln, lambda *a: _layer_norm(*a, backward=True), reps=15, calls=10),
+        Case("batch_norm train", "norm", "8x64x32x32", bn, _batch_norm, reps=15, calls=5),
+        Case("batch_norm train fwd+bwd", "norm", "8x64x32x32", bn, lambda *a: _batch_norm(*a, backward=True),
+             reps=15, calls=5),
+    ]
+    for name, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
+        out += [
+            Case(f"{name}(dim=-1)", "norm", "512x1000", _softmax_inputs(512, 1000), _softmax(fn), reps=15, calls=10),
+            Case(f"{name}(dim=-1) fwd+bwd", "norm", "512x1000", _softmax_inputs(512, 1000), _softmax(fn, True),
+                 reps=15, calls=10),
+        ]
     return out
 
 

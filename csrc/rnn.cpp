@@ -1,20 +1,18 @@
 // Fused LSTM and GRU cells. PyTorch's RNN layers call `_thnn_fused_lstm_cell`
 // / `_thnn_fused_gru_cell` for CUDA, XPU and PrivateUse1 inputs (the gate
 // matmuls run before, as mm), and CPU has no kernel for them, so without
-// these the CPU fallback has nothing to call. The cells are compositions of
-// native pointwise kernels; the workspace layouts are the ones the backward
-// functions below read:
+// these the CPU fallback has nothing to call. Each operator is one Rust
+// kernel (oxide_kernels::rnn) over the batch rows; the workspace layouts are
+// CUDA's, the ones the backward functions read:
 //   LSTM: [B, 4H] activated gates (i, f, g, o).
 //   GRU:  [B, 5H] (r, z, n, hx, hn + b_hn).
+// Inputs are passed with their strides (no copies); biases are made
+// contiguous in the input's dtype; outputs are new contiguous tensors.
 #include "kernels.h"
 
 #include <torch/library.h>
 
-#include <ATen/TensorOperators.h>
-#include <ATen/ops/cat.h>
-#include <ATen/ops/sigmoid.h>
-#include <ATen/ops/tanh.h>
-#include <ATen/ops/zeros_like.h>
+#include <ATen/ops/empty.h>
 
 namespace oxide {
 namespace {
@@ -22,81 +20,132 @@ namespace {
 using T = const at::Tensor&;
 using OptT = const std::optional<at::Tensor>&;
 
-at::Tensor with_biases(at::Tensor gates, OptT b1, OptT b2) {
-  if (b1.has_value() && b1->defined()) {
-    gates = gates + *b1;
-  }
-  if (b2.has_value() && b2->defined()) {
-    gates = gates + *b2;
-  }
-  return gates;
+const at::Tensor& get(OptT t) {
+  static const at::Tensor undefined;
+  return t.has_value() ? *t : undefined;
 }
 
-void check_gates(T igates, T hgates, int64_t chunks, const char* cell) {
-  TORCH_CHECK(igates.dim() == 2 && igates.sizes() == hgates.sizes() && igates.size(1) % chunks == 0, cell,
-              ": expected input and hidden gates of equal shape [B, ", chunks, "H], got ", igates.sizes(), " and ",
-              hgates.sizes());
+// A 2-D operand with its strides; an undefined tensor is an absent operand.
+OxideMat mat(const at::Tensor& t) {
+  if (!t.defined()) {
+    return OxideMat{nullptr, 0, 0};
+  }
+  return OxideMat{t.const_data_ptr(), t.stride(0), t.stride(1)};
+}
+
+void* out_ptr(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
+
+int32_t code(at::ScalarType t) {
+  return static_cast<int32_t>(t);
+}
+
+void check_like(T t, T ref, c10::IntArrayRef sizes, const char* what, const char* op) {
+  TORCH_CHECK(t.sizes() == sizes, op, ": expected ", what, " of shape ", sizes, ", got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": expected ", what, " of dtype ", ref.scalar_type(), ", got ",
+              t.scalar_type());
+  TORCH_CHECK(t.device() == ref.device(), op, ": expected ", what, " on ", ref.device(), ", got ", t.device());
+}
+
+// A bias as the kernel reads it: contiguous [gates * H] in the gates' dtype (undefined stays undefined).
+at::Tensor bias(OptT b, T ref, int64_t n, const char* op) {
+  const auto& t = get(b);
+  if (!t.defined()) {
+    return t;
+  }
+  TORCH_CHECK(t.dim() == 1 && t.numel() == n, op, ": expected a bias of ", n, " elements, got shape ", t.sizes());
+  TORCH_CHECK(t.device() == ref.device(), op, ": expected the bias on ", ref.device(), ", got ", t.device());
+  return t.to(ref.scalar_type()).contiguous();
+}
+
+// [B, gates * H] input and hidden gates, [B, H] state: returns (B, H).
+std::pair<int64_t, int64_t> check_cell(T igates, T hgates, T state, int64_t gates, const char* op) {
+  TORCH_CHECK(igates.dim() == 2 && igates.size(1) % gates == 0, op, ": expected input gates of shape [B, ", gates,
+              "H], got ", igates.sizes());
+  const int64_t B = igates.size(0), H = igates.size(1) / gates;
+  check_like(hgates, igates, igates.sizes(), "hidden gates", op);
+  check_like(state, igates, {B, H}, "the state", op);
+  return {B, H};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(T igates, T hgates, T cx, OptT b_ih, OptT b_hh) {
-  check_gates(igates, hgates, 4, "_thnn_fused_lstm_cell");
-  const auto gates = with_biases(igates + hgates, b_ih, b_hh).chunk(4, 1);
-  const auto i = at::sigmoid(gates[0]);
-  const auto f = at::sigmoid(gates[1]);
-  const auto g = at::tanh(gates[2]);
-  const auto o = at::sigmoid(gates[3]);
-  auto cy = f * cx + i * g;
-  auto hy = o * at::tanh(cy);
-  return {hy, cy, at::cat({i, f, g, o}, 1)};
+  const char* op = "_thnn_fused_lstm_cell";
+  const auto [B, H] = check_cell(igates, hgates, cx, 4, op);
+  const auto bi = bias(b_ih, igates, 4 * H, op);
+  const auto bh = bias(b_hh, igates, 4 * H, op);
+  auto hy = at::empty({B, H}, igates.options());
+  auto cy = at::empty({B, H}, igates.options());
+  auto workspace = at::empty({B, 4 * H}, igates.options());
+  const auto device = igates.device().index();
+  OXIDE_CHECK(oxide_lstm_cell(device, current_stream(device), code(igates.scalar_type()), B, H, mat(igates), mat(hgates),
+                              mat(cx), bi.defined() ? bi.const_data_ptr() : nullptr,
+                              bh.defined() ? bh.const_data_ptr() : nullptr, hy.data_ptr(), cy.data_ptr(),
+                              workspace.data_ptr(), at::get_num_threads()));
+  return {hy, cy, workspace};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(OptT grad_hy_opt, OptT grad_cy_opt, T cx, T cy,
                                                                   T workspace, bool has_bias) {
-  const auto w = workspace.chunk(4, 1);
-  const auto &i = w[0], &f = w[1], &g = w[2], &o = w[3];
-  const auto tanh_cy = at::tanh(cy);
-  const bool has_hy = grad_hy_opt.has_value() && grad_hy_opt->defined();
-  const bool has_cy = grad_cy_opt.has_value() && grad_cy_opt->defined();
-  const at::Tensor grad_hy = has_hy ? *grad_hy_opt : at::zeros_like(cy);
-  at::Tensor gcx = grad_hy * o * (1 - tanh_cy * tanh_cy);
-  if (has_cy) {
-    gcx = gcx + *grad_cy_opt;
+  const char* op = "_thnn_fused_lstm_cell_backward_impl";
+  const auto& grad_hy = get(grad_hy_opt);
+  const auto& grad_cy = get(grad_cy_opt);
+  if (!grad_hy.defined() && !grad_cy.defined()) {
+    return {};  // no gradient flows (as CUDA's kernel answers)
   }
-  const auto gi = gcx * g * i * (1 - i);
-  const auto gf = gcx * cx * f * (1 - f);
-  const auto gg = gcx * i * (1 - g * g);
-  const auto go = grad_hy * tanh_cy * o * (1 - o);
-  auto grad_gates = at::cat({gi, gf, gg, go}, 1);
-  auto grad_bias = has_bias ? grad_gates.sum(0) : at::Tensor();
-  return {grad_gates, gcx * f, grad_bias};
+  TORCH_CHECK(cx.dim() == 2, op, ": expected a [B, H] cell state, got ", cx.sizes());
+  const int64_t B = cx.size(0), H = cx.size(1);
+  check_like(cy, cx, {B, H}, "cy", op);
+  check_like(workspace, cx, {B, 4 * H}, "the workspace", op);
+  for (const auto* g : {&grad_hy, &grad_cy}) {
+    if (g->defined()) {
+      check_like(*g, cx, {B, H}, "the output gradients", op);
+    }
+  }
+  auto grad_gates = at::empty({B, 4 * H}, cx.options());
+  auto grad_cx = at::empty({B, H}, cx.options());
+  auto grad_bias = has_bias ? at::empty({4 * H}, cx.options()) : at::Tensor();
+  const auto device = cx.device().index();
+  OXIDE_CHECK(oxide_lstm_cell_backward(device, current_stream(device), code(cx.scalar_type()), B, H, mat(grad_hy),
+                                       mat(grad_cy), mat(cx), mat(cy), mat(workspace), grad_gates.data_ptr(),
+                                       grad_cx.data_ptr(), out_ptr(grad_bias), at::get_num_threads()));
+  return {grad_gates, grad_cx, grad_bias};
 }
 
 std::tuple<at::Tensor, at::Tensor> gru_cell(T igates, T hgates, T hx, OptT b_ih, OptT b_hh) {
-  check_gates(igates, hgates, 3, "_thnn_fused_gru_cell");
-  const auto ig = with_biases(igates, b_ih, std::nullopt).chunk(3, 1);
-  const auto hg = with_biases(hgates, b_hh, std::nullopt).chunk(3, 1);
-  const auto r = at::sigmoid(ig[0] + hg[0]);
-  const auto z = at::sigmoid(ig[1] + hg[1]);
-  const auto n = at::tanh(ig[2] + r * hg[2]);
-  auto hy = n + z * (hx - n);
-  return {hy, at::cat({r, z, n, hx, hg[2]}, 1)};
+  const char* op = "_thnn_fused_gru_cell";
+  const auto [B, H] = check_cell(igates, hgates, hx, 3, op);
+  const auto bi = bias(b_ih, igates, 3 * H, op);
+  const auto bh = bias(b_hh, igates, 3 * H, op);
+  auto hy = at::empty({B, H}, igates.options());
+  auto workspace = at::empty({B, 5 * H}, igates.options());
+  const auto device = igates.device().index();
+  OXIDE_CHECK(oxide_gru_cell(device, current_stream(device), code(igates.scalar_type()), B, H, mat(igates), mat(hgates),
+                             mat(hx), bi.defined() ? bi.const_data_ptr() : nullptr,
+                             bh.defined() ? bh.const_data_ptr() : nullptr, hy.data_ptr(), workspace.data_ptr(),
+                             at::get_num_threads()));
+  return {hy, workspace};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_backward(T grad_hy, T workspace,
                                                                                         bool has_bias) {
-  const auto w = workspace.chunk(5, 1);
-  const auto &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
-  const auto gn = grad_hy * (1 - z) * (1 - n * n);
-  const auto gz = grad_hy * (hx - n) * z * (1 - z);
-  const auto gr = gn * hn * r * (1 - r);
-  auto grad_input_gates = at::cat({gr, gz, gn}, 1);
-  auto grad_hidden_gates = at::cat({gr, gz, gn * r}, 1);
-  auto grad_hx = grad_hy * z;
+  const char* op = "_thnn_fused_gru_cell_backward";
+  TORCH_CHECK(workspace.dim() == 2 && workspace.size(1) % 5 == 0, op, ": expected a [B, 5H] workspace, got ",
+              workspace.sizes());
+  const int64_t B = workspace.size(0), H = workspace.size(1) / 5;
+  check_like(grad_hy, workspace, {B, H}, "the output gradient", op);
+  auto grad_input_gates = at::empty({B, 3 * H}, workspace.options());
+  auto grad_hidden_gates = at::empty({B, 3 * H}, workspace.options());
+  auto grad_hx = at::empty({B, H}, workspace.options());
   at::Tensor gib, ghb;
   if (has_bias) {
-    gib = grad_input_gates.sum(0);
-    ghb = grad_hidden_gates.sum(0);
+    gib = at::empty({3 * H}, workspace.options());
+    ghb = at::empty({3 * H}, workspace.options());
   }
+  const auto device = workspace.device().index();
+  OXIDE_CHECK(oxide_gru_cell_backward(device, current_stream(device), code(workspace.scalar_type()), B, H, mat(grad_hy),
+                                      mat(workspace), grad_input_gates.data_ptr(), grad_hidden_gates.data_ptr(),
+                                      grad_hx.data_ptr(), out_ptr(gib), out_ptr(ghb), at::get_num_threads()));
   return {grad_input_gates, grad_hidden_gates, grad_hx, gib, ghb};
 }
 

@@ -418,6 +418,150 @@ def test_lstm_cell_with_state():
     compare(lambda a, b, d: (cell_c if a.device.type == "cpu" else cell_o)(a, (b, d)), x, h, c)
 
 
+ALL_FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def opmath(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def strided_operands(rows, cols, dtype, seed, device):
+    """Three [rows, cols] views on `device` with different strides: transposed, every
+    other column, a column slice (the same values for every device)."""
+    base = lambda r, c, k: randn(r, c, dtype=dtype, seed=seed + k, grad=False).to(device)  # noqa: E731
+    a = base(cols, rows, 0).t()
+    b = base(rows, 2 * cols, 1)[:, ::2]
+    c = base(rows, 3 * cols, 2)[:, cols:2 * cols]
+    assert not (a.is_contiguous() or b.is_contiguous() or c.is_contiguous())
+    return a, b, c
+
+
+def lstm_cell_math(ig, hg, cx, b_ih, b_hh):
+    """The fused LSTM cell in CPU ops: (hy, cy, workspace of activated gates)."""
+    gates = ig + hg
+    for b in (b_ih, b_hh):
+        if b is not None:
+            gates = gates + b
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+
+
+def gru_cell_math(ig, hg, hx, b_ih, b_hh):
+    """The fused GRU cell in CPU ops: (hy, workspace r, z, n, hx, hn)."""
+    ig = ig if b_ih is None else ig + b_ih
+    hg = hg if b_hh is None else hg + b_hh
+    xr, xz, xn = ig.chunk(3, 1)
+    hr, hz, hn = hg.chunk(3, 1)
+    r, z = (xr + hr).sigmoid(), (xz + hz).sigmoid()
+    n = (xn + r * hn).tanh()
+    return n + z * (hx - n), torch.cat([r, z, n, hx, hn], 1)
+
+
+def on_cpu_in_opmath(fn, dtype, *args):
+    """`fn` on CPU copies of `args` in the operator's compute type, results rounded to `dtype` once."""
+    up = [None if a is None else a.detach().cpu().to(opmath(dtype)) for a in args]
+    return tuple(r.to(dtype) for r in fn(*up))
+
+
+@pytest.mark.parametrize("dtype", ALL_FLOATS, ids=dname)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_fused_lstm_cell_forward_and_backward_match_cpu_math(dtype, bias):
+    B, H = 5, 7
+    ig, hg, _ = strided_operands(B, 4 * H, dtype, 10, "cpu")
+    cx, grad_hy, grad_cy = strided_operands(B, H, dtype, 20, "cpu")
+    b_ih = randn(4 * H, dtype=dtype, seed=30, grad=False) if bias else None
+    b_hh = randn(4 * H, dtype=dtype, seed=31, grad=False) if bias else None
+    views = dict(zip([id(t) for t in (ig, hg, cx, grad_hy, grad_cy)],
+                     strided_operands(B, 4 * H, dtype, 10, "oxide")[:2] + strided_operands(B, H, dtype, 20, "oxide")))
+    # The strided oxide views of the CPU operands; other tensors are copied.
+    ox = lambda t: None if t is None else views.get(id(t), t.to("oxide"))  # noqa: E731
+    hy, cy, ws = torch.ops.aten._thnn_fused_lstm_cell(ox(ig), ox(hg), ox(cx), ox(b_ih), ox(b_hh))
+    want = on_cpu_in_opmath(lstm_cell_math, dtype, ig, hg, cx, b_ih, b_hh)
+    for got, exp in zip((hy, cy, ws), want):
+        assert got.dtype == dtype and got.device.type == "oxide"
+        torch.testing.assert_close(got.cpu(), exp, **tol(dtype))
+
+    # Backward from the CPU workspace (so both sides read the same rounded gates).
+    cy_c, ws_c = want[1], want[2]
+
+    def backward_math(ghy, gcy, cx, cy, ws):
+        i, f, g, o = ws.chunk(4, 1)
+        t = cy.tanh()
+        gcx = ghy * o * (1 - t * t) + gcy
+        gates = torch.cat([gcx * g * i * (1 - i), gcx * cx * f * (1 - f), gcx * i * (1 - g * g), ghy * t * o * (1 - o)], 1)
+        return gates, gcx * f, gates.sum(0)
+
+    for ghy, gcy in ((grad_hy, grad_cy), (grad_hy, None), (None, grad_cy)):
+        got = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(ox(ghy), ox(gcy), ox(cx), ox(cy_c), ox(ws_c), bias)
+        zero = torch.zeros(B, H, dtype=dtype)
+        exp = on_cpu_in_opmath(backward_math, dtype, zero if ghy is None else ghy, zero if gcy is None else gcy, cx, cy_c, ws_c)
+        torch.testing.assert_close(got[0].cpu(), exp[0], **tol(dtype))
+        torch.testing.assert_close(got[1].cpu(), exp[1], **tol(dtype))
+        if bias:
+            torch.testing.assert_close(got[2].cpu(), exp[2], **tol(dtype))
+        else:
+            assert got[2] is None
+
+
+@pytest.mark.parametrize("dtype", ALL_FLOATS, ids=dname)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_fused_gru_cell_forward_and_backward_match_cpu_math(dtype, bias):
+    B, H = 6, 5
+    ig, hg, _ = strided_operands(B, 3 * H, dtype, 40, "cpu")
+    hx, grad_hy, _ = strided_operands(B, H, dtype, 50, "cpu")
+    b_ih = randn(3 * H, dtype=dtype, seed=60, grad=False) if bias else None
+    b_hh = randn(3 * H, dtype=dtype, seed=61, grad=False) if bias else None
+    views = dict(zip([id(t) for t in (ig, hg, hx, grad_hy)],
+                     strided_operands(B, 3 * H, dtype, 40, "oxide")[:2] + strided_operands(B, H, dtype, 50, "oxide")[:2]))
+    ox = lambda t: None if t is None else views.get(id(t), t.to("oxide"))  # noqa: E731
+    hy, ws = torch.ops.aten._thnn_fused_gru_cell(ox(ig), ox(hg), ox(hx), ox(b_ih), ox(b_hh))
+    want = on_cpu_in_opmath(gru_cell_math, dtype, ig, hg, hx, b_ih, b_hh)
+    for got, exp in zip((hy, ws), want):
+        assert got.dtype == dtype and got.device.type == "oxide"
+        torch.testing.assert_close(got.cpu(), exp, **tol(dtype))
+
+    def backward_math(ghy, ws):
+        r, z, n, hx, hn = ws.chunk(5, 1)
+        gn = ghy * (1 - z) * (1 - n * n)
+        gz = ghy * (hx - n) * z * (1 - z)
+        gr = gn * hn * r * (1 - r)
+        gi, gh = torch.cat([gr, gz, gn], 1), torch.cat([gr, gz, gn * r], 1)
+        return gi, gh, ghy * z, gi.sum(0), gh.sum(0)
+
+    got = torch.ops.aten._thnn_fused_gru_cell_backward(ox(grad_hy), ox(want[1]), bias)
+    exp = on_cpu_in_opmath(backward_math, dtype, grad_hy, want[1])
+    for k in range(5 if bias else 3):
+        torch.testing.assert_close(got[k].cpu(), exp[k], **tol(dtype), msg=f"output {k}")
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layers_float64_with_initial_state_and_state_gradients(kind):
+    torch.manual_seed(2)
+    layer_c = getattr(torch.nn, kind)(3, 4, num_layers=2, dtype=torch.float64)
+    layer_o = getattr(torch.nn, kind)(3, 4, num_layers=2, dtype=torch.float64)
+    layer_o.load_state_dict(layer_c.state_dict())
+    layer_o = layer_o.oxide()
+    x = randn(5, 2, 3, dtype=torch.float64)
+    h0 = randn(2, 2, 4, dtype=torch.float64, seed=1)
+    if kind == "LSTM":
+        c0 = randn(2, 2, 4, dtype=torch.float64, seed=2)
+        compare(lambda t, h, c: (layer_c if t.device.type == "cpu" else layer_o)(t, (h, c))[0], x, h0, c0)
+    else:
+        compare(lambda t, h: (layer_c if t.device.type == "cpu" else layer_o)(t, h)[0], x, h0)
+    for (name, pc), po in zip(layer_c.named_parameters(), layer_o.parameters()):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, msg=name)
+
+
+def test_fused_cells_reject_mismatched_shapes():
+    ig = torch.randn(2, 8, device="oxide")
+    with pytest.raises(RuntimeError, match="state"):
+        torch.ops.aten._thnn_fused_lstm_cell(ig, ig, torch.randn(2, 3, device="oxide"))
+    with pytest.raises(RuntimeError, match="bias"):
+        torch.ops.aten._thnn_fused_gru_cell(ig[:, :6], ig[:, :6], torch.randn(2, 2, device="oxide"), torch.randn(5, device="oxide"))
+
+
 # ---------------------------------------------------------------------------------------
 # Fused optimizers
 # ---------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ NATIVE_OPS = [
     "aten::binary_cross_entropy", "aten::_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
     "aten::nll_loss2d_forward", "aten::embedding_dense_backward", "aten::native_batch_norm",
     "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
+    "aten::_thnn_fused_lstm_cell_backward_impl", "aten::_thnn_fused_gru_cell",
     "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
 ]
 

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::{load, store};
+use crate::lanes;
 use crate::math::Float;
 
 /// Rows below this many elements in all run on the calling thread.
@@ -25,16 +26,39 @@ fn check_floating(op: &'static str, dtype: DType) -> Result<()> {
     }
 }
 
-/// Runs `f(row)` for rows `0..rows` on up to `threads` tasks, each row being `dim` elements.
-fn for_rows(rows: usize, dim: usize, threads: usize, f: impl Fn(usize) + Sync) {
+/// Runs `f` over contiguous ranges of rows `0..rows` (one per task, up to
+/// `threads` tasks), each row being `dim` elements; a task allocates its
+/// buffers once for its range.
+fn for_rows(rows: usize, dim: usize, threads: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     let work = rows.saturating_mul(dim.max(1));
     let tasks = if work < GRAIN { 1 } else { threads.max(1).min(rows) };
     if tasks <= 1 {
-        (0..rows).for_each(&f);
+        f(0..rows);
         return;
     }
     let per = rows.div_ceil(tasks);
-    (0..tasks).into_par_iter().for_each(|t| (t * per..((t + 1) * per).min(rows)).for_each(&f));
+    (0..tasks).into_par_iter().for_each(|t| f(t * per..((t + 1) * per).min(rows)));
+}
+
+/// Loads row `r` (`dst.len()` elements, `inner` apart) of a `[outer, dim, inner]` tensor.
+unsafe fn load_row<F: Element>(dt: DType, p: Ptr, r: usize, inner: usize, dst: &mut [F]) {
+    let sz = dt.size();
+    // SAFETY: the row lies inside the tensor (caller contract).
+    unsafe { load(dt, p.0.offset(at(r, 0, dst.len(), inner, sz)), (inner * sz) as isize, dst.len(), dst).expect("checked dtype") }
+}
+
+/// Stores `src` as row `r` of a `[outer, dim, inner]` tensor.
+unsafe fn store_row<F: Element>(dt: DType, p: Ptr, r: usize, inner: usize, src: &[F]) {
+    let sz = dt.size();
+    // SAFETY: the row lies inside the tensor (caller contract).
+    unsafe {
+        let dst = p.0.offset(at(r, 0, src.len(), inner, sz));
+        if dt == F::DTYPE && inner == 1 {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut F, src.len());
+        } else {
+            store(dt, dst, (inner * sz) as isize, src).expect("checked dtype");
+        }
+    }
 }
 
 /// A raw pointer that may cross into rayon tasks; each task touches disjoint rows.
@@ -79,39 +103,37 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
     if dim == 0 || outer * inner == 0 {
         return Ok(());
     }
-    let (isz, osz) = (in_dt.size(), out_dt.size());
     let (src, dst) = (Ptr(input as *mut u8), Ptr(out));
-    for_rows(outer * inner, dim, threads, |r| {
+    for_rows(outer * inner, dim, threads, |rows| {
         let (src, dst) = (src, dst);
         let mut buf = vec![F::ZERO; dim];
-        // SAFETY: row r lies inside both tensors (contract); rows are disjoint between tasks.
-        unsafe {
-            load(in_dt, src.0.offset(at(r, 0, dim, inner, isz)), (inner * isz) as isize, dim, &mut buf).expect("checked dtype");
-        }
-        let max = buf.iter().fold(-F::infinity(), |m, &v| m.max_nan(v));
-        if log {
-            let sum = buf.iter().fold(F::ZERO, |s, &v| s + (v - max).exp());
-            // Along the last dimension CPU keeps the row's sum, and its log, in the element
-            // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
-            let keep = inner == 1 && out_dt == in_dt;
-            let round = |v: F| match in_dt {
-                DType::F16 if keep => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
-                DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
-                _ => v,
-            };
-            let log_sum = round(round(sum).ln());
-            buf.iter_mut().for_each(|v| *v = (*v - max) - log_sum);
-        } else {
-            let mut sum = F::ZERO;
-            for v in buf.iter_mut() {
-                *v = (*v - max).exp();
-                sum = sum + *v;
+        let mut e = vec![F::ZERO; if log { dim } else { 0 }];
+        for r in rows {
+            // SAFETY: row r lies inside both tensors (contract); rows are disjoint between tasks.
+            unsafe { load_row(in_dt, src, r, inner, &mut buf) };
+            // A NaN element makes the row NaN through the sum; the shift only needs the largest number.
+            let max = lanes::max(&buf);
+            if log {
+                e.iter_mut().zip(&buf).for_each(|(d, &v)| *d = (v - max).exp());
+                let sum = lanes::sum(&e);
+                // Along the last dimension CPU keeps the row's sum, and its log, in the element
+                // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
+                let keep = inner == 1 && out_dt == in_dt;
+                let round = |v: F| match in_dt {
+                    DType::F16 if keep => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
+                    DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
+                    _ => v,
+                };
+                let log_sum = round(round(sum).ln());
+                buf.iter_mut().for_each(|v| *v = (*v - max) - log_sum);
+            } else {
+                buf.iter_mut().for_each(|v| *v = (*v - max).exp());
+                let inv = F::ONE / lanes::sum(&buf);
+                buf.iter_mut().for_each(|v| *v = *v * inv);
             }
-            let inv = F::ONE / sum;
-            buf.iter_mut().for_each(|v| *v = *v * inv);
+            // SAFETY: as above.
+            unsafe { store_row(out_dt, dst, r, inner, &buf) };
         }
-        // SAFETY: as above.
-        unsafe { store(out_dt, dst.0.offset(at(r, 0, dim, inner, osz)), (inner * osz) as isize, &buf).expect("checked dtype") };
     });
     Ok(())
 }
@@ -144,27 +166,27 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
     if dim == 0 || outer * inner == 0 {
         return Ok(());
     }
-    let (sz, gsz) = (dt.size(), gin_dt.size());
     let (g, y, gi) = (Ptr(grad as *mut u8), Ptr(output as *mut u8), Ptr(grad_input));
-    for_rows(outer * inner, dim, threads, |r| {
+    for_rows(outer * inner, dim, threads, |rows| {
         let (g, y, gi) = (g, y, gi);
         let mut gb = vec![F::ZERO; dim];
         let mut yb = vec![F::ZERO; dim];
-        let stride = (inner * sz) as isize;
-        // SAFETY: row r lies inside every tensor (contract); rows are disjoint between tasks.
-        unsafe {
-            load(dt, g.0.offset(at(r, 0, dim, inner, sz)), stride, dim, &mut gb).expect("checked dtype");
-            load(dt, y.0.offset(at(r, 0, dim, inner, sz)), stride, dim, &mut yb).expect("checked dtype");
+        for r in rows {
+            // SAFETY: row r lies inside every tensor (contract); rows are disjoint between tasks.
+            unsafe {
+                load_row(dt, g, r, inner, &mut gb);
+                load_row(dt, y, r, inner, &mut yb);
+            }
+            if log {
+                let sum = lanes::sum(&gb);
+                gb.iter_mut().zip(&yb).for_each(|(gv, &yv)| *gv = *gv - yv.exp() * sum);
+            } else {
+                let dot = lanes::dot(&gb, &yb);
+                gb.iter_mut().zip(&yb).for_each(|(gv, &yv)| *gv = yv * (*gv - dot));
+            }
+            // SAFETY: as above.
+            unsafe { store_row(gin_dt, gi, r, inner, &gb) };
         }
-        if log {
-            let sum = gb.iter().fold(F::ZERO, |s, &v| s + v);
-            gb.iter_mut().zip(&yb).for_each(|(gv, &yv)| *gv = *gv - yv.exp() * sum);
-        } else {
-            let dot = gb.iter().zip(&yb).fold(F::ZERO, |s, (&gv, &yv)| s + gv * yv);
-            gb.iter_mut().zip(&yb).for_each(|(gv, &yv)| *gv = yv * (*gv - dot));
-        }
-        // SAFETY: as above.
-        unsafe { store(gin_dt, gi.0.offset(at(r, 0, dim, inner, gsz)), (inner * gsz) as isize, &gb).expect("checked dtype") };
     });
     Ok(())
 }

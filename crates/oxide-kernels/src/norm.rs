@@ -7,17 +7,24 @@
 //! `[m, k]` input is group norm with `n = m, c = k, s = 1, g = 1`.
 //! Batch norm normalises each channel over `n * s` elements.
 //!
-//! Statistics accumulate in double; `var` is the biased (population) variance
-//! in normalisation, `invstd = 1 / sqrt(var + eps)`. Running variance is
-//! updated with the unbiased estimate, as PyTorch does. Gradients follow from
-//! `y = (x - mean) * invstd * w + b` (Ioffe & Szegedy 2015, Wu & He 2018,
-//! Ba et al. 2016).
+//! Statistics (means, variances, the sums of the backward) accumulate in
+//! double over independent lanes ([`crate::lanes`]), so they vectorise;
+//! elementwise work runs in the compute type (float32 for float32, float16 and
+//! bfloat16; float64 for float64), as PyTorch's CPU kernels do. `var` is the
+//! biased (population) variance in normalisation, `invstd = 1 / sqrt(var + eps)`.
+//! Running variance is updated with the unbiased estimate, as PyTorch does.
+//! Gradients follow from `y = (x - mean) * invstd * w + b` (Ioffe & Szegedy
+//! 2015, Wu & He 2018, Ba et al. 2016).
+
+use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::{load, store};
+use crate::lanes::{dot_f64, sq_dev_f64, sum_f64};
+use crate::math::Float;
 
 /// A raw pointer that may cross into rayon tasks; tasks write disjoint elements.
 #[derive(Clone, Copy)]
@@ -39,36 +46,52 @@ fn check(op: &'static str, dt: DType) -> Result<()> {
     }
 }
 
-/// Reads `n` contiguous elements of `dt` at element offset `off` as doubles.
-unsafe fn read(dt: DType, p: Ptr, off: usize, n: usize, dst: &mut [f64]) {
+/// Reads `dst.len()` contiguous elements of `dt` at element offset `off`.
+unsafe fn read<T: Element>(dt: DType, p: Ptr, off: usize, dst: &mut [T]) {
     // SAFETY: caller guarantees the range lies in the tensor.
-    unsafe { load(dt, p.0.add(off * dt.size()), dt.size() as isize, n, dst).expect("checked dtype") }
+    unsafe { load(dt, p.0.add(off * dt.size()), dt.size() as isize, dst.len(), dst).expect("checked dtype") }
 }
 
 /// Writes `src` as contiguous elements of `dt` at element offset `off`.
-unsafe fn write(dt: DType, p: Ptr, off: usize, src: &[f64]) {
+unsafe fn write<T: Element>(dt: DType, p: Ptr, off: usize, src: &[T]) {
     // SAFETY: caller guarantees the range lies in the tensor.
-    unsafe { store(dt, p.0.add(off * dt.size()), dt.size() as isize, src).expect("checked dtype") }
+    unsafe {
+        let dst = p.0.add(off * dt.size());
+        if dt == T::DTYPE {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut T, src.len());
+        } else {
+            store(dt, dst, dt.size() as isize, src).expect("checked dtype");
+        }
+    }
 }
 
 /// Reads a whole optional parameter vector (`len` elements), or `fill` values when null.
-unsafe fn param(dt: DType, p: Ptr, len: usize, fill: f64) -> Vec<f64> {
+unsafe fn param<T: Element>(dt: DType, p: Ptr, len: usize, fill: T) -> Vec<T> {
     let mut v = vec![fill; len];
     if !p.is_null() {
         // SAFETY: caller guarantees `len` elements.
-        unsafe { read(dt, p, 0, len, &mut v) };
+        unsafe { read(dt, p, 0, &mut v) };
     }
     v
 }
 
-/// Runs `f(i)` for `i` in `0..count` over up to `threads` rayon tasks.
-fn parallel(count: usize, work_per_item: usize, threads: usize, f: impl Fn(usize) + Sync + Send) {
+/// Runs `f` over contiguous ranges of `0..count` (one per task, up to
+/// `threads` tasks; one range on the calling thread for small problems), so
+/// that each task allocates its buffers once.
+fn ranges(count: usize, work_per_item: usize, threads: usize, f: impl Fn(Range<usize>) + Sync + Send) {
     if threads <= 1 || count <= 1 || count * work_per_item < 32768 {
-        (0..count).for_each(f);
+        f(0..count);
     } else {
-        (0..count).into_par_iter().with_min_len(count.div_ceil(threads)).for_each(f);
+        let tasks = threads.min(count);
+        let per = count.div_ceil(tasks);
+        (0..tasks).into_par_iter().for_each(|t| f(t * per..((t + 1) * per).min(count)));
     }
 }
+
+/// Elements per chunk of groups in [`group_norm_backward`]: fixed, not derived
+/// from the thread count, so that the chunk-wise parameter-gradient sums are
+/// reproducible.
+const CHUNK: usize = 16384;
 
 /// Shape of a group/layer norm problem (see the module docs).
 #[derive(Debug, Clone, Copy)]
@@ -102,32 +125,54 @@ pub unsafe fn group_norm(dt: DType, sh: GroupShape, x: *const u8, param_dt: DTyp
     if sh.g == 0 || sh.c % sh.g != 0 {
         return Err(Error::InvalidLayout { op: "group_norm", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
     }
-    let len = sh.group_len();
-    let (x, y, mean, rstd) = (Ptr(x as *mut u8), Ptr(y), Ptr(mean), Ptr(rstd));
-    // SAFETY: c elements each when non-null (contract).
-    let (w, b) = unsafe { (param(param_dt, Ptr(weight as *mut u8), sh.c, 1.0), param(param_dt, Ptr(bias as *mut u8), sh.c, 0.0)) };
-    let cpg = sh.c / sh.g;
-    parallel(sh.n * sh.g, len, threads, |grp| {
-        let (x, y, mean, rstd) = (x, y, mean, rstd);
-        let mut buf = vec![0.0; len];
-        // SAFETY: group `grp` spans elements [grp*len, (grp+1)*len) of x and y.
-        unsafe { read(dt, x, grp * len, len, &mut buf) };
-        let m = if len == 0 { 0.0 } else { buf.iter().sum::<f64>() / len as f64 };
-        let var = if len == 0 { 0.0 } else { buf.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / len as f64 };
-        let r = 1.0 / (var + eps).sqrt();
-        let c0 = (grp % sh.g) * cpg;
-        for (j, v) in buf.iter_mut().enumerate() {
-            let ch = c0 + j / sh.s;
-            *v = (*v - m) * r * w[ch] + b[ch];
+    let args = (Ptr(x as *mut u8), param_dt, Ptr(weight as *mut u8), Ptr(bias as *mut u8), eps, Ptr(y), stat_dt, Ptr(mean), Ptr(rstd));
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => group_norm_in::<f64>(dt, sh, args, threads),
+            _ => group_norm_in::<f32>(dt, sh, args, threads),
         }
-        // SAFETY: as above; mean/rstd hold n*g elements.
-        unsafe {
-            write(dt, y, grp * len, &buf);
-            write(stat_dt, mean, grp, &[m]);
-            write(stat_dt, rstd, grp, &[r]);
+    }
+    Ok(())
+}
+
+type GroupArgs = (Ptr, DType, Ptr, Ptr, f64, Ptr, DType, Ptr, Ptr);
+
+unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: GroupArgs, threads: usize) {
+    let (x, param_dt, weight, bias, eps, y, stat_dt, mean, rstd) = args;
+    let len = sh.group_len();
+    let cpg = sh.c / sh.g;
+    // SAFETY: c elements each when non-null (contract).
+    let (w, b): (Vec<F>, Vec<F>) = unsafe { (param(param_dt, weight, sh.c, F::ONE), param(param_dt, bias, sh.c, F::ZERO)) };
+    ranges(sh.n * sh.g, len, threads, |groups| {
+        let mut buf = vec![F::ZERO; len];
+        for grp in groups {
+            // SAFETY: group `grp` spans elements [grp*len, (grp+1)*len) of x and y.
+            unsafe { read(dt, x, grp * len, &mut buf) };
+            let m = if len == 0 { 0.0 } else { sum_f64(&buf) / len as f64 };
+            let var = if len == 0 { 0.0 } else { sq_dev_f64(&buf, m) / len as f64 };
+            let r = 1.0 / (var + eps).sqrt();
+            let (mf, rf) = (F::from_f64(m), F::from_f64(r));
+            let c0 = (grp % sh.g) * cpg;
+            if sh.s == 1 {
+                let (w, b) = (&w[c0..c0 + len], &b[c0..c0 + len]);
+                for j in 0..len {
+                    buf[j] = (buf[j] - mf) * rf * w[j] + b[j];
+                }
+            } else {
+                for (k, run) in buf.chunks_exact_mut(sh.s).enumerate() {
+                    let (scale, shift) = (rf * w[c0 + k], b[c0 + k]);
+                    run.iter_mut().for_each(|v| *v = (*v - mf) * scale + shift);
+                }
+            }
+            // SAFETY: as above; mean/rstd hold n*g elements.
+            unsafe {
+                write(dt, y, grp * len, &buf);
+                write(stat_dt, mean, grp, &[m]);
+                write(stat_dt, rstd, grp, &[r]);
+            }
         }
     });
-    Ok(())
 }
 
 /// Group norm backward. With `xhat = (x - mean) * rstd` and `d = dy * w[ch]`,
@@ -147,72 +192,100 @@ pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, dy: *const u8, x: *
     if sh.g == 0 || sh.c % sh.g != 0 {
         return Err(Error::InvalidLayout { op: "group_norm_backward", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
     }
+    let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(mean as *mut u8), Ptr(rstd as *mut u8), Ptr(weight as *mut u8)];
+    let outs = [Ptr(dx), Ptr(dweight), Ptr(dbias)];
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => group_norm_backward_in::<f64>(dt, sh, ins, stat_dt, param_dt, outs, threads),
+            _ => group_norm_backward_in::<f32>(dt, sh, ins, stat_dt, param_dt, outs, threads),
+        }
+    }
+    Ok(())
+}
+
+unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, ins: [Ptr; 5], stat_dt: DType, param_dt: DType, outs: [Ptr; 3], threads: usize) {
+    let [dy, x, mean, rstd, weight] = ins;
+    let [dx, dweight, dbias] = outs;
     let len = sh.group_len();
     let cpg = sh.c / sh.g;
-    let (dy, x, dx) = (Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(dx));
     // SAFETY: contract: parameter vectors hold c elements, statistics n*g.
-    let (w, means, rstds) = unsafe {
-        (param(param_dt, Ptr(weight as *mut u8), sh.c, 1.0), param(stat_dt, Ptr(mean as *mut u8), sh.n * sh.g, 0.0), param(stat_dt, Ptr(rstd as *mut u8), sh.n * sh.g, 0.0))
-    };
+    let (w, means, rstds): (Vec<F>, Vec<f64>, Vec<f64>) =
+        unsafe { (param(param_dt, weight, sh.c, F::ONE), param(stat_dt, mean, sh.n * sh.g, 0.0), param(stat_dt, rstd, sh.n * sh.g, 0.0)) };
     let want_params = !dweight.is_null() || !dbias.is_null();
-    // Per-group partial parameter gradients, combined in group order so results do not depend on threads.
-    let partial: Vec<(Vec<f64>, Vec<f64>)> = {
-        let run = |grp: usize| -> (Vec<f64>, Vec<f64>) {
-            let (dy, x, dx) = (dy, x, dx);
-            let mut g = vec![0.0; len];
-            let mut v = vec![0.0; len];
+    let count = sh.n * sh.g;
+    let per = (CHUNK / len.max(1)).max(1);
+    let chunks = count.div_ceil(per);
+    // Per-chunk parameter gradients over all channels, combined in chunk order.
+    let run = |k: usize| -> (Vec<f64>, Vec<f64>) {
+        let np = if want_params { sh.c } else { 0 };
+        let (mut dw, mut db) = (vec![0.0; np], vec![0.0; np]);
+        let (mut g, mut v, mut d) = (vec![F::ZERO; len], vec![F::ZERO; len], vec![F::ZERO; len]);
+        for grp in k * per..((k + 1) * per).min(count) {
             // SAFETY: group `grp` spans [grp*len, (grp+1)*len) of dy, x, dx.
             unsafe {
-                read(dt, dy, grp * len, len, &mut g);
-                read(dt, x, grp * len, len, &mut v);
+                read(dt, dy, grp * len, &mut g);
+                read(dt, x, grp * len, &mut v);
             }
-            let (m, r) = (means[grp], rstds[grp]);
+            let (mf, rf) = (F::from_f64(means[grp]), F::from_f64(rstds[grp]));
             let c0 = (grp % sh.g) * cpg;
-            v.iter_mut().for_each(|e| *e = (*e - m) * r);
-            let (mut dwl, mut dbl) = (vec![0.0; if want_params { cpg } else { 0 }], vec![0.0; if want_params { cpg } else { 0 }]);
+            v.iter_mut().for_each(|e| *e = (*e - mf) * rf);
             if want_params {
-                for j in 0..len {
-                    dwl[j / sh.s] += g[j] * v[j];
-                    dbl[j / sh.s] += g[j];
+                if sh.s == 1 {
+                    for j in 0..len {
+                        dw[c0 + j] += (g[j] * v[j]).to_f64();
+                        db[c0 + j] += g[j].to_f64();
+                    }
+                } else {
+                    for (kc, (gr, vr)) in g.chunks_exact(sh.s).zip(v.chunks_exact(sh.s)).enumerate() {
+                        dw[c0 + kc] += dot_f64(gr, vr);
+                        db[c0 + kc] += sum_f64(gr);
+                    }
                 }
             }
             if !dx.is_null() && len > 0 {
-                let d: Vec<f64> = (0..len).map(|j| g[j] * w[c0 + j / sh.s]).collect();
-                let a = d.iter().sum::<f64>() / len as f64;
-                let bsum = d.iter().zip(&v).map(|(p, q)| p * q).sum::<f64>() / len as f64;
-                let out: Vec<f64> = (0..len).map(|j| r * (d[j] - a - v[j] * bsum)).collect();
+                if sh.s == 1 {
+                    for j in 0..len {
+                        d[j] = g[j] * w[c0 + j];
+                    }
+                } else {
+                    for (kc, (dr, gr)) in d.chunks_exact_mut(sh.s).zip(g.chunks_exact(sh.s)).enumerate() {
+                        let wk = w[c0 + kc];
+                        dr.iter_mut().zip(gr).for_each(|(o, &e)| *o = e * wk);
+                    }
+                }
+                let a = F::from_f64(sum_f64(&d) / len as f64);
+                let bsum = F::from_f64(dot_f64(&d, &v) / len as f64);
+                for j in 0..len {
+                    d[j] = rf * (d[j] - a - v[j] * bsum);
+                }
                 // SAFETY: as above.
-                unsafe { write(dt, dx, grp * len, &out) };
+                unsafe { write(dt, dx, grp * len, &d) };
             }
-            (dwl, dbl)
-        };
-        let count = sh.n * sh.g;
-        if threads <= 1 || count * len < 32768 {
-            (0..count).map(run).collect()
-        } else {
-            (0..count).into_par_iter().with_min_len(count.div_ceil(threads)).map(run).collect()
         }
+        (dw, db)
+    };
+    let partial: Vec<(Vec<f64>, Vec<f64>)> = if threads <= 1 || chunks <= 1 || count * len < 32768 {
+        (0..chunks).map(run).collect()
+    } else {
+        (0..chunks).into_par_iter().with_min_len(chunks.div_ceil(threads)).map(run).collect()
     };
     if want_params {
         let (mut dw, mut db) = (vec![0.0; sh.c], vec![0.0; sh.c]);
-        for (grp, (dwl, dbl)) in partial.iter().enumerate() {
-            let c0 = (grp % sh.g) * cpg;
-            for k in 0..cpg {
-                dw[c0 + k] += dwl[k];
-                db[c0 + k] += dbl[k];
-            }
+        for (pw, pb) in &partial {
+            dw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
+            db.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
         }
         // SAFETY: c elements each when non-null.
         unsafe {
             if !dweight.is_null() {
-                write(param_dt, Ptr(dweight), 0, &dw);
+                write(param_dt, dweight, 0, &dw);
             }
             if !dbias.is_null() {
-                write(param_dt, Ptr(dbias), 0, &db);
+                write(param_dt, dbias, 0, &db);
             }
         }
     }
-    Ok(())
 }
 
 /// Batch norm shape: input `[n, c, s]` contiguous, statistics per channel.
@@ -233,15 +306,15 @@ pub struct BatchParams {
 }
 
 /// Gathers channel `ch` (`n * s` values) of an `[n, c, s]` tensor.
-unsafe fn channel(dt: DType, p: Ptr, sh: BatchShape, ch: usize, dst: &mut [f64]) {
+unsafe fn channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, dst: &mut [T]) {
     for i in 0..sh.n {
         // SAFETY: caller: the tensor is [n, c, s].
-        unsafe { read(dt, p, (i * sh.c + ch) * sh.s, sh.s, &mut dst[i * sh.s..(i + 1) * sh.s]) };
+        unsafe { read(dt, p, (i * sh.c + ch) * sh.s, &mut dst[i * sh.s..(i + 1) * sh.s]) };
     }
 }
 
 /// Scatters channel `ch` of an `[n, c, s]` tensor.
-unsafe fn set_channel(dt: DType, p: Ptr, sh: BatchShape, ch: usize, src: &[f64]) {
+unsafe fn set_channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, src: &[T]) {
     for i in 0..sh.n {
         // SAFETY: caller: the tensor is [n, c, s].
         unsafe { write(dt, p, (i * sh.c + ch) * sh.s, &src[i * sh.s..(i + 1) * sh.s]) };
@@ -261,46 +334,61 @@ unsafe fn set_channel(dt: DType, p: Ptr, sh: BatchShape, ch: usize, src: &[f64])
 pub unsafe fn batch_norm(dt: DType, sh: BatchShape, x: *const u8, param_dt: DType, p: BatchParams, training: bool, momentum: f64, eps: f64, y: *mut u8, save_mean: *mut u8, save_invstd: *mut u8, threads: usize) -> Result<()> {
     check("batch_norm", dt)?;
     check("batch_norm", param_dt)?;
+    let hyper = (training, momentum, eps);
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => batch_norm_in::<f64>(dt, sh, Ptr(x as *mut u8), param_dt, p, hyper, [Ptr(y), Ptr(save_mean), Ptr(save_invstd)], threads),
+            _ => batch_norm_in::<f32>(dt, sh, Ptr(x as *mut u8), param_dt, p, hyper, [Ptr(y), Ptr(save_mean), Ptr(save_invstd)], threads),
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn batch_norm_in<F: Float + Element>(dt: DType, sh: BatchShape, x: Ptr, param_dt: DType, p: BatchParams, hyper: (bool, f64, f64), outs: [Ptr; 3], threads: usize) {
+    let (training, momentum, eps) = hyper;
+    let [y, sm_p, si_p] = outs;
     let count = sh.n * sh.s;
-    let (x, y) = (Ptr(x as *mut u8), Ptr(y));
-    let (rm_p, rv_p, sm_p, si_p) = (Ptr(p.running_mean), Ptr(p.running_var), Ptr(save_mean), Ptr(save_invstd));
+    let (rm_p, rv_p) = (Ptr(p.running_mean), Ptr(p.running_var));
     // SAFETY: contract: c elements each when non-null.
-    let (w, b, rm, rv) = unsafe {
+    let (w, b, rm, rv): (Vec<F>, Vec<F>, Vec<f64>, Vec<f64>) = unsafe {
         (
-            param(param_dt, Ptr(p.weight as *mut u8), sh.c, 1.0),
-            param(param_dt, Ptr(p.bias as *mut u8), sh.c, 0.0),
+            param(param_dt, Ptr(p.weight as *mut u8), sh.c, F::ONE),
+            param(param_dt, Ptr(p.bias as *mut u8), sh.c, F::ZERO),
             param(param_dt, rm_p, sh.c, 0.0),
             param(param_dt, rv_p, sh.c, 1.0),
         )
     };
-    parallel(sh.c, count, threads, |ch| {
-        let (x, y, rm_p, rv_p, sm_p, si_p) = (x, y, rm_p, rv_p, sm_p, si_p);
-        let mut v = vec![0.0; count];
-        // SAFETY: channel ch of [n, c, s]; each task owns its channel's elements and parameter slots.
-        unsafe {
-            channel(dt, x, sh, ch, &mut v);
-            let (m, invstd) = if training {
-                let m = if count == 0 { f64::NAN } else { v.iter().sum::<f64>() / count as f64 };
-                let var = if count == 0 { f64::NAN } else { v.iter().map(|e| (e - m) * (e - m)).sum::<f64>() / count as f64 };
-                if !rm_p.is_null() {
-                    write(param_dt, rm_p, ch, &[(1.0 - momentum) * rm[ch] + momentum * m]);
-                }
-                if !rv_p.is_null() {
-                    let unbiased = if count > 1 { var * count as f64 / (count - 1) as f64 } else { f64::INFINITY };
-                    write(param_dt, rv_p, ch, &[(1.0 - momentum) * rv[ch] + momentum * unbiased]);
-                }
-                let invstd = 1.0 / (var + eps).sqrt();
-                write(param_dt, sm_p, ch, &[m]);
-                write(param_dt, si_p, ch, &[invstd]);
-                (m, invstd)
-            } else {
-                (rm[ch], 1.0 / (rv[ch] + eps).sqrt())
-            };
-            v.iter_mut().for_each(|e| *e = (*e - m) * invstd * w[ch] + b[ch]);
-            set_channel(dt, y, sh, ch, &v);
+    ranges(sh.c, count, threads, |channels| {
+        let mut v = vec![F::ZERO; count];
+        for ch in channels {
+            // SAFETY: channel ch of [n, c, s]; each task owns its channels' elements and parameter slots.
+            unsafe {
+                channel(dt, x, sh, ch, &mut v);
+                let (m, invstd) = if training {
+                    let m = if count == 0 { f64::NAN } else { sum_f64(&v) / count as f64 };
+                    let var = if count == 0 { f64::NAN } else { sq_dev_f64(&v, m) / count as f64 };
+                    if !rm_p.is_null() {
+                        write(param_dt, rm_p, ch, &[(1.0 - momentum) * rm[ch] + momentum * m]);
+                    }
+                    if !rv_p.is_null() {
+                        let unbiased = if count > 1 { var * count as f64 / (count - 1) as f64 } else { f64::INFINITY };
+                        write(param_dt, rv_p, ch, &[(1.0 - momentum) * rv[ch] + momentum * unbiased]);
+                    }
+                    let invstd = 1.0 / (var + eps).sqrt();
+                    write(param_dt, sm_p, ch, &[m]);
+                    write(param_dt, si_p, ch, &[invstd]);
+                    (m, invstd)
+                } else {
+                    (rm[ch], 1.0 / (rv[ch] + eps).sqrt())
+                };
+                let (mf, scale, shift) = (F::from_f64(m), F::from_f64(invstd) * w[ch], b[ch]);
+                v.iter_mut().for_each(|e| *e = (*e - mf) * scale + shift);
+                set_channel(dt, y, sh, ch, &v);
+            }
         }
     });
-    Ok(())
 }
 
 /// Batch norm backward. Training uses the saved batch statistics:
@@ -317,49 +405,65 @@ pub unsafe fn batch_norm(dt: DType, sh: BatchShape, x: *const u8, param_dt: DTyp
 pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, dy: *const u8, x: *const u8, param_dt: DType, p: BatchParams, save_mean: *const u8, save_invstd: *const u8, training: bool, eps: f64, dx: *mut u8, dweight: *mut u8, dbias: *mut u8, threads: usize) -> Result<()> {
     check("batch_norm_backward", dt)?;
     check("batch_norm_backward", param_dt)?;
+    let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(save_mean as *mut u8), Ptr(save_invstd as *mut u8)];
+    let outs = [Ptr(dx), Ptr(dweight), Ptr(dbias)];
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => batch_norm_backward_in::<f64>(dt, sh, ins, param_dt, p, (training, eps), outs, threads),
+            _ => batch_norm_backward_in::<f32>(dt, sh, ins, param_dt, p, (training, eps), outs, threads),
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn batch_norm_backward_in<F: Float + Element>(dt: DType, sh: BatchShape, ins: [Ptr; 4], param_dt: DType, p: BatchParams, hyper: (bool, f64), outs: [Ptr; 3], threads: usize) {
+    let [dy, x, save_mean, save_invstd] = ins;
+    let [dx, dw_p, db_p] = outs;
+    let (training, eps) = hyper;
     let count = sh.n * sh.s;
-    let (dy, x, dx) = (Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(dx));
-    let (dw_p, db_p) = (Ptr(dweight), Ptr(dbias));
     // SAFETY: contract: c elements each when non-null.
-    let (w, mean, invstd) = unsafe {
-        let w = param(param_dt, Ptr(p.weight as *mut u8), sh.c, 1.0);
+    let (w, mean, invstd): (Vec<F>, Vec<f64>, Vec<f64>) = unsafe {
+        let w = param(param_dt, Ptr(p.weight as *mut u8), sh.c, F::ONE);
         if training {
-            (w, param(param_dt, Ptr(save_mean as *mut u8), sh.c, 0.0), param(param_dt, Ptr(save_invstd as *mut u8), sh.c, 1.0))
+            (w, param(param_dt, save_mean, sh.c, 0.0), param(param_dt, save_invstd, sh.c, 1.0))
         } else {
-            let rv = param(param_dt, Ptr(p.running_var), sh.c, 1.0);
+            let rv: Vec<f64> = param(param_dt, Ptr(p.running_var), sh.c, 1.0);
             (w, param(param_dt, Ptr(p.running_mean), sh.c, 0.0), rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
         }
     };
-    parallel(sh.c, count, threads, |ch| {
-        let (dy, x, dx, dw_p, db_p) = (dy, x, dx, dw_p, db_p);
-        let mut g = vec![0.0; count];
-        let mut v = vec![0.0; count];
-        // SAFETY: channel ch; each task owns its channel's elements and parameter slots.
-        unsafe {
-            channel(dt, dy, sh, ch, &mut g);
-            channel(dt, x, sh, ch, &mut v);
-            v.iter_mut().for_each(|e| *e = (*e - mean[ch]) * invstd[ch]);
-            let sum_g: f64 = g.iter().sum();
-            let sum_gx: f64 = g.iter().zip(&v).map(|(a, b)| a * b).sum();
-            if !dx.is_null() {
-                let k = w[ch] * invstd[ch];
-                let out: Vec<f64> = if training && count > 0 {
-                    let (mg, mgx) = (sum_g / count as f64, sum_gx / count as f64);
-                    g.iter().zip(&v).map(|(a, b)| k * (a - mg - b * mgx)).collect()
-                } else {
-                    g.iter().map(|a| k * a).collect()
-                };
-                set_channel(dt, dx, sh, ch, &out);
-            }
-            if !dw_p.is_null() {
-                write(param_dt, dw_p, ch, &[sum_gx]);
-            }
-            if !db_p.is_null() {
-                write(param_dt, db_p, ch, &[sum_g]);
+    ranges(sh.c, count, threads, |channels| {
+        let mut g = vec![F::ZERO; count];
+        let mut v = vec![F::ZERO; count];
+        for ch in channels {
+            // SAFETY: channel ch; each task owns its channels' elements and parameter slots.
+            unsafe {
+                channel(dt, dy, sh, ch, &mut g);
+                channel(dt, x, sh, ch, &mut v);
+                let (mf, rf) = (F::from_f64(mean[ch]), F::from_f64(invstd[ch]));
+                v.iter_mut().for_each(|e| *e = (*e - mf) * rf);
+                let sum_g = sum_f64(&g);
+                let sum_gx = dot_f64(&g, &v);
+                if !dx.is_null() {
+                    let k = w[ch] * rf;
+                    if training && count > 0 {
+                        let (mg, mgx) = (F::from_f64(sum_g / count as f64), F::from_f64(sum_gx / count as f64));
+                        g.iter_mut().zip(&v).for_each(|(a, &b)| *a = k * (*a - mg - b * mgx));
+                    } else {
+                        g.iter_mut().for_each(|a| *a = k * *a);
+                    }
+                    set_channel(dt, dx, sh, ch, &g);
+                }
+                if !dw_p.is_null() {
+                    write(param_dt, dw_p, ch, &[sum_gx]);
+                }
+                if !db_p.is_null() {
+                    write(param_dt, db_p, ch, &[sum_g]);
+                }
             }
         }
     });
-    Ok(())
 }
 
 #[cfg(test)]

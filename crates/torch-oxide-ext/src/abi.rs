@@ -1957,3 +1957,100 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         })
     })
 }
+
+// ---------------------------------------------------------------------------
+// Fused recurrent cells (oxide_kernels::rnn), called by csrc/rnn.cpp.
+// ---------------------------------------------------------------------------
+
+/// A read-only 2-D operand of the recurrent-cell kernels: first element and
+/// element strides of rows and columns. `data` null: an absent optional operand.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OxideMat {
+    pub data: *const c_void,
+    pub row_stride: i64,
+    pub col_stride: i64,
+}
+
+impl OxideMat {
+    fn mat(self) -> oxide_kernels::rnn::Mat {
+        oxide_kernels::rnn::Mat { ptr: self.data as *const u8, row_stride: self.row_stride as isize, col_stride: self.col_stride as isize }
+    }
+}
+
+/// The non-null pointers among `ptrs`, for the device check of [`launch`].
+fn present(ptrs: &[*const c_void]) -> Vec<*const c_void> {
+    ptrs.iter().copied().filter(|p| !p.is_null()).collect()
+}
+
+/// `_thnn_fused_lstm_cell`: gate pre-activations `igates`, `hgates`
+/// (`[batch, 4 hidden]`), cell state `cx` (`[batch, hidden]`), biases `b_ih`,
+/// `b_hh` (`[4 hidden]` contiguous, each may be null) to contiguous `hy`, `cy`
+/// (`[batch, hidden]`) and `workspace` (`[batch, 4 hidden]`); one dtype throughout.
+///
+/// # Safety
+/// Every non-null pointer addresses live device memory of the shape described.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_lstm_cell(device: i32, stream: i64, dtype_code: i32, batch: usize, hidden: usize, igates: OxideMat, hgates: OxideMat, cx: OxideMat, b_ih: *const c_void, b_hh: *const c_void, hy: *mut c_void, cy: *mut c_void, workspace: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let ops = present(&[igates.data, hgates.data, cx.data, b_ih, b_hh, hy as *const c_void, cy as *const c_void, workspace as *const c_void]);
+        launch(device, stream, batch * hidden, &ops, || unsafe {
+            oxide_kernels::rnn::lstm_cell(dt, batch, hidden, igates.mat(), hgates.mat(), cx.mat(), b_ih as _, b_hh as _, hy as _, cy as _, workspace as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `_thnn_fused_lstm_cell_backward_impl`: from `grad_hy`, `grad_cy` (either
+/// may have null data: zero), the forward's `cx`, `cy` and `workspace`, to
+/// contiguous `grad_gates` (`[batch, 4 hidden]`), `grad_cx` (`[batch, hidden]`)
+/// and `grad_bias` (`[4 hidden]`, null: not computed).
+///
+/// # Safety
+/// As [`oxide_lstm_cell`].
+#[no_mangle]
+pub unsafe extern "C" fn oxide_lstm_cell_backward(device: i32, stream: i64, dtype_code: i32, batch: usize, hidden: usize, grad_hy: OxideMat, grad_cy: OxideMat, cx: OxideMat, cy: OxideMat, workspace: OxideMat, grad_gates: *mut c_void, grad_cx: *mut c_void, grad_bias: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let ops = present(&[grad_hy.data, grad_cy.data, cx.data, cy.data, workspace.data, grad_gates as *const c_void, grad_cx as *const c_void, grad_bias as *const c_void]);
+        launch(device, stream, batch * hidden, &ops, || unsafe {
+            oxide_kernels::rnn::lstm_cell_backward(dt, batch, hidden, grad_hy.mat(), grad_cy.mat(), cx.mat(), cy.mat(), workspace.mat(), grad_gates as _, grad_cx as _, grad_bias as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `_thnn_fused_gru_cell`: gate pre-activations `igates`, `hgates`
+/// (`[batch, 3 hidden]`), hidden state `hx` (`[batch, hidden]`), biases (`[3
+/// hidden]` contiguous, each may be null) to contiguous `hy` (`[batch,
+/// hidden]`) and `workspace` (`[batch, 5 hidden]`).
+///
+/// # Safety
+/// As [`oxide_lstm_cell`].
+#[no_mangle]
+pub unsafe extern "C" fn oxide_gru_cell(device: i32, stream: i64, dtype_code: i32, batch: usize, hidden: usize, igates: OxideMat, hgates: OxideMat, hx: OxideMat, b_ih: *const c_void, b_hh: *const c_void, hy: *mut c_void, workspace: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let ops = present(&[igates.data, hgates.data, hx.data, b_ih, b_hh, hy as *const c_void, workspace as *const c_void]);
+        launch(device, stream, batch * hidden, &ops, || unsafe {
+            oxide_kernels::rnn::gru_cell(dt, batch, hidden, igates.mat(), hgates.mat(), hx.mat(), b_ih as _, b_hh as _, hy as _, workspace as _, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `_thnn_fused_gru_cell_backward`: from `grad_hy` (`[batch, hidden]`) and
+/// the forward's `workspace` to contiguous `grad_input_gates`,
+/// `grad_hidden_gates` (`[batch, 3 hidden]`), `grad_hx` (`[batch, hidden]`)
+/// and the bias gradients (`[3 hidden]`, null: not computed).
+///
+/// # Safety
+/// As [`oxide_lstm_cell`].
+#[no_mangle]
+pub unsafe extern "C" fn oxide_gru_cell_backward(device: i32, stream: i64, dtype_code: i32, batch: usize, hidden: usize, grad_hy: OxideMat, workspace: OxideMat, grad_input_gates: *mut c_void, grad_hidden_gates: *mut c_void, grad_hx: *mut c_void, grad_input_bias: *mut c_void, grad_hidden_bias: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let ops = present(&[grad_hy.data, workspace.data, grad_input_gates as *const c_void, grad_hidden_gates as *const c_void, grad_hx as *const c_void, grad_input_bias as *const c_void, grad_hidden_bias as *const c_void]);
+        launch(device, stream, batch * hidden, &ops, || unsafe {
+            oxide_kernels::rnn::gru_cell_backward(dt, batch, hidden, grad_hy.mat(), workspace.mat(), grad_input_gates as _, grad_hidden_gates as _, grad_hx as _, grad_input_bias as _, grad_hidden_bias as _, threads.max(1) as usize)
+        })
+    })
+}
