@@ -120,8 +120,9 @@ def test_fold(args, dtype, kind):
 
 
 def test_unfold_integers_and_empty_batch():
+    # CPU raises NotImplementedError for integer im2col; oxide unfolds them (a copy), exactly as floats.
     x = torch.randint(-50, 50, (2, 3, 5, 5))
-    assert torch.equal(F.unfold(x.to("oxide"), 2, padding=1).cpu(), F.unfold(x, 2, padding=1))
+    assert torch.equal(F.unfold(x.to("oxide"), 2, padding=1).cpu(), F.unfold(x.double(), 2, padding=1).long())
     compare(lambda x: F.unfold(x, 2), make((0, 3, 5, 5)))
     compare(lambda c: F.fold(c, (4, 4), 2), make((0, 12, 9)))
 
@@ -269,11 +270,13 @@ def test_grid_sample(mode, padding_mode, align_corners, dtype):
     grid = (make((2, 4, 6, 2), dtype, seed=2) * 0.8).clamp(-1.6, 1.6)
     fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,  # noqa: E731
                                     align_corners=align_corners)
-    compare(fn, x, grid)
-    compare(fn, x, grid, kind="strided")
+    # float32: the grid gradient sums ~50 terms of magnitude ~10 (bicubic), so cancellation leaves ~1e-5 absolute.
+    t = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else None
+    compare(fn, x, grid, tols=t)
+    compare(fn, x, grid, kind="strided", tols=t)
     # Only the input's gradient requested (output_mask[0]) and only the grid's.
-    compare(fn, x, grid, grad_inputs=[0])
-    compare(fn, x, grid, grad_inputs=[1])
+    compare(fn, x, grid, grad_inputs=[0], tols=t)
+    compare(fn, x, grid, grad_inputs=[1], tols=t)
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
