@@ -28,6 +28,12 @@ NATIVE_OPS = [
     "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
     "aten::_thnn_fused_lstm_cell_backward_impl", "aten::_thnn_fused_gru_cell",
     "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
+    # fold.cpp, embedding.cpp, grid_sample.cpp, resample.cpp (linear/trilinear/bicubic upsampling)
+    "aten::im2col", "aten::col2im", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+    "aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward",
+    "aten::_embedding_bag_per_sample_weights_backward", "aten::grid_sampler_2d", "aten::grid_sampler_2d_backward",
+    "aten::upsample_linear1d", "aten::upsample_linear1d_backward", "aten::upsample_trilinear3d",
+    "aten::upsample_trilinear3d_backward", "aten::upsample_bicubic2d", "aten::upsample_bicubic2d_backward",
 ]
 
 

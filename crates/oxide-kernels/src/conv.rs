@@ -729,6 +729,129 @@ pub unsafe fn convolution_backward(dtype: DType, cv: &Conv, grad_output: *const 
     }
 }
 
+/// A sliding-window unfold (PyTorch's `im2col`, `F.unfold`) or its adjoint fold
+/// (`col2im`, `F.fold`) over 2-d images: `batch` images `(channels, *image)`
+/// against columns `(channels * kernel[0] * kernel[1], L)`, `L` the window
+/// positions (`grid`), row `(c, tap)` in PyTorch's order (channel-major, taps
+/// row-major over the kernel). Unlike a convolution no position has to fit
+/// exactly: the grid is whatever the image, padding and window allow, and
+/// PyTorch's `im2col_shape_check.h` has rejected empty grids before this runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unfold {
+    pub batch: usize,
+    pub channels: usize,
+    /// Image extents (height, width).
+    pub image: [usize; 2],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+}
+
+impl Unfold {
+    fn window(&self, op: &'static str) -> Result<Window> {
+        let lift = |a: [usize; 2], fill: usize| [fill, a[0], a[1]];
+        let mut w = Window {
+            image: lift(self.image, 1),
+            grid: [1; MAX_SPATIAL],
+            kernel: lift(self.kernel, 1),
+            stride: lift(self.stride, 1),
+            padding: lift(self.padding, 0),
+            dilation: lift(self.dilation, 1),
+        };
+        for d in 1..MAX_SPATIAL {
+            if w.kernel[d] == 0 || w.stride[d] == 0 || w.dilation[d] == 0 {
+                return Err(Error::InvalidLayout { op, reason: format!("kernel {:?}, stride {:?} and dilation {:?} must be positive", self.kernel, self.stride, self.dilation) });
+            }
+            w.grid[d] = w.positions(d).ok_or_else(|| Error::InvalidLayout { op, reason: format!("a {:?} window does not fit the padded {:?} image", self.kernel, self.image) })?;
+        }
+        Ok(w)
+    }
+
+    /// Elements of the images and of the columns.
+    fn lens(&self, w: &Window) -> (usize, usize) {
+        (self.batch * self.channels * w.image_len(), self.batch * self.channels * w.taps() * w.grid_len())
+    }
+}
+
+/// Runs `f(n, src_n, dst_n)` for every image `n`: samples over rayon tasks when
+/// there are at least as many samples as threads, else one after the other with
+/// `f` splitting channels (it receives the threads it may use).
+fn per_sample<C: Acc>(batch: usize, src: &[C], dst: &mut [C], threads: usize, f: impl Fn(&[C], &mut [C], usize) + Sync) {
+    if batch == 0 || dst.is_empty() {
+        return;
+    }
+    let (ss, ds) = (src.len() / batch, dst.len() / batch);
+    if threads > 1 && batch >= threads {
+        dst.par_chunks_mut(ds).enumerate().for_each(|(n, d)| f(&src[n * ss..(n + 1) * ss], d, 1));
+    } else {
+        dst.chunks_mut(ds).enumerate().for_each(|(n, d)| f(&src[n * ss..(n + 1) * ss], d, threads));
+    }
+}
+
+unsafe fn run_unfold<T: Storage>(u: &Unfold, fold: bool, src: *const u8, dst: *mut u8, threads: usize) -> Result<()> {
+    let w = u.window(if fold { "col2im" } else { "im2col" })?;
+    let (il, cl) = u.lens(&w);
+    let (sl, dl) = if fold { (cl, il) } else { (il, cl) };
+    // SAFETY: `unfold` / `fold`'s contract: `src` and `dst` hold `sl` and `dl` elements.
+    unsafe {
+        let s = T::read(src, sl);
+        let mut d = Out::<T>::new(dst, dl);
+        if fold {
+            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| col2im(&w, u.channels, cols, img, t));
+        } else {
+            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| im2col(&w, u.channels, img, cols, t));
+        }
+        d.finish();
+    }
+    Ok(())
+}
+
+unsafe fn dispatch_unfold(dtype: DType, u: &Unfold, fold: bool, src: *const u8, dst: *mut u8, threads: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dtype {
+            DType::F32 => run_unfold::<f32>(u, fold, src, dst, threads),
+            DType::F64 => run_unfold::<f64>(u, fold, src, dst, threads),
+            DType::F16 => run_unfold::<half::f16>(u, fold, src, dst, threads),
+            DType::BF16 => run_unfold::<half::bf16>(u, fold, src, dst, threads),
+            DType::U8 => run_unfold::<u8>(u, fold, src, dst, threads),
+            DType::I8 => run_unfold::<i8>(u, fold, src, dst, threads),
+            DType::I16 => run_unfold::<i16>(u, fold, src, dst, threads),
+            DType::I32 => run_unfold::<i32>(u, fold, src, dst, threads),
+            DType::I64 => run_unfold::<i64>(u, fold, src, dst, threads),
+            d => Err(Error::UnsupportedDtype { op: if fold { "col2im" } else { "im2col" }, dtype: d }),
+        }
+    }
+}
+
+/// `cols = im2col(image)`: `image` `(batch, channels, *u.image)` contiguous into
+/// `cols` `(batch, channels * taps, L)` contiguous (0 where a window covers padding).
+/// The loop is the one convolution uses (see the module documentation).
+///
+/// Errors: [`Error::InvalidLayout`] for a non-positive kernel, stride or
+/// dilation or a window larger than the padded image; [`Error::UnsupportedDtype`]
+/// for bool, complex and the unsigned 16/32/64-bit dtypes.
+///
+/// # Safety
+/// `image` and `cols` address the contiguous elements of their shapes and do not overlap.
+pub unsafe fn unfold(dtype: DType, u: &Unfold, image: *const u8, cols: *mut u8, threads: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { dispatch_unfold(dtype, u, false, image, cols, threads) }
+}
+
+/// `image = col2im(cols)`, the adjoint of [`unfold`]: every column entry is added
+/// onto the pixel it was read from (entries over padding are dropped); pixels no
+/// window covers are 0. float16/bfloat16 sum in float32 and round once.
+/// Layouts, errors and safety as [`unfold`] with the roles of the buffers swapped.
+///
+/// # Safety
+/// As [`unfold`].
+pub unsafe fn fold(dtype: DType, u: &Unfold, cols: *const u8, image: *mut u8, threads: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { dispatch_unfold(dtype, u, true, cols, image, threads) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -937,5 +1060,51 @@ mod tests {
         let c = Case { batch: 0, ..case(1, 2, 2, 1, &[4], &[3], &[1], &[1], &[1]) };
         check::<f32>(&c, 2, 0.0);
         check::<f32>(&case(2, 2, 0, 1, &[4], &[3], &[1], &[1], &[1]), 2, 0.0);
+    }
+
+    #[test]
+    fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
+        for (batch, channels, image, kernel, stride, padding, dilation) in [
+            (2usize, 3usize, [5usize, 6usize], [2usize, 3usize], [1usize, 2usize], [1usize, 0usize], [1usize, 1usize]),
+            (1, 2, [7, 4], [3, 2], [2, 1], [2, 1], [2, 1]),
+            (5, 1, [3, 3], [1, 1], [1, 1], [0, 0], [1, 1]),
+        ] {
+            let u = Unfold { batch, channels, image, kernel, stride, padding, dilation };
+            let w = u.window("im2col").unwrap();
+            let (il, cl) = u.lens(&w);
+            let (gh, gw) = (w.grid[1], w.grid[2]);
+            let x = values(il, 1);
+            for threads in [1, 4] {
+                let mut cols = vec![f64::NAN; cl];
+                unsafe { unfold(DType::F64, &u, x.as_ptr() as *const u8, cols.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                for n in 0..batch {
+                    for c in 0..channels {
+                        for (t, (ki, kj)) in (0..kernel[0]).flat_map(|a| (0..kernel[1]).map(move |b| (a, b))).enumerate() {
+                            for oh in 0..gh {
+                                for ow in 0..gw {
+                                    let ih = (oh * stride[0] + ki * dilation[0]) as isize - padding[0] as isize;
+                                    let iw = (ow * stride[1] + kj * dilation[1]) as isize - padding[1] as isize;
+                                    let inside = ih >= 0 && iw >= 0 && (ih as usize) < image[0] && (iw as usize) < image[1];
+                                    let want = if inside { x[((n * channels + c) * image[0] + ih as usize) * image[1] + iw as usize] } else { 0.0 };
+                                    let row = c * kernel[0] * kernel[1] + t;
+                                    assert_eq!(cols[((n * channels * kernel[0] * kernel[1]) + row) * gh * gw + oh * gw + ow], want);
+                                }
+                            }
+                        }
+                    }
+                }
+                // <fold(y), x> == <y, unfold(x)>.
+                let y = values(cl, 2);
+                let mut img = vec![f64::NAN; il];
+                unsafe { fold(DType::F64, &u, y.as_ptr() as *const u8, img.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                let lhs: f64 = img.iter().zip(&x).map(|(a, b)| a * b).sum();
+                let rhs: f64 = y.iter().zip(&cols).map(|(a, b)| a * b).sum();
+                assert!((lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()));
+            }
+        }
+        let u = Unfold { batch: 1, channels: 1, image: [2, 2], kernel: [3, 3], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+        assert!(matches!(unsafe { unfold(DType::F32, &u, std::ptr::null(), std::ptr::null_mut(), 1) }, Err(Error::InvalidLayout { .. })));
+        let u = Unfold { image: [4, 4], ..u };
+        assert!(matches!(unsafe { fold(DType::Bool, &u, std::ptr::null(), std::ptr::null_mut(), 1) }, Err(Error::UnsupportedDtype { .. })));
     }
 }

@@ -2054,3 +2054,348 @@ pub unsafe extern "C" fn oxide_gru_cell_backward(device: i32, stream: i64, dtype
         })
     })
 }
+
+// ---- fold/unfold, embedding bags, grid sampling ----
+
+/// One `im2col` / `col2im` call over 2-d images (`oxide_kernels::conv::Unfold`):
+/// `batch` images of `channels` planes of `image` (height, width); kernel,
+/// stride, padding and dilation per (height, width).
+#[repr(C)]
+pub struct OxideUnfold {
+    pub batch: i64,
+    pub channels: i64,
+    pub image: [i64; 2],
+    pub kernel: [i64; 2],
+    pub stride: [i64; 2],
+    pub padding: [i64; 2],
+    pub dilation: [i64; 2],
+}
+
+fn unfold_desc(u: &OxideUnfold) -> Result<oxide_kernels::conv::Unfold, AbiError> {
+    let n = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("im2col/col2im: negative {what} {v}")));
+    let pair = |what: &str, a: [i64; 2]| -> Result<[usize; 2], AbiError> { Ok([n(what, a[0])?, n(what, a[1])?]) };
+    Ok(oxide_kernels::conv::Unfold {
+        batch: n("batch", u.batch)?,
+        channels: n("channels", u.channels)?,
+        image: pair("image extent", u.image)?,
+        kernel: pair("kernel size", u.kernel)?,
+        stride: pair("stride", u.stride)?,
+        padding: pair("padding", u.padding)?,
+        dilation: pair("dilation", u.dilation)?,
+    })
+}
+
+/// `im2col` (`fold` zero: `src` images -> `dst` columns) or `col2im` (`fold`
+/// nonzero: `src` columns -> `dst` images), `oxide_kernels::conv::unfold` /
+/// `fold`; both operands contiguous, of `dtype_code`, `elements` the larger
+/// operand's element count (0: nothing to do).
+///
+/// # Safety
+/// `geometry` is valid; `src` and `dst` address the contiguous elements of their shapes in live device memory.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_unfold(device: i32, stream: i64, dtype_code: i32, geometry: *const OxideUnfold, fold: i32, elements: usize, src: *const c_void, dst: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let (dt, u) = (dtype(dtype_code)?, unfold_desc(unsafe { &*geometry })?);
+        launch(device, stream, elements, &[src, dst as *const c_void], || unsafe {
+            let threads = threads.max(1) as usize;
+            if fold != 0 {
+                oxide_kernels::conv::fold(dt, &u, src as *const u8, dst as *mut u8, threads)
+            } else {
+                oxide_kernels::conv::unfold(dt, &u, src as *const u8, dst as *mut u8, threads)
+            }
+        })
+    })
+}
+
+/// A possibly empty int64 device array as a slice.
+///
+/// # Safety
+/// `p` addresses `n` live int64 values when `n > 0`.
+unsafe fn index_slice<'a>(p: *const i64, n: usize) -> &'a [i64] {
+    if n == 0 {
+        &[]
+    } else {
+        // SAFETY: caller contract.
+        unsafe { std::slice::from_raw_parts(p, n) }
+    }
+}
+
+/// The bags of an embedding bag call as the ABI passes them: `n` int64
+/// `indices`, `num_offsets` int64 `offsets`, into a `(num_weights, dim)` weight.
+#[repr(C)]
+pub struct OxideBags {
+    pub indices: *const i64,
+    pub n: usize,
+    pub offsets: *const i64,
+    pub num_offsets: usize,
+    pub include_last_offset: bool,
+    pub num_weights: usize,
+    pub dim: usize,
+    /// Weight row whose indices are skipped; negative: none.
+    pub padding_idx: i64,
+    /// PyTorch's mode code: 0 sum, 1 mean, 2 max.
+    pub mode: i64,
+}
+
+/// `_embedding_bag` forward (`oxide_kernels::embedding::embedding_bag`): the
+/// bags of `weight` (contiguous, `dtype_code`) into `output` `(num_bags, dim)`,
+/// `offset2bag` `(n)`, `bag_size` `(num_bags)` and, in max mode, `max_indices`
+/// `(num_bags, dim)` (all contiguous, int64 but the output). `per_sample_weights`
+/// (`n`, the weight's dtype) may be null. Invalid offsets or indices are
+/// reported with CPU PyTorch's messages.
+///
+/// # Safety
+/// `bags` is valid and its arrays live device memory of the stated lengths; every other non-null pointer
+/// addresses the contiguous device elements of its shape; outputs overlap nothing.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_embedding_bag(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    bags: *const OxideBags,
+    weight: *const c_void,
+    per_sample_weights: *const c_void,
+    output: *mut c_void,
+    offset2bag: *mut i64,
+    bag_size: *mut i64,
+    max_indices: *mut i64,
+    threads: i32,
+) -> i32 {
+    use oxide_kernels::embedding::{embedding_bag, BagOutputs, Bags, Mode};
+    ffi(|| {
+        // SAFETY: caller contract.
+        let b = unsafe { &*bags };
+        let (dt, mode) = (dtype(dtype_code)?, Mode::from_code(b.mode)?);
+        let mut operands = vec![];
+        if b.n > 0 {
+            operands.extend([b.indices as *const c_void, offset2bag as *const c_void]);
+            if b.num_weights * b.dim > 0 {
+                operands.push(weight);
+            }
+            if !per_sample_weights.is_null() {
+                operands.push(per_sample_weights);
+            }
+        }
+        if b.num_offsets > 0 {
+            operands.push(b.offsets as *const c_void);
+        }
+        let nb = b.num_offsets.saturating_sub(usize::from(b.include_last_offset));
+        if nb > 0 {
+            operands.push(bag_size as *const c_void);
+            if b.dim > 0 {
+                operands.push(output as *const c_void);
+                if mode == Mode::Max {
+                    operands.push(max_indices as *const c_void);
+                }
+            }
+        }
+        launch(device, stream, 1, &operands, || unsafe {
+            let bags = Bags { indices: index_slice(b.indices, b.n), offsets: index_slice(b.offsets, b.num_offsets), include_last_offset: b.include_last_offset, num_weights: b.num_weights, dim: b.dim, padding_idx: b.padding_idx };
+            let out = BagOutputs { output: output as *mut u8, offset2bag, bag_size, max_indices };
+            let psw = (!per_sample_weights.is_null()).then_some(per_sample_weights as *const u8);
+            embedding_bag(dt, &bags, mode, weight as *const u8, psw, out, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `_embedding_bag_dense_backward` (`oxide_kernels::embedding::embedding_bag_backward`):
+/// `grad` `(num_bags, dim)` into `grad_weight` `(num_weights, dim)` (overwritten),
+/// from the forward's `offset2bag` (`n`), `bag_size` (`num_bags`) and, in max
+/// mode, `max_indices` (`num_bags * dim`; may be null otherwise). `bags.offsets` is not read.
+///
+/// # Safety
+/// As [`oxide_embedding_bag`].
+#[no_mangle]
+pub unsafe extern "C" fn oxide_embedding_bag_backward(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    bags: *const OxideBags,
+    num_bags: usize,
+    grad: *const c_void,
+    offset2bag: *const i64,
+    bag_size: *const i64,
+    max_indices: *const i64,
+    scale_grad_by_freq: bool,
+    per_sample_weights: *const c_void,
+    grad_weight: *mut c_void,
+    threads: i32,
+) -> i32 {
+    use oxide_kernels::embedding::{embedding_bag_backward, BagGrad, Mode};
+    ffi(|| {
+        // SAFETY: caller contract.
+        let b = unsafe { &*bags };
+        let (dt, mode) = (dtype(dtype_code)?, Mode::from_code(b.mode)?);
+        let mut operands = vec![grad_weight as *const c_void];
+        if b.n > 0 {
+            operands.extend([b.indices as *const c_void, offset2bag as *const c_void]);
+            if !per_sample_weights.is_null() {
+                operands.push(per_sample_weights);
+            }
+        }
+        if num_bags > 0 {
+            operands.push(bag_size as *const c_void);
+            if b.dim > 0 {
+                operands.push(grad);
+                if mode == Mode::Max {
+                    operands.push(max_indices as *const c_void);
+                }
+            }
+        }
+        launch(device, stream, b.num_weights * b.dim, &operands, || unsafe {
+            let max = (mode == Mode::Max && !max_indices.is_null()).then(|| index_slice(max_indices, num_bags * b.dim));
+            let g = BagGrad {
+                indices: index_slice(b.indices, b.n),
+                offset2bag: index_slice(offset2bag, b.n),
+                bag_size: index_slice(bag_size, num_bags),
+                max_indices: max,
+                num_weights: b.num_weights,
+                dim: b.dim,
+                scale_grad_by_freq,
+                padding_idx: b.padding_idx,
+            };
+            let psw = (!per_sample_weights.is_null()).then_some(per_sample_weights as *const u8);
+            embedding_bag_backward(dt, &g, mode, grad as *const u8, psw, grad_weight as *mut u8, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `_embedding_bag_per_sample_weights_backward`
+/// (`oxide_kernels::embedding::per_sample_weights_backward`): `out[i]` (`n`, the
+/// weight's dtype) is the dot product of `grad[offset2bag[i]]` and `weight[indices[i]]`.
+/// `bags.offsets` is not read.
+///
+/// # Safety
+/// As [`oxide_embedding_bag`].
+#[no_mangle]
+pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    bags: *const OxideBags,
+    num_bags: usize,
+    grad: *const c_void,
+    weight: *const c_void,
+    offset2bag: *const i64,
+    out: *mut c_void,
+    threads: i32,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let b = unsafe { &*bags };
+        let dt = dtype(dtype_code)?;
+        let mut operands = vec![];
+        if b.n > 0 {
+            operands.extend([b.indices as *const c_void, offset2bag as *const c_void, out as *const c_void]);
+            if b.dim > 0 {
+                operands.push(weight);
+                if num_bags > 0 {
+                    operands.push(grad);
+                }
+            }
+        }
+        launch(device, stream, 1, &operands, || unsafe {
+            oxide_kernels::embedding::per_sample_weights_backward(
+                dt,
+                index_slice(b.indices, b.n),
+                index_slice(offset2bag, b.n),
+                num_bags,
+                b.num_weights,
+                b.dim,
+                b.padding_idx,
+                grad as *const u8,
+                weight as *const u8,
+                out as *mut u8,
+                threads.max(1) as usize,
+            )
+        })
+    })
+}
+
+/// One 2-d grid sampling (`oxide_kernels::grid_sample::GridSample`): extents,
+/// PyTorch's interpolation (0 bilinear, 1 nearest, 2 bicubic) and padding
+/// (0 zeros, 1 border, 2 reflection) codes, `align_corners`.
+#[repr(C)]
+pub struct OxideGridSample {
+    pub batch: i64,
+    pub channels: i64,
+    pub input: [i64; 2],
+    pub output: [i64; 2],
+    pub interpolation: i64,
+    pub padding: i64,
+    pub align_corners: bool,
+}
+
+fn grid_sample_desc(g: &OxideGridSample) -> Result<(oxide_kernels::grid_sample::GridSample, usize), AbiError> {
+    use oxide_kernels::grid_sample::GridSample;
+    let n = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("grid_sampler_2d: negative {what} {v}")));
+    let (interpolation, padding) = GridSample::modes(g.interpolation, g.padding)?;
+    let gs = GridSample {
+        batch: n("batch", g.batch)?,
+        channels: n("channels", g.channels)?,
+        input: [n("height", g.input[0])?, n("width", g.input[1])?],
+        output: [n("height", g.output[0])?, n("width", g.output[1])?],
+        interpolation,
+        padding,
+        align_corners: g.align_corners,
+    };
+    // Work happens when there are output positions; the input is read only when it is not empty.
+    let work = gs.batch * gs.output[0] * gs.output[1];
+    Ok((gs, work))
+}
+
+/// `grid_sampler_2d` (`oxide_kernels::grid_sample::grid_sample_2d`): contiguous
+/// input `(N, C, H, W)`, grid `(N, H_out, W_out, 2)`, output `(N, C, H_out, W_out)`, all of `dtype_code`.
+///
+/// # Safety
+/// `geometry` is valid; each pointer addresses the contiguous device elements of its shape.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_grid_sample_2d(device: i32, stream: i64, dtype_code: i32, geometry: *const OxideGridSample, input: *const c_void, grid: *const c_void, output: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let (gs, work) = grid_sample_desc(unsafe { &*geometry })?;
+        let dt = dtype(dtype_code)?;
+        let operands: &[*const c_void] = if gs.channels * gs.input[0] * gs.input[1] == 0 { &[grid] } else { &[input, grid, output as *const c_void] };
+        launch(device, stream, work, operands, || unsafe {
+            oxide_kernels::grid_sample::grid_sample_2d(dt, &gs, input as *const u8, grid as *const u8, output as *mut u8, threads.max(1) as usize)
+        })
+    })
+}
+
+/// `grid_sampler_2d_backward` (`oxide_kernels::grid_sample::grid_sample_2d_backward`):
+/// `grad_input` (may be null: not requested) and `grad_grid`, overwritten, from
+/// `grad_output`; layouts as [`oxide_grid_sample_2d`].
+///
+/// # Safety
+/// As [`oxide_grid_sample_2d`]; the gradients overlap no operand and each other.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    geometry: *const OxideGridSample,
+    grad_output: *const c_void,
+    input: *const c_void,
+    grid: *const c_void,
+    grad_input: *mut c_void,
+    grad_grid: *mut c_void,
+    threads: i32,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let (gs, work) = grid_sample_desc(unsafe { &*geometry })?;
+        let dt = dtype(dtype_code)?;
+        let mut operands = vec![grid, grad_grid as *const c_void];
+        if gs.channels * gs.input[0] * gs.input[1] > 0 {
+            operands.extend([grad_output, input]);
+            if !grad_input.is_null() {
+                operands.push(grad_input as *const c_void);
+            }
+        }
+        let gi = (!grad_input.is_null()).then_some(grad_input as *mut u8);
+        launch(device, stream, work, &operands, || unsafe {
+            oxide_kernels::grid_sample::grid_sample_2d_backward(dt, &gs, grad_output as *const u8, input as *const u8, grid as *const u8, gi, grad_grid as *mut u8, threads.max(1) as usize)
+        })
+    })
+}
