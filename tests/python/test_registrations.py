@@ -27,6 +27,9 @@ NATIVE_OPS = [
     "aten::nll_loss2d_forward", "aten::embedding_dense_backward", "aten::native_batch_norm",
     "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
     "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
+    # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward",
 ]
 
 
