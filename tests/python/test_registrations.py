@@ -34,6 +34,9 @@ NATIVE_OPS = [
     "aten::_embedding_bag_per_sample_weights_backward", "aten::grid_sampler_2d", "aten::grid_sampler_2d_backward",
     "aten::upsample_linear1d", "aten::upsample_linear1d_backward", "aten::upsample_trilinear3d",
     "aten::upsample_trilinear3d_backward", "aten::upsample_bicubic2d", "aten::upsample_bicubic2d_backward",
+    # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward",
 ]
 
 

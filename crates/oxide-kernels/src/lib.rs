@@ -24,6 +24,7 @@ macro_rules! with_element_bits {
 
 pub mod activation;
 pub mod amp;
+pub mod attention;
 pub mod cast;
 pub mod conv;
 pub mod copy;

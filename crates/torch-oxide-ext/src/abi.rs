@@ -2399,3 +2399,159 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
         })
     })
 }
+
+// ---- scaled dot-product attention (oxide_kernels::attention) ----
+
+/// A 4-d strided tensor operand: data pointer (null = absent) and element
+/// strides (batch, head, row, column); stride 0 on broadcast dims.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct OxideStrided4 {
+    pub data: *mut c_void,
+    pub strides: [i64; 4],
+}
+
+/// One attention call: extents (`batch`, query heads `heads_q`, key/value
+/// heads `heads_kv` dividing `heads_q`, query rows `len_q`, keys `len_kv`,
+/// query/key features `dim_qk`, value features `dim_v`), the query `[B,
+/// Hq, L, E]`, key `[B, Hkv, S, E]` and value `[B, Hkv, S, Ev]` operands, an
+/// optional additive `bias` broadcast to `[B, Hq, L, S]` (null data: none),
+/// the causal flag (top-left aligned), the resolved `scale`, the dropout
+/// probability (0: none) with its Philox state, and PyTorch's thread count.
+#[repr(C)]
+pub struct OxideAttention {
+    pub batch: i64,
+    pub heads_q: i64,
+    pub heads_kv: i64,
+    pub len_q: i64,
+    pub len_kv: i64,
+    pub dim_qk: i64,
+    pub dim_v: i64,
+    pub query: OxideStrided4,
+    pub key: OxideStrided4,
+    pub value: OxideStrided4,
+    pub bias: OxideStrided4,
+    pub causal: bool,
+    pub scale: f64,
+    pub dropout_p: f64,
+    pub philox: OxidePhilox,
+    pub threads: i32,
+}
+
+fn attention_dims(a: &OxideAttention) -> Result<oxide_kernels::attention::Dims, AbiError> {
+    let n = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("scaled_dot_product_attention: negative {what} {v}")));
+    Ok(oxide_kernels::attention::Dims {
+        batch: n("batch", a.batch)?,
+        heads_q: n("query heads", a.heads_q)?,
+        heads_kv: n("key/value heads", a.heads_kv)?,
+        len_q: n("query length", a.len_q)?,
+        len_kv: n("key length", a.len_kv)?,
+        dim_qk: n("query/key size", a.dim_qk)?,
+        dim_v: n("value size", a.dim_v)?,
+    })
+}
+
+fn attention_operand(s: &OxideStrided4) -> oxide_kernels::attention::Operand {
+    oxide_kernels::attention::Operand { ptr: s.data as *mut u8, strides: s.strides }
+}
+
+fn given4(s: &OxideStrided4) -> Option<oxide_kernels::attention::Operand> {
+    (!s.data.is_null()).then(|| attention_operand(s))
+}
+
+/// Runs `f` with the kernel's description of `a` (dropout bits borrowed from its Philox state).
+fn with_attention<T>(a: &OxideAttention, dtype_code: i32, f: impl FnOnce(&oxide_kernels::attention::Attention) -> Result<T, AbiError>) -> Result<T, AbiError> {
+    use oxide_kernels::attention::{Attention, Dropout};
+    let bits = philox(&a.philox);
+    let att = Attention {
+        dims: attention_dims(a)?,
+        dtype: dtype(dtype_code)?,
+        query: attention_operand(&a.query),
+        key: attention_operand(&a.key),
+        value: attention_operand(&a.value),
+        bias: given4(&a.bias),
+        causal: a.causal,
+        scale: a.scale,
+        dropout: (a.dropout_p > 0.0).then_some(Dropout { p: a.dropout_p, bits: &bits }),
+        threads: a.threads.max(1) as usize,
+    };
+    f(&att)
+}
+
+/// Philox blocks the dropout mask of `attention` consumes (the generator
+/// offset must advance by this much; see `oxide_kernels::attention`).
+///
+/// # Safety
+/// `attention` and `out` are valid pointers.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_attention_dropout_blocks(attention: *const OxideAttention, out: *mut u64) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let a = unsafe { &*attention };
+        put(out, oxide_kernels::attention::dropout_blocks(&attention_dims(a)?))
+    })
+}
+
+/// Fused attention forward (`oxide_kernels::attention::forward`): writes
+/// `out` (`[B, Hq, L, Ev]`, strided, dtype `dtype_code`) and `logsumexp`
+/// (`[B, Hq, L]` contiguous; float64 for float64 inputs, else float32).
+///
+/// # Safety
+/// Every element the shapes and strides address lies in live device memory;
+/// outputs overlap no input.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_attention_forward(device: i32, stream: i64, dtype_code: i32, attention: *const OxideAttention, out: OxideStrided4, logsumexp: *mut c_void) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let a = unsafe { &*attention };
+        let mut operands: Vec<*const c_void> = vec![a.query.data, a.key.data, a.value.data, out.data, logsumexp as *const c_void];
+        operands.push(a.bias.data);
+        // Empty operands may have no storage; only the non-null ones are checked.
+        operands.retain(|p| !p.is_null());
+        let work = (a.batch * a.heads_q * a.len_q).max(0) as usize;
+        with_attention(a, dtype_code, |att| {
+            // SAFETY: caller contract.
+            launch(device, stream, work, &operands, || unsafe { oxide_kernels::attention::forward(att, attention_operand(&out), logsumexp as *mut u8) })
+        })
+    })
+}
+
+/// Fused attention backward (`oxide_kernels::attention::backward`) from the
+/// forward's `out` and `logsumexp`: writes each gradient whose data is
+/// non-null (`grad_bias` is the full `[B, Hq, L, S]` gradient; the caller
+/// reduces it to the bias's shape). Dropout must use the forward's Philox state.
+///
+/// # Safety
+/// As [`oxide_attention_forward`]; the gradients overlap each other and no input.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn oxide_attention_backward(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    attention: *const OxideAttention,
+    out: OxideStrided4,
+    grad_out: OxideStrided4,
+    logsumexp: *const c_void,
+    grad_query: OxideStrided4,
+    grad_key: OxideStrided4,
+    grad_value: OxideStrided4,
+    grad_bias: OxideStrided4,
+) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let a = unsafe { &*attention };
+        let mut operands: Vec<*const c_void> = vec![a.query.data, a.key.data, a.value.data, out.data, grad_out.data, logsumexp];
+        operands.extend([a.bias.data, grad_query.data, grad_key.data, grad_value.data, grad_bias.data].map(|p| p as *const c_void));
+        // Absent gradients and empty operands are null; only the others are checked.
+        operands.retain(|p| !p.is_null());
+        let grads = oxide_kernels::attention::Grads { query: given4(&grad_query), key: given4(&grad_key), value: given4(&grad_value), bias: given4(&grad_bias) };
+        let work = (a.batch * a.heads_q * a.len_q).max(0) as usize;
+        with_attention(a, dtype_code, |att| {
+            // SAFETY: caller contract.
+            launch(device, stream, work, &operands, || unsafe {
+                oxide_kernels::attention::backward(att, attention_operand(&out), attention_operand(&grad_out), logsumexp as *const u8, grads)
+            })
+        })
+    })
+}
