@@ -25,6 +25,7 @@ macro_rules! with_element_bits {
 pub mod activation;
 pub mod amp;
 pub mod cast;
+pub mod complex;
 pub mod conv;
 pub mod copy;
 pub mod dtype;
