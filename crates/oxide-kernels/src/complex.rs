@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::iter::{map, TensorIter};
 use crate::math::{Float, Num};
 use crate::pointwise::{family, Ctx};
-use crate::reduce::{run_reducer, Reducer, ReduceOp};
+use crate::reduce::{run_reducer, Norm, Reducer, ReduceOp};
 
 /// A complex number with c10::complex's memory layout: real part, then imaginary part.
 #[repr(C)]
@@ -575,10 +575,33 @@ impl<A: Cplx> Reducer for CProd<A> {
     }
 }
 
+/// The vector p-norm of complex values: the real p-norm of their moduli,
+/// accumulated in the real part's type (float for complex64, as CPU does).
+struct CNorm<A: Cplx>(Norm<A::R>);
+impl<A: Cplx> Reducer for CNorm<A> {
+    type In = A;
+    type State = A::R;
+    type Out = A::R;
+    fn init(&self) -> A::R {
+        self.0.init()
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut A::R, x: A, index: i64) {
+        self.0.step(s, x.norm(), index);
+    }
+    fn combine(&self, a: A::R, b: A::R) -> A::R {
+        self.0.combine(a, b)
+    }
+    fn finish(&self, s: A::R, count: usize) -> [A::R; 2] {
+        self.0.finish(s, count)
+    }
+}
+
 /// Complex reductions: `sum`, `mean` and `prod` into a complex64/complex128
-/// output (accumulating in the output's type, as CPU does).
+/// output (accumulating in the output's type, as CPU does), and the vector
+/// `norm` of a complex input into a real output.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for any other reduction or a real output.
+/// Errors: [`Error::UnsupportedDtype`] for any other reduction or dtype combination.
 ///
 /// # Safety
 /// As [`crate::reduce::reduce`].
@@ -600,6 +623,11 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
         match op {
             ReduceOp::Sum | ReduceOp::Mean => by_type!(|A| run_reducer(&CSum::<A> { mean: op == ReduceOp::Mean, _a: P }, it)),
             ReduceOp::Prod => by_type!(|A| run_reducer(&CProd::<A>(P), it)),
+            ReduceOp::Norm { p } => match (it.dtype(it.ntensors() - 1), out) {
+                (DType::C64, DType::F32 | DType::F64 | DType::F16 | DType::BF16) => run_reducer(&CNorm::<Complex<f32>>(Norm { p, _f: P }), it),
+                (DType::C128, DType::F32 | DType::F64) => run_reducer(&CNorm::<Complex<f64>>(Norm { p, _f: P }), it),
+                _ => Err(unsupported()),
+            },
             _ => Err(unsupported()),
         }
     }
@@ -815,5 +843,18 @@ mod tests {
         assert!(close(out[0], want, 1e-14));
         let err = unsafe { crate::reduce::reduce(ReduceOp::MaxValues, &it) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
+        // Vector norms of the moduli into a real output.
+        for p in [2.0, 1.0, f64::INFINITY, 0.0, 3.0] {
+            let mut out = [0f64];
+            let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
+            unsafe { crate::reduce::reduce(ReduceOp::Norm { p }, &it) }.unwrap();
+            let m: Vec<f64> = SAMPLES.iter().map(|z| z.re.hypot(z.im)).collect();
+            let want = match p {
+                0.0 => m.iter().filter(|&&v| v != 0.0).count() as f64,
+                f64::INFINITY => m.iter().cloned().fold(0.0, f64::max),
+                _ => m.iter().map(|v| v.powf(p)).sum::<f64>().powf(1.0 / p),
+            };
+            assert!((out[0] - want).abs() <= 1e-12 * want, "p = {p}: {} vs {want}", out[0]);
+        }
     }
 }

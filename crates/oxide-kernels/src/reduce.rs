@@ -364,9 +364,9 @@ impl Reducer for Welford {
 }
 
 /// Vector p-norm.
-struct Norm<F> {
-    p: f64,
-    _f: std::marker::PhantomData<F>,
+pub(crate) struct Norm<F> {
+    pub(crate) p: f64,
+    pub(crate) _f: std::marker::PhantomData<F>,
 }
 impl<F: Float> Reducer for Norm<F> {
     type In = F;
