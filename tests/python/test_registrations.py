@@ -27,6 +27,8 @@ NATIVE_OPS = [
     "aten::nll_loss2d_forward", "aten::embedding_dense_backward", "aten::native_batch_norm",
     "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
     "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
+    # pointwise.cpp: complex-related native functions
+    "aten::angle", "aten::angle.out", "aten::conj_physical.out",
 ]
 
 
