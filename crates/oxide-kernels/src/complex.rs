@@ -420,7 +420,7 @@ family! {
     // self + value * t1 * t2, s[0] = value
     addcmul = |x, s, c| x[0] + s[0] * x[1] * x[2];
     // self + value * t1 / t2, s[0] = value
-    addcdiv = |x, s, c| x[0] + s[0] * (x[1] / x[2]);
+    addcdiv = |x, s, c| x[0] + s[0] * x[1] / x[2];
     lerp_tensor = |x, s, c| x[0].lerp(x[1], x[2]);
 }
 
