@@ -130,7 +130,7 @@ def test_pow(cdt):
         check(lambda x: x ** e, a, where=f"tensor ** {e}")
     check(lambda x: 2 ** x, a, where="2 ** tensor")
     check(lambda x: (1 + 1j) ** x, a, where="complex ** tensor")
-    check(lambda x: torch.arange(1.0, 5.0) ** x, a[:, :4] if a.shape[1] >= 4 else a, where="real ** complex")
+    check(lambda r, x: r ** x, torch.arange(1.0, 5.0), a, where="real ** complex")
 
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
@@ -151,7 +151,7 @@ def test_type_promotion_and_python_scalars(cdt):
     check(lambda x: x + 1j, f, where="float32 + 1j")
     check(lambda x: x * (2 - 1j), f.double(), where="float64 * complex")
     check(lambda x: x * 1j, torch.arange(6).reshape(2, 3), where="int64 * 1j")
-    check(lambda x: x.to(torch.complex64) + torch.ones(3, dtype=torch.float64), f, where="complex64 + float64")
+    check(lambda x, o: x.to(torch.complex64) + o, f, torch.ones(3, dtype=torch.float64), where="complex64 + float64")
 
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
@@ -166,9 +166,9 @@ def test_out_and_in_place_on_views(cdt):
     check(lambda x, y: x.t().add_(y.t(), alpha=1j), a.clone(), b, where="add_ transposed")
     check(lambda x: x[::2].sqrt_(), a.clone(), where="sqrt_ on a view")
     check(lambda x: x.real.mul_(2), a.clone(), where="real view mul_")
-    check(lambda x, y: torch.div(x, y, out=torch.empty(0, dtype=cdt)), a, b, where="div out= resized")
+    check(lambda x, y, o: torch.div(x, y, out=o), a, b, torch.empty(0, dtype=cdt), where="div out= resized")
     # A float out= of a complex result cannot take it: same error as CPU.
-    check(lambda x, y: torch.mul(x, y, out=torch.empty(4, 6)), a, b, where="mul out=float")
+    check(lambda x, y, o: torch.mul(x, y, out=o), a, b, torch.empty(4, 6), where="mul out=float")
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,8 +233,7 @@ def test_reductions(op, cdt):
     if op != "prod":
         check(lambda x: f(x, (0, 2)), a, where=f"{op} dims (0, 2)")
         check(lambda x: f(x.real.to(torch.float32), 1, dtype=cdt), a, where=f"{op} float -> {dname(cdt)}")
-    check(lambda x: f(x, 0, out=torch.empty(0, dtype=cdt)) if op != "mean" else torch.mean(x, 0, out=torch.empty(0, dtype=cdt)),
-          a, where=f"{op} out=")
+    check(lambda x, o: f(x, 0, out=o), a, torch.empty(0, dtype=cdt), where=f"{op} out=")
     big = z((70000,), cdt, 61, scale=1.0 if op != "prod" else 0.0) + (1 if op == "prod" else 0)
     check(f, big, where=f"{op} large (parallel)", rtol=1e-4, atol=1e-3)
     if op != "mean":
