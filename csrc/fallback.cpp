@@ -109,11 +109,6 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
 }
 
-// A composite operator whose generic kernel never reaches the boxed fallback:
-// conj_physical_ calls a DispatchStub that has no oxide entry. Registering the
-// counted fallback for it directly keeps it working until a native kernel exists.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("conj_physical_", torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
-}
+// conj_physical_ runs natively: pointwise.cpp registers conj_physical.out and its stub.
 
 } // namespace oxide

@@ -37,12 +37,19 @@ struct IterArgs {
   OxideIter abi{};
 };
 
-// A Scalar as the kernels take it: the same value as double and as int64.
+// A Scalar as the kernels take it: the same value as double and as int64,
+// and the imaginary part of a complex scalar (read by complex kernels only).
 struct ScalarArgs {
   std::array<double, 4> f{};
   std::array<int64_t, 4> i{};
+  std::array<double, 4> im{};
   void set(size_t k, const c10::Scalar& s) {
-    if (s.isIntegral(false)) {
+    if (s.isComplex()) {
+      const auto z = s.toComplexDouble();
+      f[k] = z.real();
+      im[k] = z.imag();
+      i[k] = static_cast<int64_t>(f[k]);
+    } else if (s.isIntegral(false)) {
       i[k] = s.toLong();
       f[k] = static_cast<double>(i[k]);
     } else if (s.isBoolean()) {

@@ -6,7 +6,7 @@
 // View semantics (also view_as_real, view_as_complex, unfold: views whose only
 // kernels are per backend) are PyTorch's own device-generic implementations; only
 // memory and copies are ours.
-#include "oxide.h"
+#include "kernels.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/Dispatch_v2.h>
@@ -144,6 +144,23 @@ void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
                                  src.strides().data()));
 }
 
+// A converting copy between dtypes on the device (every dtype pair,
+// complex included): TensorIterator broadcasts the source, checks overlap and
+// gives both layouts; a source on another oxide device first moves there
+// unconverted.
+void cast_on_device(const at::Tensor& src_in, const at::Tensor& dst) {
+  const at::Tensor src = src_in.device() != dst.device() ? src_in.to(dst.device()) : src_in;
+  const c10::DeviceGuard guard(dst.device());
+  auto iter = at::TensorIteratorConfig()
+                  .add_output(dst)
+                  .add_const_input(src)
+                  .check_all_same_dtype(false)
+                  .resize_outputs(false)
+                  .build();
+  IterArgs args(iter);
+  OXIDE_CHECK(oxide_cast(dst.device().index(), stream_of(dst), &args.abi));
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
   if (dst.numel() == 0 || self.is_same(dst)) {
@@ -181,8 +198,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
   if (src_dev && dst_dev) {
     if (self.scalar_type() != dst.scalar_type()) {
-      // Casts on the device come with the kernel engine; until then they are staged through the host.
-      dst.copy_(self.to(at::kCPU).to(dst.scalar_type()), non_blocking);
+      cast_on_device(self, dst);
       return dst;
     }
     // CPU's copy_ rejects any overlap except the identical view (TensorIterator's check).

@@ -17,6 +17,8 @@
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/addcdiv_native.h>
 #include <ATen/ops/addcmul_native.h>
+#include <ATen/ops/angle_native.h>
+#include <ATen/ops/conj_physical_native.h>
 #include <ATen/ops/asin_native.h>
 #include <ATen/ops/asinh_native.h>
 #include <ATen/ops/atan2_native.h>
@@ -129,22 +131,28 @@ void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scala
   IterArgs args(iter);
   const auto common = compute ? compute : iter.maybe_common_dtype();
   const auto device = iter.device(0).index();
-  OXIDE_CHECK(oxide_pointwise(device, current_stream(device), id, &args.abi,
-                              common ? static_cast<int32_t>(*common) : -1, scalars.f.data(), scalars.i.data()));
+  OXIDE_CHECK(oxide_pointwise_complex(device, current_stream(device), id, &args.abi,
+                                      common ? static_cast<int32_t>(*common) : -1, scalars.f.data(),
+                                      scalars.i.data(), scalars.im.data()));
 }
 
 namespace {
 
-// Complex operands have no Rust loops yet: the same operator runs on host
-// copies of the operands through PyTorch's CPU kernels and the result is
-// copied back. That is a CPU fallback, counted (and refused under
-// OXIDE_FALLBACK=error) like one, as "aten::<op> (complex)".
-bool complex_on_cpu(at::TensorIteratorBase& iter, const std::string& op, const c10::Scalar* scalar) {
+// complex64/complex128 operands of an op with a Rust complex kernel
+// (oxide_kernels::complex) run natively. Other complex cases (complex32, ops
+// without a complex kernel) run the same operator on host copies of the
+// operands through PyTorch's CPU kernels and copy the result back. That is a
+// CPU fallback, counted (and refused under OXIDE_FALLBACK=error) like one, as
+// "aten::<op> (complex)".
+bool complex_on_cpu(at::TensorIteratorBase& iter, const std::string& op, int32_t id, const c10::Scalar* scalar) {
   bool complex = false;
+  bool native = oxide_pointwise_complex_supported(id);
   for (int k = 0; k < iter.ntensors(); ++k) {
-    complex |= at::isComplexType(iter.dtype(k));
+    const auto t = iter.dtype(k);
+    complex |= at::isComplexType(t);
+    native &= !at::isComplexType(t) || t == at::kComplexFloat || t == at::kComplexDouble;
   }
-  if (!complex) {
+  if (!complex || native) {
     return false;
   }
   const std::string name = "aten::" + op + " (complex)";
@@ -203,26 +211,26 @@ bool complex_on_cpu(at::TensorIteratorBase& iter, const std::string& op, const c
 
 template <const char* Op>
 void unary(at::TensorIteratorBase& iter) {
-  if (complex_on_cpu(iter, Op, nullptr)) {
+  OXIDE_NAMED(Op);
+  if (complex_on_cpu(iter, Op, id, nullptr)) {
     return;
   }
-  OXIDE_NAMED(Op);
   pointwise(iter, id);
 }
 template <const char* Op>
 void unary_it(at::TensorIterator& iter) {
-  if (complex_on_cpu(iter, Op, nullptr)) {
+  OXIDE_NAMED(Op);
+  if (complex_on_cpu(iter, Op, id, nullptr)) {
     return;
   }
-  OXIDE_NAMED(Op);
   pointwise(iter, id);
 }
 template <const char* Op>
 void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
-  if (complex_on_cpu(iter, Op, &s)) {
+  OXIDE_NAMED(Op);
+  if (complex_on_cpu(iter, Op, id, &s)) {
     return;
   }
-  OXIDE_NAMED(Op);
   ScalarArgs a;
   a.set(0, s);
   pointwise(iter, id, a);
@@ -294,7 +302,7 @@ OXIDE_OP_NAME(hypot) OXIDE_OP_NAME(copysign) OXIDE_OP_NAME(heaviside) OXIDE_OP_N
 OXIDE_OP_NAME(tanh_backward) OXIDE_OP_NAME(logical_and) OXIDE_OP_NAME(logical_or)
 OXIDE_OP_NAME(logical_xor) OXIDE_OP_NAME(pow) OXIDE_OP_NAME(pow_tensor_scalar) OXIDE_OP_NAME(clamp)
 OXIDE_OP_NAME(addcmul) OXIDE_OP_NAME(addcdiv) OXIDE_OP_NAME(lerp_scalar) OXIDE_OP_NAME(lerp_tensor)
-OXIDE_OP_NAME(where)
+OXIDE_OP_NAME(where) OXIDE_OP_NAME(angle) OXIDE_OP_NAME(conj_physical)
 
 } // namespace
 } // namespace oxide
@@ -386,6 +394,8 @@ OXIDE_STUB(addcdiv_stub, with_scalar, addcdiv)
 OXIDE_STUB(lerp_kernel_scalar_weight, with_scalar, lerp_scalar)
 OXIDE_STUB(lerp_kernel_tensor_weight, unary, lerp_tensor)
 OXIDE_STUB(where_kernel, unary_it, where)
+OXIDE_STUB(angle_stub, unary, angle)
+OXIDE_STUB(conj_physical_stub, unary, conj_physical)
 REGISTER_PRIVATEUSE1_DISPATCH(clamp_scalar_stub, &::oxide::clamp_scalar)
 REGISTER_PRIVATEUSE1_DISPATCH(clamp_min_scalar_stub, &::oxide::clamp_min_scalar)
 REGISTER_PRIVATEUSE1_DISPATCH(clamp_max_scalar_stub, &::oxide::clamp_max_scalar)
@@ -424,6 +434,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("logical_not.out", TORCH_FN(logical_not_out));
   m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
   m.impl("isnan", TORCH_FN(isnan));
+  // angle (complex -> real argument, real -> 0 or pi) and conj_physical (also
+  // behind conj_physical_, _conj_physical and resolve_conj): CPU's native functions over our stubs.
+  m.impl("angle", TORCH_FN(angle));
+  m.impl("angle.out", TORCH_FN(angle_out));
+  m.impl("conj_physical.out", TORCH_FN(conj_physical_out));
   m.impl("relu", TORCH_FN(relu));
   m.impl("relu_", TORCH_FN(relu_));
 

@@ -37,6 +37,8 @@ NATIVE_OPS = [
     # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
     "aten::_scaled_dot_product_fused_attention_overrideable",
     "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+    # pointwise.cpp: complex-related native functions
+    "aten::angle", "aten::angle.out", "aten::conj_physical.out",
 ]
 
 

@@ -115,12 +115,29 @@ pub trait Element: Copy + Send + Sync + 'static {
     }
     /// True for the integral dtypes (not bool, not floating).
     const INTEGRAL: bool = false;
+    /// True for complex64/complex128 (see `crate::complex`).
+    const COMPLEX: bool = false;
+    /// Widens to a (real, imaginary) pair of doubles; real types have imaginary part 0.
+    #[inline(always)]
+    fn to_c64(self) -> (f64, f64) {
+        (self.to_f64(), 0.0)
+    }
+    /// Converts a (real, imaginary) pair: real types keep the real part, as
+    /// c10's complex-to-real `static_cast` does.
+    #[inline(always)]
+    fn from_c64(re: f64, _im: f64) -> Self {
+        Self::from_f64(re)
+    }
     /// Converts into another element type with C++ `static_cast` semantics:
-    /// integer to integer goes through int64 (wrapping), everything else through double.
+    /// integer to integer goes through int64 (wrapping), anything complex
+    /// through a pair of doubles, everything else through double.
     #[inline(always)]
     fn cast<T: Element>(self) -> T {
         if Self::INTEGRAL && T::INTEGRAL {
             T::from_i64(self.to_i64())
+        } else if Self::COMPLEX || T::COMPLEX {
+            let (re, im) = self.to_c64();
+            T::from_c64(re, im)
         } else {
             T::from_f64(self.to_f64())
         }
@@ -223,6 +240,11 @@ impl Element for bool {
     fn to_f64(self) -> f64 {
         self as u8 as f64
     }
+    /// A complex value is true when either part is nonzero.
+    #[inline]
+    fn from_c64(re: f64, im: f64) -> Self {
+        re != 0.0 || im != 0.0
+    }
 }
 
 /// Runs `$body` with `$T` bound to the [`Element`] type of `$dtype` (real dtypes only).
@@ -245,6 +267,20 @@ macro_rules! with_real_dtype {
             $crate::DType::F64 => { type $T = f64; $body }
             $crate::DType::Bool => { type $T = bool; $body }
             d => return Err($crate::Error::UnsupportedDtype { op: $op, dtype: d }),
+        }
+    };
+}
+
+/// Runs `$body` with `$T` bound to the [`Element`] type of `$dtype`: the real
+/// dtypes of [`with_real_dtype!`] plus complex64 and complex128.
+/// Any other dtype (complex32) returns [`Error::UnsupportedDtype`] naming `$op`.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
+        match $dtype {
+            $crate::DType::C64 => { type $T = $crate::complex::Complex<f32>; $body }
+            $crate::DType::C128 => { type $T = $crate::complex::Complex<f64>; $body }
+            d => $crate::with_real_dtype!(d, $op, |$T| $body),
         }
     };
 }

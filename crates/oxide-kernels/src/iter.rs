@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::with_real_dtype;
+use crate::with_dtype;
 
 /// Elements per staged block (a few KiB per operand: stays in L1).
 pub const BLOCK: usize = 1024;
@@ -203,7 +203,7 @@ pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: u
         unsafe { std::ptr::copy_nonoverlapping(src as *const T, dst.as_mut_ptr(), n) };
         return Ok(());
     }
-    with_real_dtype!(dtype, "load", |S| {
+    with_dtype!(dtype, "load", |S| {
         for (i, d) in dst[..n].iter_mut().enumerate() {
             // SAFETY: caller contract.
             *d = unsafe { (src.offset(i as isize * stride) as *const S).read_unaligned() }.cast::<T>();
@@ -227,7 +227,7 @@ fn round_to<T: Element>(dtype: DType, v: &mut [T]) {
 /// `dst + i*stride` must be writable elements of `dtype` for `i < n`.
 #[inline]
 pub unsafe fn store<T: Element>(dtype: DType, dst: *mut u8, stride: isize, src: &[T]) -> Result<()> {
-    with_real_dtype!(dtype, "store", |D| {
+    with_dtype!(dtype, "store", |D| {
         for (i, s) in src.iter().enumerate() {
             // SAFETY: caller contract.
             unsafe { (dst.offset(i as isize * stride) as *mut D).write_unaligned(s.cast::<D>()) };
@@ -245,7 +245,7 @@ pub unsafe fn store<T: Element>(dtype: DType, dst: *mut u8, stride: isize, src: 
 /// plain indexed loop and LLVM vectorises it.
 ///
 /// Errors: [`Error::UnsupportedDtype`] for an operand dtype the converters do
-/// not handle (complex).
+/// not handle (complex32), or a complex input to a real compute type `I`.
 ///
 /// # Safety
 /// Every element the iterator addresses must be valid device (or host scalar)
@@ -255,8 +255,11 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
     f: impl Fn(*mut O, [*const I; N], usize) + Sync,
 ) -> Result<()> {
     assert!(it.ntensors() == N + 1, "map: {} operands for arity {N}", it.ntensors());
+    // A complex input would lose its imaginary part in a real compute type;
+    // a complex output of a real computation just gets imaginary part 0.
     for k in 0..=N {
-        if !matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128) {
+        let complex = matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128);
+        if !complex || (I::COMPLEX && k > 0) || (k == 0 && it.dtype(k) != DType::C32) {
             continue;
         }
         return Err(Error::UnsupportedDtype { op: "pointwise", dtype: it.dtype(k) });

@@ -26,6 +26,7 @@ pub mod activation;
 pub mod amp;
 pub mod attention;
 pub mod cast;
+pub mod complex;
 pub mod conv;
 pub mod copy;
 pub mod dtype;

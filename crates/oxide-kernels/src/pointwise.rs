@@ -24,6 +24,8 @@ use crate::math::{Float, Num};
 pub struct Ctx {
     pub f: [f64; 4],
     pub i: [i64; 4],
+    /// Imaginary parts of complex scalars (0 for real ones); read only by complex compute types.
+    pub im: [f64; 4],
     /// Set by a kernel that met an invalid value (integer division by zero, negative integer power).
     pub failed: AtomicBool,
 }
@@ -31,13 +33,21 @@ pub struct Ctx {
 impl Ctx {
     /// A context with double scalars `f` (integers take `f as i64`).
     pub fn with_f64(f: [f64; 4]) -> Ctx {
-        Ctx { f, i: f.map(|v| v as i64), failed: AtomicBool::new(false) }
+        Ctx { f, i: f.map(|v| v as i64), im: [0.0; 4], failed: AtomicBool::new(false) }
     }
 
     /// The scalars converted to the compute type: integers and bool from the int64 values.
-    fn scalars<C: Element>(&self) -> [C; 4] {
+    pub(crate) fn scalars<C: Element>(&self) -> [C; 4] {
         // bool from the double value: 0.5 is true, as Scalar::to<bool> gives.
-        std::array::from_fn(|k| if C::INTEGRAL { C::from_i64(self.i[k]) } else { C::from_f64(self.f[k]) })
+        std::array::from_fn(|k| {
+            if C::COMPLEX {
+                C::from_c64(self.f[k], self.im[k])
+            } else if C::INTEGRAL {
+                C::from_i64(self.i[k])
+            } else {
+                C::from_f64(self.f[k])
+            }
+        })
     }
 
     #[inline(always)]
@@ -175,6 +185,9 @@ macro_rules! family {
     };
 }
 
+// The complex families (crate::complex) are declared with the same macro.
+pub(crate) use family;
+
 family! {
     /// One floating input, computed in float (float32/16/bfloat16) or double.
     FloatUnary: arity 1, F: Float => F;
@@ -245,6 +258,8 @@ family! {
     softshrink = |x, s, c| if x[0] > s[0] { x[0] - s[0] } else if x[0] < -s[0] { x[0] + s[0] } else { F::ZERO };
     // log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), exact for large |x|.
     log_sigmoid = |x, s, c| x[0].min_nan(F::ZERO) - (-x[0].abs()).exp().ln_1p();
+    // The argument of a real number: pi for negatives, 0 otherwise, NaN kept (torch.angle).
+    angle = |x, s, c| if x[0].is_nan() { x[0] } else if x[0] < F::ZERO { F::from_f64c(std::f64::consts::PI) } else { F::ZERO };
 }
 
 family! {
@@ -254,6 +269,8 @@ family! {
     neg = |x, s, c| x[0].neg();
     sign = |x, s, c| x[0].sign();
     sgn = |x, s, c| x[0].sign();
+    // Conjugation leaves real numbers unchanged (conj_physical_out on a real tensor).
+    conj_physical = |x, s, c| x[0];
     // clamp with scalar bounds: s[0] = min, s[1] = max (NaN inputs stay NaN, as std::min/max do).
     clamp_scalar = |x, s, c| { let y = if x[0] < s[0] { s[0] } else { x[0] }; if s[1] < y { s[1] } else { y } };
     clamp_min_scalar = |x, s, c| if x[0] < s[0] { s[0] } else { x[0] };
@@ -531,6 +548,10 @@ impl PointwiseOp {
         // `where`'s iterator computes no meaningful common dtype (the bool condition takes part).
         let common = if self == PointwiseOp::RealTernary(RealTernary::r#where) { None } else { common };
         let compute = common.unwrap_or_else(|| self.default_compute(it));
+        if matches!(compute, DType::C64 | DType::C128) {
+            // SAFETY: forwarded contract.
+            return unsafe { crate::complex::run_pointwise(self.name(), it, compute, ctx) };
+        }
         let op = self.name();
         let unsupported = || Error::UnsupportedDtype { op, dtype: compute };
         if compute == DType::Bool && self.rejects_bool() {

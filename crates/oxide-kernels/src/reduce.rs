@@ -67,7 +67,7 @@ impl ReduceOp {
         })
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
             ReduceOp::NanSum => "nansum",
@@ -89,7 +89,7 @@ impl ReduceOp {
 
 /// A reduction as a fold: state, step, combine of partial states, and the
 /// outputs a final state produces (up to two).
-trait Reducer: Sync {
+pub(crate) trait Reducer: Sync {
     type In: Element;
     type State: Copy + Send;
     type Out: Element;
@@ -364,9 +364,9 @@ impl Reducer for Welford {
 }
 
 /// Vector p-norm.
-struct Norm<F> {
-    p: f64,
-    _f: std::marker::PhantomData<F>,
+pub(crate) struct Norm<F> {
+    pub(crate) p: f64,
+    pub(crate) _f: std::marker::PhantomData<F>,
 }
 impl<F: Float> Reducer for Norm<F> {
     type In = F;
@@ -507,7 +507,7 @@ unsafe fn write_outputs<R: Reducer>(r: &R, it: &TensorIter, offs: &[isize], s: R
     Ok(())
 }
 
-unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
+pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<()> {
     let sp = split(it);
     let nk = sp.kept.numel();
     let nr = sp.reduced.numel();
@@ -630,7 +630,9 @@ impl TensorIter {
 
 /// Runs reduction `op` over `it` (outputs first, then one input).
 ///
-/// Errors: [`Error::UnsupportedDtype`] for complex operands or a floating-only
+/// Complex operands go to [`crate::complex::reduce`] (sum, mean, prod).
+///
+/// Errors: [`Error::UnsupportedDtype`] for other complex reductions or a floating-only
 /// reduction (norm) on integers.
 ///
 /// # Safety
@@ -640,10 +642,9 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     let out_dt = it.dtype(0);
     let in_dt = it.dtype(input);
     let unsupported = |dtype| Error::UnsupportedDtype { op: op.name(), dtype };
-    for k in 0..it.ntensors() {
-        if matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128) {
-            return Err(unsupported(it.dtype(k)));
-        }
+    if it.operands.iter().any(|o| matches!(o.dtype, DType::C32 | DType::C64 | DType::C128)) {
+        // SAFETY: forwarded contract.
+        return unsafe { crate::complex::reduce(op, it) };
     }
     use std::marker::PhantomData as P;
     // Accumulate in the opmath type of `dt`: float for half types, int64 for integers and bool.

@@ -2555,3 +2555,59 @@ pub unsafe extern "C" fn oxide_attention_backward(
         })
     })
 }
+
+// ---- complex64 / complex128 (oxide_kernels::complex) ----
+
+/// [`oxide_pointwise`] with complex scalar arguments: `re[0..4]` / `i[0..4]`
+/// are the scalars as double and int64 (real scalars as for
+/// [`oxide_pointwise`]), `im[0..4]` their imaginary parts (0 for real
+/// scalars). A complex compute dtype runs the op's complex kernel.
+///
+/// # Safety
+/// As [`oxide_pointwise`]; `im` holds 4 values.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_pointwise_complex(device: i32, stream: i64, op: i32, iter: *const OxideIter, common: i32, re: *const f64, i: *const i64, im: *const f64) -> i32 {
+    ffi(|| {
+        let o = oxide_kernels::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter(o.name(), &*iter) }?;
+        let common = if common < 0 { None } else { Some(dtype(common)?) };
+        // SAFETY: caller contract.
+        let ctx = unsafe {
+            oxide_kernels::pointwise::Ctx {
+                f: std::ptr::read(re as *const [f64; 4]),
+                i: std::ptr::read(i as *const [i64; 4]),
+                im: std::ptr::read(im as *const [f64; 4]),
+                ..Default::default()
+            }
+        };
+        let rt = runtime()?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { o.run(&it, common, &ctx) })?;
+        Ok(r?)
+    })
+}
+
+/// Whether pointwise op `op` (an id from [`oxide_pointwise_lookup`]) has a
+/// complex64/complex128 kernel; the glue runs the others on its counted CPU path.
+#[no_mangle]
+pub extern "C" fn oxide_pointwise_complex_supported(op: i32) -> bool {
+    oxide_kernels::pointwise::PointwiseOp::from_id(op).is_some_and(|o| oxide_kernels::complex::supports(o.name()))
+}
+
+/// Converting copy on `stream` of `device`: operand 0 of `iter` (any dtype)
+/// receives operand 1 (any dtype, broadcast by stride 0) converted element
+/// for element as C++ `static_cast` (complex to real keeps the real part,
+/// complex to bool is "either part nonzero").
+///
+/// # Safety
+/// As [`oxide_pointwise`]; the operands do not overlap.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_cast(device: i32, stream: i64, iter: *const OxideIter) -> i32 {
+    ffi(|| {
+        // SAFETY: caller contract.
+        let it = unsafe { tensor_iter("copy_", &*iter) }?;
+        let rt = runtime()?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::complex::cast(&it) })?;
+        Ok(r?)
+    })
+}
