@@ -3,6 +3,7 @@
 // that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
 // each stub's TensorIterator to oxide_kernels::pointwise by op name.
 #include "kernels.h"
+#include <ATen/Dispatch.h>
 #include "structured.h"
 
 #include <ATen/native/BinaryOps.h>
@@ -131,6 +132,17 @@ void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scala
   IterArgs args(iter);
   const auto common = compute ? compute : iter.maybe_common_dtype();
   const auto device = iter.device(0).index();
+  const auto target = common ? *common : iter.dtype(0);
+  if (!at::isComplexType(target)) {
+    // A complex scalar for a real computation: Scalar::to raises CPU's overflow error.
+    for (size_t k = 0; k < scalars.im.size(); ++k) {
+      if (scalars.im[k] != 0) {
+        AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, target, "pointwise", [&] {
+          (void)c10::Scalar(c10::complex<double>(scalars.f[k], scalars.im[k])).to<scalar_t>();
+        });
+      }
+    }
+  }
   OXIDE_CHECK(oxide_pointwise_complex(device, current_stream(device), id, &args.abi,
                                       common ? static_cast<int32_t>(*common) : -1, scalars.f.data(),
                                       scalars.i.data(), scalars.im.data()));

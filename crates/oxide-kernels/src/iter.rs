@@ -303,6 +303,19 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                 // SAFETY: as above.
                 let p = unsafe { out.ptr.offset(offs[0] + b as isize * s) };
                 if out.dtype == O::DTYPE && s == std::mem::size_of::<O>() as isize {
+                    // In-place ops pass the output as an input. LLVM's runtime alias check
+                    // treats exact aliasing as overlap and would run the scalar loop, so the
+                    // aliased input is read from a copy of the block instead (L1-resident).
+                    for k in 0..N {
+                        if ins[k] as *const u8 == p as *const u8 && I::DTYPE == O::DTYPE {
+                            if bufs[k].is_empty() {
+                                bufs[k] = vec![I::from_i64(0); cap];
+                            }
+                            // SAFETY: `n` elements of I at ins[k] (checked contiguous above).
+                            unsafe { std::ptr::copy_nonoverlapping(ins[k], bufs[k].as_mut_ptr(), n) };
+                            ins[k] = bufs[k].as_ptr();
+                        }
+                    }
                     f(p as *mut O, ins, n);
                 } else {
                     if obuf.is_empty() {
