@@ -173,19 +173,6 @@ fn check(a: &Attention) -> Result<()> {
     }
 }
 
-/// Runs `$body` with `$T` the storage type and `$C` the compute type of `$dtype`.
-macro_rules! with_attention_dtype {
-    ($dtype:expr, |$T:ident, $C:ident| $body:expr) => {
-        match $dtype {
-            DType::F32 => { type $T = f32; type $C = f32; $body }
-            DType::F64 => { type $T = f64; type $C = f64; $body }
-            DType::F16 => { type $T = half::f16; type $C = f32; $body }
-            DType::BF16 => { type $T = half::bf16; type $C = f32; $body }
-            dtype => return Err(Error::UnsupportedDtype { op: "scaled_dot_product_attention", dtype }),
-        }
-    };
-}
-
 /// Runs `f(task)` for `0..tasks`, in parallel when `threads > 1`.
 fn for_tasks(tasks: usize, threads: usize, f: impl Fn(usize) + Sync + Send) {
     if threads <= 1 || tasks <= 1 {
@@ -343,7 +330,7 @@ fn key_end(a: &Attention, i0: usize, nq: usize) -> usize {
 /// overlap no input and `out`'s elements do not alias each other.
 pub unsafe fn forward(a: &Attention, out: Operand, lse: *mut u8) -> Result<()> {
     check(a)?;
-    with_attention_dtype!(a.dtype, |T, C| {
+    crate::with_float_dtype!(a.dtype, "scaled_dot_product_attention", |T, C| {
         // SAFETY: forwarded contract.
         unsafe { forward_typed::<T, C>(a, out, lse as usize) };
     });
@@ -448,7 +435,7 @@ unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
 /// each gradient addresses valid, mutually disjoint memory of its shape.
 pub unsafe fn backward(a: &Attention, out: Operand, grad_out: Operand, lse: *const u8, grads: Grads) -> Result<()> {
     check(a)?;
-    with_attention_dtype!(a.dtype, |T, C| {
+    crate::with_float_dtype!(a.dtype, "scaled_dot_product_attention", |T, C| {
         // SAFETY: forwarded contract.
         unsafe { backward_typed::<T, C>(a, out, grad_out, lse as usize, grads) };
     });

@@ -271,6 +271,22 @@ macro_rules! with_real_dtype {
     };
 }
 
+/// Runs `$body` with `$T` the storage type and `$C` the compute (opmath) type of
+/// the floating `$dtype`: float16 and bfloat16 compute in float32, as PyTorch does.
+/// Any other dtype returns [`Error::UnsupportedDtype`] naming `$op`.
+#[macro_export]
+macro_rules! with_float_dtype {
+    ($dtype:expr, $op:expr, |$T:ident, $C:ident| $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => { type $T = f32; type $C = f32; $body }
+            $crate::DType::F64 => { type $T = f64; type $C = f64; $body }
+            $crate::DType::F16 => { type $T = $crate::half::f16; type $C = f32; $body }
+            $crate::DType::BF16 => { type $T = $crate::half::bf16; type $C = f32; $body }
+            d => return Err($crate::Error::UnsupportedDtype { op: $op, dtype: d }),
+        }
+    };
+}
+
 /// Runs `$body` with `$T` bound to the [`Element`] type of `$dtype`: the real
 /// dtypes of [`with_real_dtype!`] plus complex64 and complex128.
 /// Any other dtype (complex32) returns [`Error::UnsupportedDtype`] naming `$op`.

@@ -228,18 +228,6 @@ unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u
     }
 }
 
-macro_rules! float_dispatch {
-    ($dtype:expr, $op:expr, |$T:ident, $C:ident| $body:expr) => {
-        match $dtype {
-            DType::F32 => { type $T = f32; type $C = f32; $body }
-            DType::F64 => { type $T = f64; type $C = f64; $body }
-            DType::F16 => { type $T = half::f16; type $C = f32; $body }
-            DType::BF16 => { type $T = half::bf16; type $C = f32; $body }
-            d => return Err(Error::UnsupportedDtype { op: $op, dtype: d }),
-        }
-    };
-}
-
 /// The bags of `weight` (dtype `dtype`) reduced by `mode`, with the auxiliary
 /// outputs described in the module documentation. `per_sample_weights` (sum
 /// mode only) scales each selected row. `threads`: the most threads to use.
@@ -259,7 +247,7 @@ pub unsafe fn embedding_bag(dtype: DType, bags: &Bags, mode: Mode, weight: *cons
         return Err(Error::InvalidValue { op: "embedding_bag", reason: "embedding_bag: per_sample_weights is only supported for mode='sum'".into() });
     }
     // SAFETY: forwarded contract.
-    float_dispatch!(dtype, "embedding_bag", |T, C| unsafe { forward::<T, C>(bags, mode, weight, per_sample_weights, out, threads) });
+    crate::with_float_dtype!(dtype, "embedding_bag", |T, C| unsafe { forward::<T, C>(bags, mode, weight, per_sample_weights, out, threads) });
     Ok(())
 }
 
@@ -367,7 +355,7 @@ unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8
 /// `num_weights * dim` that nothing else references.
 pub unsafe fn embedding_bag_backward(dtype: DType, g: &BagGrad, mode: Mode, grad: *const u8, per_sample_weights: Option<*const u8>, grad_weight: *mut u8, threads: usize) -> Result<()> {
     // SAFETY: forwarded contract.
-    float_dispatch!(dtype, "embedding_bag_backward", |T, C| unsafe { backward::<T, C>(g, mode, grad, per_sample_weights, grad_weight, threads) })
+    crate::with_float_dtype!(dtype, "embedding_bag_backward", |T, C| unsafe { backward::<T, C>(g, mode, grad, per_sample_weights, grad_weight, threads) })
 }
 
 /// The gradient with respect to the per-sample weights (sum mode; PyTorch's
@@ -385,7 +373,7 @@ pub unsafe fn per_sample_weights_backward(dtype: DType, indices: &[i64], offset2
     if let Some(&i) = indices.iter().find(|&&i| i < 0 || i as usize >= num_weights) {
         return Err(Error::InvalidValue { op: "embedding_bag", reason: format!("embedding_bag: index {i} is not in the valid range [0, {num_weights})") });
     }
-    float_dispatch!(dtype, "_embedding_bag_per_sample_weights_backward", |T, C| {
+    crate::with_float_dtype!(dtype, "_embedding_bag_per_sample_weights_backward", |T, C| {
         let n = indices.len();
         // SAFETY: the contract on the buffer sizes.
         let (gy, w, o) = unsafe {

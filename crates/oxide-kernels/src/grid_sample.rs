@@ -359,18 +359,6 @@ unsafe fn forward<T: Element, C: Real>(gs: &GridSample, input: *const u8, grid: 
     }
 }
 
-macro_rules! float_dispatch {
-    ($dtype:expr, $op:expr, |$T:ident, $C:ident| $body:expr) => {
-        match $dtype {
-            DType::F32 => { type $T = f32; type $C = f32; $body }
-            DType::F64 => { type $T = f64; type $C = f64; $body }
-            DType::F16 => { type $T = half::f16; type $C = f32; $body }
-            DType::BF16 => { type $T = half::bf16; type $C = f32; $body }
-            d => return Err(Error::UnsupportedDtype { op: $op, dtype: d }),
-        }
-    };
-}
-
 /// Samples `input` at the positions of `grid` into `output` (layouts and rules
 /// in the module documentation), all of `dtype`. `threads`: the most threads to use.
 ///
@@ -380,7 +368,7 @@ macro_rules! float_dispatch {
 /// Each pointer addresses the contiguous elements of its shape; the output overlaps no input.
 pub unsafe fn grid_sample_2d(dtype: DType, gs: &GridSample, input: *const u8, grid: *const u8, output: *mut u8, threads: usize) -> Result<()> {
     // SAFETY: forwarded contract.
-    float_dispatch!(dtype, "grid_sampler_2d", |T, C| unsafe { forward::<T, C>(gs, input, grid, output, threads) });
+    crate::with_float_dtype!(dtype, "grid_sampler_2d", |T, C| unsafe { forward::<T, C>(gs, input, grid, output, threads) });
     Ok(())
 }
 
@@ -463,7 +451,7 @@ unsafe fn backward<T: Element, C: Real>(gs: &GridSample, grad_output: *const u8,
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn grid_sample_2d_backward(dtype: DType, gs: &GridSample, grad_output: *const u8, input: *const u8, grid: *const u8, grad_input: Option<*mut u8>, grad_grid: *mut u8, threads: usize) -> Result<()> {
     // SAFETY: forwarded contract.
-    float_dispatch!(dtype, "grid_sampler_2d_backward", |T, C| unsafe { backward::<T, C>(gs, grad_output, input, grid, grad_input, grad_grid, threads) });
+    crate::with_float_dtype!(dtype, "grid_sampler_2d_backward", |T, C| unsafe { backward::<T, C>(gs, grad_output, input, grid, grad_input, grad_grid, threads) });
     Ok(())
 }
 
