@@ -38,11 +38,13 @@
 //! in their own type with wrapping arithmetic (CPU PyTorch convolves integers too;
 //! `linalg::gemm`'s plain loop, nothing fast). Other dtypes: [`Error::UnsupportedDtype`].
 //!
-//! Parallelism: samples run one after the other when a product is large enough
-//! for `matrixmultiply` to thread it (im2col/col2im then split channels over
-//! rayon); otherwise (small kernels, depthwise, few channels) samples are split
-//! over up to `threads` rayon tasks, each with its own column buffer and weight
-//! gradient partial.
+//! Batching and parallelism: consecutive samples share one GEMM, their columns
+//! side by side (`(C * K, nb * L)`), about [`TARGET_COLUMNS`] columns per product
+//! and at most [`COLUMNS_BUDGET`] column elements; operands and results on the
+//! column side are gathered and scattered around the product ([`Plan`]). When a
+//! product is large enough `matrixmultiply` threads it and im2col/col2im split
+//! channels over rayon; otherwise (few channels, depthwise) samples are split over
+//! up to `threads` rayon tasks, each with its own buffers and weight gradient partial.
 
 use std::borrow::Cow;
 
@@ -257,42 +259,53 @@ fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_channel: usize
     });
 }
 
-/// Unfolds `image` `(channels, *w.image)` into `cols` `(channels * taps, grid_len)`, row-major.
-fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], cols: &mut [C], threads: usize) {
+/// Unfolds `nb` images into one column matrix `cols` `(channels * taps, nb * grid_len)`,
+/// row-major: image `j` `(channels, *w.image)` starts at `image[j * sample]` and fills
+/// columns `[j * grid_len, (j + 1) * grid_len)` of every row. Laying the samples side by
+/// side lets one GEMM cover them all (see [`Plan`]).
+fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], sample: usize, nb: usize, cols: &mut [C], threads: usize) {
     let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
+    let ld = nb * gl;
     let (g2, s2) = (w.grid[2], w.stride[2]);
-    for_each_channel(&mut cols[..channels * taps * gl], channels, taps * gl, threads, |c, rows| {
-        let img = &image[c * il..(c + 1) * il];
-        for (t, row) in rows.chunks_mut(gl).enumerate() {
+    for_each_channel(&mut cols[..channels * taps * ld], channels, taps * ld, threads, |c, rows| {
+        for (t, row) in rows.chunks_mut(ld).enumerate() {
             let tap = w.tap(t);
             let off = w.offset(2, tap[2]);
-            w.for_each_line(tap, |src, g, lo, hi| {
-                let line = &mut row[g..g + g2];
-                line[..lo].fill(C::ZERO);
-                line[hi..].fill(C::ZERO);
-                let Some(src) = src else { return };
-                let first = ((src + lo * s2) as isize + off) as usize;
-                if s2 == 1 {
-                    line[lo..hi].copy_from_slice(&img[first..first + (hi - lo)]);
-                } else {
-                    for (k, v) in line[lo..hi].iter_mut().enumerate() {
-                        *v = img[first + k * s2];
+            for (j, part) in row.chunks_mut(gl).enumerate() {
+                let img = &image[j * sample + c * il..j * sample + (c + 1) * il];
+                w.for_each_line(tap, |src, g, lo, hi| {
+                    let line = &mut part[g..g + g2];
+                    line[..lo].fill(C::ZERO);
+                    line[hi..].fill(C::ZERO);
+                    let Some(src) = src else { return };
+                    let first = ((src + lo * s2) as isize + off) as usize;
+                    if s2 == 1 {
+                        line[lo..hi].copy_from_slice(&img[first..first + (hi - lo)]);
+                    } else {
+                        for (k, v) in line[lo..hi].iter_mut().enumerate() {
+                            *v = img[first + k * s2];
+                        }
                     }
-                }
-            });
+                });
+            }
         }
     });
 }
 
-/// Folds `cols` `(channels * taps, grid_len)` into `image` `(channels, *w.image)`:
-/// the image is overwritten with the sum of the column entries read from each pixel.
-fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], image: &mut [C], threads: usize) {
+/// Folds `cols` `(channels * taps, nb * grid_len)` (the layout [`im2col`] writes) into
+/// `nb` images, image `j` `(channels, *w.image)` at `image[j * sample]`: each image is
+/// overwritten with the sum of the column entries read from each of its pixels.
+fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, image: &mut [C], sample: usize, threads: usize) {
     let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
+    if il == 0 || nb == 0 {
+        return;
+    }
+    let ld = nb * gl;
     let s2 = w.stride[2];
-    for_each_channel(&mut image[..channels * il], channels, il, threads, |c, img| {
+    let fold_plane = |j: usize, c: usize, img: &mut [C]| {
         img.fill(C::ZERO);
-        let rows = &cols[c * taps * gl..(c + 1) * taps * gl];
-        for (t, row) in rows.chunks(gl).enumerate() {
+        for t in 0..taps {
+            let row = &cols[(c * taps + t) * ld + j * gl..(c * taps + t) * ld + (j + 1) * gl];
             let tap = w.tap(t);
             let off = w.offset(2, tap[2]);
             w.for_each_line(tap, |dst, g, lo, hi| {
@@ -311,7 +324,46 @@ fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], image: &mut [C], thre
                 }
             });
         }
-    });
+    };
+    // Planes (j, c) are disjoint and independent, so they split over tasks in any order.
+    let mut planes: Vec<&mut [C]> = Vec::with_capacity(nb * channels);
+    let mut rest = image;
+    for j in 0..nb {
+        let (head, tail) = if j + 1 < nb { rest.split_at_mut(sample) } else { (rest, &mut [][..]) };
+        planes.extend(head[..channels * il].chunks_mut(il));
+        rest = tail;
+    }
+    if tasks_for(nb * channels * il, threads) <= 1 {
+        planes.into_iter().enumerate().for_each(|(k, img)| fold_plane(k / channels, k % channels, img));
+    } else {
+        planes.into_par_iter().enumerate().for_each(|(k, img)| fold_plane(k / channels, k % channels, img));
+    }
+}
+
+/// Copies `rows` planes of `plane` elements from each of `nb` samples into the matrix
+/// `(rows, nb * plane)`: sample `j`'s row `r` starts at `src[j * sample + r * plane]`.
+/// One sample is already that matrix and is borrowed.
+fn gather<'a, C: Acc>(src: &'a [C], sample: usize, rows: usize, plane: usize, nb: usize, buf: &'a mut Vec<C>) -> &'a [C] {
+    if nb == 1 {
+        return &src[..rows * plane];
+    }
+    buf.clear();
+    for r in 0..rows {
+        for j in 0..nb {
+            buf.extend_from_slice(&src[j * sample + r * plane..j * sample + (r + 1) * plane]);
+        }
+    }
+    buf
+}
+
+/// The inverse of [`gather`]: writes the matrix `m` `(rows, nb * plane)` back into the samples.
+fn scatter<C: Acc>(m: &[C], rows: usize, plane: usize, nb: usize, dst: &mut [C], sample: usize) {
+    for r in 0..rows {
+        for j in 0..nb {
+            let from = (r * nb + j) * plane;
+            dst[j * sample + r * plane..j * sample + (r + 1) * plane].copy_from_slice(&m[from..from + plane]);
+        }
+    }
 }
 
 /// The compute types: float32, float64 and the integers (wrapping, as C++).
@@ -430,119 +482,179 @@ fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[
     unsafe { gemm(C::DTYPE, GemmShape { batch: 1, m, n, k }, 1.0, mat(a.0.as_ptr(), a.1, a.2), mat(b.0.as_ptr(), b.1, b.2), beta, mat(c.as_mut_ptr(), ldc, 1)) }
 }
 
-/// Output of one sample: `x` `(C_in, *input)` into `y` `(C_out, *output)`.
-fn forward_sample<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], cols: &mut Vec<C>, threads: usize) -> Result<()> {
+/// Columns a convolution's GEMM should have at least. `matrixmultiply` packs the
+/// weight operand again for every product, so one product per sample on small
+/// feature maps (ResNet's 2x2 to 8x8 late stages) spends its time packing the
+/// weight; laying about this many columns of consecutive samples side by side
+/// amortises the packing over them.
+const TARGET_COLUMNS: usize = 2048;
+
+/// Most elements one chunk's column matrix may hold (32 MiB of float32), so that
+/// batching samples never costs much more memory than one sample's columns.
+const COLUMNS_BUDGET: usize = 1 << 23;
+
+/// How a batch is cut: `chunk` consecutive samples share each GEMM; samples are
+/// split into `tasks` rayon tasks of `per_task` samples, each given `inner` threads.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    chunk: usize,
+    per_task: usize,
+    tasks: usize,
+    inner: usize,
+}
+
+impl Plan {
+    fn new(cv: &Conv, threads: usize) -> Plan {
+        let win = cv.window();
+        let (ic, gc) = cv.group_channels();
+        let (kk, gl) = (ic * win.taps(), win.grid_len().max(1));
+        let batch = cv.batch.max(1);
+        let chunk = TARGET_COLUMNS.div_ceil(gl).min(COLUMNS_BUDGET / (kk * gl).max(1)).clamp(1, batch);
+        // `matrixmultiply` threads a product only when `m*k + k*n` reaches about
+        // 2^15 per thread; below that, splitting samples is the parallelism there is.
+        let small = kk * (gc + chunk * gl) < 1 << 15;
+        if threads > 1 && small && batch > 1 {
+            let per_task = batch.div_ceil(threads.min(batch));
+            Plan { chunk: chunk.min(per_task), per_task, tasks: batch.div_ceil(per_task), inner: 1 }
+        } else {
+            Plan { chunk, per_task: batch, tasks: 1, inner: threads }
+        }
+    }
+}
+
+/// Reusable buffers of one task: the column matrix, a gathered operand and a product
+/// waiting to be scattered.
+struct Scratch<C> {
+    cols: Vec<C>,
+    mat: Vec<C>,
+    out: Vec<C>,
+}
+
+impl<C> Default for Scratch<C> {
+    fn default() -> Self {
+        Scratch { cols: Vec::new(), mat: Vec::new(), out: Vec::new() }
+    }
+}
+
+/// Output of `nb` consecutive samples: `x` `(nb, C_in, *input)` into `y` `(nb, C_out, *output)`.
+#[allow(clippy::too_many_arguments)]
+fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], nb: usize, s: &mut Scratch<C>, threads: usize) -> Result<()> {
     let win = cv.window();
     let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
     let (ic, gc) = cv.group_channels();
-    let kk = ic * taps;
-    let wg = ic * gc * taps;
-    let identity = win.is_identity();
-    cols.resize(if identity { 0 } else { kk * gl }, C::ZERO);
+    let (kk, wg, cn) = (ic * taps, ic * gc * taps, nb * gl);
+    let (xs, ys) = (x.len() / nb, y.len() / nb);
+    // A 1x1 unit-stride window over one sample: the image is its own column matrix.
+    let direct = win.is_identity() && nb == 1;
+    let Scratch { cols, mat, out } = s;
     for g in 0..cv.groups {
         let wgt = &w[g * wg..(g + 1) * wg];
         if !cv.transposed {
-            // y[g] (gc x L) = W[g] (gc x kk) @ im2col(x[g]) (kk x L).
-            let xg = &x[g * ic * il..(g + 1) * ic * il];
-            if !identity {
-                im2col(&win, ic, xg, cols, threads);
-            }
-            let src: &[C] = if identity { xg } else { cols };
-            let yg = &mut y[g * gc * gl..(g + 1) * gc * gl];
-            product(gc, gl, kk, (wgt, kk, 1), (src, gl, 1), 0.0, yg, gl)?;
-        } else {
-            // y[g] (ic x image) = col2im(W[g]^T (kk x gc) @ x[g] (gc x L)).
-            let xg = &x[g * gc * gl..(g + 1) * gc * gl];
-            let yg = &mut y[g * ic * il..(g + 1) * ic * il];
-            if identity {
-                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, yg, gl)?;
+            // y[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(x[:, g]) (kk x nb*L).
+            let xg = &x[g * ic * il..];
+            let src: &[C] = if direct {
+                &xg[..kk * gl]
             } else {
-                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, cols, gl)?;
-                col2im(&win, ic, cols, yg, threads);
+                cols.resize(kk * cn, C::ZERO);
+                im2col(&win, ic, xg, xs, nb, cols, threads);
+                cols
+            };
+            if nb == 1 {
+                product(gc, gl, kk, (wgt, kk, 1), (src, gl, 1), 0.0, &mut y[g * gc * gl..(g + 1) * gc * gl], gl)?;
+            } else {
+                out.resize(gc * cn, C::ZERO);
+                product(gc, cn, kk, (wgt, kk, 1), (src, cn, 1), 0.0, out, cn)?;
+                scatter(out, gc, gl, nb, &mut y[g * gc * gl..], ys);
+            }
+        } else {
+            // y[:, g] = col2im(W[g]^T (kk x gc) @ x[:, g] (gc x nb*L)).
+            let xg = gather(&x[g * gc * gl..], xs, gc, gl, nb, mat);
+            let yg = &mut y[g * ic * il..];
+            if direct {
+                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, &mut yg[..kk * gl], gl)?;
+            } else {
+                cols.resize(kk * cn, C::ZERO);
+                product(kk, cn, gc, (wgt, 1, kk), (xg, cn, 1), 0.0, cols, cn)?;
+                col2im(&win, ic, cols, nb, yg, ys, threads);
             }
         }
     }
     if let Some(b) = bias {
         let plane = if cv.transposed { il } else { gl };
-        for (row, &bv) in y.chunks_mut(plane.max(1)).zip(b) {
+        for (k, row) in y.chunks_mut(plane.max(1)).enumerate() {
+            let bv = b[k % cv.out_channels];
             row.iter_mut().for_each(|v| *v = v.add(bv));
         }
     }
     Ok(())
 }
 
-/// Gradients of one sample: `gx` `(C_in, *input)` is overwritten, `gw` accumulated
-/// into. `x` is read only for `gw` and `w` only for `gx` (either may be empty otherwise).
+/// Gradients of `nb` consecutive samples (`xs` and `ys` elements per sample of the
+/// input and the output): `gx` is overwritten, `gw` accumulated into. `x` is read
+/// only for `gw` and `w` only for `gx` (either may be empty otherwise).
 #[allow(clippy::too_many_arguments)]
-fn backward_sample<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, cols: &mut Vec<C>, threads: usize) -> Result<()> {
+fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, nb: usize, (xs, ys): (usize, usize), s: &mut Scratch<C>, threads: usize) -> Result<()> {
     let win = cv.window();
     let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
     let (ic, gc) = cv.group_channels();
-    let kk = ic * taps;
-    let wg = ic * gc * taps;
-    let identity = win.is_identity();
-    cols.resize(if identity { 0 } else { kk * gl }, C::ZERO);
+    let (kk, wg, cn) = (ic * taps, ic * gc * taps, nb * gl);
+    let direct = win.is_identity() && nb == 1;
+    let Scratch { cols, mat, out } = s;
     for g in 0..cv.groups {
-        let (wr, gwr) = (g * wg..(g + 1) * wg, g * wg..(g + 1) * wg);
+        let wr = g * wg..(g + 1) * wg;
         if !cv.transposed {
-            let gyg = &gy[g * gc * gl..(g + 1) * gc * gl];
+            let gyg = gather(&gy[g * gc * gl..], ys, gc, gl, nb, mat);
             if let Some(gx) = gx.as_deref_mut() {
-                // gx[g] = col2im(W[g]^T (kk x gc) @ gy[g] (gc x L)).
-                let gxg = &mut gx[g * ic * il..(g + 1) * ic * il];
-                if identity {
-                    product(kk, gl, gc, (&w[wr], 1, kk), (gyg, gl, 1), 0.0, gxg, gl)?;
+                // gx[:, g] = col2im(W[g]^T (kk x gc) @ gy[:, g] (gc x nb*L)).
+                let gxg = &mut gx[g * ic * il..];
+                if direct {
+                    product(kk, gl, gc, (&w[wr.clone()], 1, kk), (gyg, gl, 1), 0.0, &mut gxg[..kk * gl], gl)?;
                 } else {
-                    product(kk, gl, gc, (&w[wr], 1, kk), (gyg, gl, 1), 0.0, cols, gl)?;
-                    col2im(&win, ic, cols, gxg, threads);
+                    cols.resize(kk * cn, C::ZERO);
+                    product(kk, cn, gc, (&w[wr.clone()], 1, kk), (gyg, cn, 1), 0.0, cols, cn)?;
+                    col2im(&win, ic, cols, nb, gxg, xs, threads);
                 }
             }
             if let Some(gw) = gw.as_deref_mut() {
-                // gW[g] (gc x kk) += gy[g] (gc x L) @ im2col(x[g])^T (L x kk).
-                let xg = &x[g * ic * il..(g + 1) * ic * il];
-                if !identity {
-                    im2col(&win, ic, xg, cols, threads);
-                }
-                let src: &[C] = if identity { xg } else { cols };
-                product(gc, kk, gl, (gyg, gl, 1), (src, 1, gl), 1.0, &mut gw[gwr], kk)?;
+                // gW[g] (gc x kk) += gy[:, g] (gc x nb*L) @ im2col(x[:, g])^T (nb*L x kk).
+                let xg = &x[g * ic * il..];
+                let src: &[C] = if direct {
+                    &xg[..kk * gl]
+                } else {
+                    cols.resize(kk * cn, C::ZERO);
+                    im2col(&win, ic, xg, xs, nb, cols, threads);
+                    cols
+                };
+                product(gc, kk, cn, (gyg, cn, 1), (src, 1, cn), 1.0, &mut gw[wr], kk)?;
             }
         } else {
-            let gyg = &gy[g * ic * il..(g + 1) * ic * il];
-            if !identity {
-                im2col(&win, ic, gyg, cols, threads);
-            }
-            let src: &[C] = if identity { gyg } else { cols };
+            // The image side is gy (ic channels), the column side x and gx (gc channels).
+            let gyg = &gy[g * ic * il..];
+            let src: &[C] = if direct {
+                &gyg[..kk * gl]
+            } else {
+                cols.resize(kk * cn, C::ZERO);
+                im2col(&win, ic, gyg, ys, nb, cols, threads);
+                cols
+            };
             if let Some(gx) = gx.as_deref_mut() {
-                // gx[g] (gc x L) = W[g] (gc x kk) @ im2col(gy[g]) (kk x L): a convolution.
-                product(gc, gl, kk, (&w[wr], kk, 1), (src, gl, 1), 0.0, &mut gx[g * gc * gl..(g + 1) * gc * gl], gl)?;
+                // gx[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(gy[:, g]) (kk x nb*L): a convolution.
+                if nb == 1 {
+                    product(gc, gl, kk, (&w[wr.clone()], kk, 1), (src, gl, 1), 0.0, &mut gx[g * gc * gl..(g + 1) * gc * gl], gl)?;
+                } else {
+                    out.resize(gc * cn, C::ZERO);
+                    product(gc, cn, kk, (&w[wr.clone()], kk, 1), (src, cn, 1), 0.0, out, cn)?;
+                    scatter(out, gc, gl, nb, &mut gx[g * gc * gl..], xs);
+                }
             }
             if let Some(gw) = gw.as_deref_mut() {
-                // gW[g] (gc x kk) += x[g] (gc x L) @ im2col(gy[g])^T (L x kk).
-                let xg = &x[g * gc * gl..(g + 1) * gc * gl];
-                product(gc, kk, gl, (xg, gl, 1), (src, 1, gl), 1.0, &mut gw[gwr], kk)?;
+                // gW[g] (gc x kk) += x[:, g] (gc x nb*L) @ im2col(gy[:, g])^T (nb*L x kk).
+                let xg = gather(&x[g * gc * gl..], xs, gc, gl, nb, mat);
+                product(gc, kk, cn, (xg, cn, 1), (src, 1, cn), 1.0, &mut gw[wr], kk)?;
             }
         }
     }
     Ok(())
-}
-
-/// Whether samples should run in parallel: the per-group products are too small
-/// for `matrixmultiply` to thread them (it splits only above about 2^15 for
-/// `m*k + k*n`), so splitting samples is the parallelism there is.
-fn split_samples(cv: &Conv, threads: usize) -> bool {
-    let win = cv.window();
-    let (ic, gc) = cv.group_channels();
-    let kk = ic * win.taps();
-    threads > 1 && cv.batch > 1 && kk * (gc + win.grid_len()) < 1 << 15
-}
-
-/// Splits `batch` samples into contiguous ranges: (samples per task, tasks, threads per task).
-fn schedule(cv: &Conv, threads: usize) -> (usize, usize, usize) {
-    if split_samples(cv, threads) {
-        let per = cv.batch.div_ceil(threads.min(cv.batch));
-        (per, cv.batch.div_ceil(per), 1)
-    } else {
-        (cv.batch.max(1), 1, threads)
-    }
 }
 
 fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], threads: usize) -> Result<()> {
@@ -550,19 +662,19 @@ fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C],
         return Ok(());
     }
     let (xs, ys) = (x.len() / cv.batch, y.len() / cv.batch);
-    let (per, tasks, inner) = schedule(cv, threads);
-    let run = |t: usize, part: &mut [C]| -> Result<()> {
-        let mut cols = Vec::new();
-        for (j, yn) in part.chunks_mut(ys).enumerate() {
-            let n = t * per + j;
-            forward_sample(cv, &x[n * xs..(n + 1) * xs], w, bias, yn, &mut cols, inner)?;
+    let plan = Plan::new(cv, threads);
+    let run = |first: usize, part: &mut [C]| -> Result<()> {
+        let mut scratch = Scratch::default();
+        for (k, yc) in part.chunks_mut(plan.chunk * ys).enumerate() {
+            let (n, nb) = (first + k * plan.chunk, yc.len() / ys);
+            forward_chunk(cv, &x[n * xs..(n + nb) * xs], w, bias, yc, nb, &mut scratch, plan.inner)?;
         }
         Ok(())
     };
-    if tasks <= 1 {
+    if plan.tasks <= 1 {
         run(0, y)
     } else {
-        y.par_chunks_mut(per * ys).enumerate().try_for_each(|(t, part)| run(t, part))
+        y.par_chunks_mut(plan.per_task * ys).enumerate().try_for_each(|(t, part)| run(t * plan.per_task, part))
     }
 }
 
@@ -590,24 +702,28 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
     if gx.is_none() && gw.is_none() {
         return Ok(());
     }
-    let (per, tasks, inner) = schedule(cv, threads);
+    let plan = Plan::new(cv, threads);
     let run = |t: usize, mut part: Option<&mut [C]>, mut partial: Option<&mut [C]>| -> Result<()> {
-        let mut cols = Vec::new();
-        for j in 0..per.min(cv.batch - t * per) {
-            let n = t * per + j;
-            let gxn = part.as_deref_mut().map(|p| &mut p[j * xs..(j + 1) * xs]);
-            let xn = if x.is_empty() { x } else { &x[n * xs..(n + 1) * xs] };
-            backward_sample(cv, &gy[n * ys..(n + 1) * ys], xn, w, gxn, partial.as_deref_mut(), &mut cols, inner)?;
+        let mut scratch = Scratch::default();
+        let first = t * plan.per_task;
+        let count = plan.per_task.min(cv.batch - first);
+        let mut j = 0;
+        while j < count {
+            let (n, nb) = (first + j, plan.chunk.min(count - j));
+            let gxc = part.as_deref_mut().map(|p| &mut p[j * xs..(j + nb) * xs]);
+            let xc = if x.is_empty() { x } else { &x[n * xs..(n + nb) * xs] };
+            backward_chunk(cv, &gy[n * ys..(n + nb) * ys], xc, w, gxc, partial.as_deref_mut(), nb, (xs, ys), &mut scratch, plan.inner)?;
+            j += nb;
         }
         Ok(())
     };
-    if tasks <= 1 {
+    if plan.tasks <= 1 {
         return run(0, gx, gw);
     }
     let want_gw = gw.is_some();
     let parts: Vec<Option<&mut [C]>> = match gx {
-        Some(gx) => gx.chunks_mut(per * xs).map(Some).collect(),
-        None => (0..tasks).map(|_| None).collect(),
+        Some(gx) => gx.chunks_mut(plan.per_task * xs).map(Some).collect(),
+        None => (0..plan.tasks).map(|_| None).collect(),
     };
     let partials = parts
         .into_par_iter()
@@ -798,9 +914,9 @@ unsafe fn run_unfold<T: Storage>(u: &Unfold, fold: bool, src: *const u8, dst: *m
         let s = T::read(src, sl);
         let mut d = Out::<T>::new(dst, dl);
         if fold {
-            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| col2im(&w, u.channels, cols, img, t));
+            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| col2im(&w, u.channels, cols, 1, img, 0, t));
         } else {
-            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| im2col(&w, u.channels, img, cols, t));
+            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| im2col(&w, u.channels, img, 0, 1, cols, t));
         }
         d.finish();
     }
@@ -1026,6 +1142,30 @@ mod tests {
         check::<f32>(&case(2, 32, 16, 1, &[12, 12], &[3, 3], &[2, 2], &[1, 1], &[1, 1]).transposed(&[1, 1]), 2, 1e-5);
         check::<f64>(&case(9, 8, 8, 8, &[10, 10], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-12);
         check::<f64>(&case(7, 4, 4, 2, &[6], &[3], &[1], &[1], &[1]).transposed(&[0]), 2, 1e-12);
+        // Chunks of samples sharing one GEMM (`Plan`): 32x32 outputs give chunks of two,
+        // so three samples leave a last chunk of one; 48x48 outputs give one sample per GEMM.
+        for threads in [1, 2] {
+            check::<f32>(&case(3, 2, 3, 1, &[32, 32], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), threads, 1e-5);
+            check::<f32>(&case(3, 4, 2, 2, &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[1, 1]), threads, 1e-5);
+            check::<f32>(&case(2, 1, 2, 1, &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]), threads, 1e-5);
+            check::<f32>(&case(3, 2, 2, 1, &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]), threads, 1e-5);
+        }
+    }
+
+    #[test]
+    fn plans_batch_small_maps_and_cap_the_column_buffer() {
+        let plan = |c: Case, threads| Plan::new(&c.conv(), threads);
+        // 2x2 outputs: every sample of the batch in one GEMM.
+        let p = plan(case(8, 512, 512, 1, &[2, 2], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
+        assert_eq!((p.chunk, p.tasks), (8, 1));
+        // Large maps: one sample per GEMM.
+        assert_eq!(plan(case(4, 8, 8, 1, &[64, 64], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2).chunk, 1);
+        // A 4608 x 2048 column matrix per chunk would pass the budget: fewer samples share it.
+        let p = plan(case(64, 512, 512, 1, &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
+        assert!(p.chunk * 4608 * 16 <= COLUMNS_BUDGET && p.chunk >= 1, "{p:?}");
+        // Tiny products: samples split over the threads.
+        let p = plan(case(8, 1, 4, 1, &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
+        assert_eq!((p.tasks, p.per_task, p.inner), (2, 4, 1));
     }
 
     #[test]

@@ -109,6 +109,14 @@ pub(crate) trait Reducer: Sync {
             self.step(s, x, index);
         }
     }
+    /// Folds four consecutive input rows (reduction indices `index..index + 4`) into
+    /// `states`; a reducer whose order of combination allows it fuses them.
+    #[inline(always)]
+    fn step_rows(&self, states: &mut [Self::State], rows: [&[Self::In]; 4], index: i64) {
+        for (k, r) in rows.iter().enumerate() {
+            self.step_lanes(states, r, index + k as i64);
+        }
+    }
     fn combine(&self, a: Self::State, b: Self::State) -> Self::State;
     fn finish(&self, s: Self::State, count: usize) -> [Self::Out; 2];
 }
@@ -138,16 +146,17 @@ impl<A: Num> Reducer for Sum<A> {
             xs.iter().for_each(|&x| self.step(s, x, 0));
             return;
         }
-        // 16 independent lanes: vectorisable, and pairwise-ish for accuracy.
-        let mut lanes = [A::ZERO; 16];
-        let chunks = xs.chunks_exact(16);
+        // 32 independent lanes: vectorisable, enough dependency chains to hide the
+        // add latency (four 256-bit registers of float32), and pairwise-ish for accuracy.
+        let mut lanes = [A::ZERO; 32];
+        let chunks = xs.chunks_exact(32);
         let rest = chunks.remainder();
         for c in chunks {
-            for j in 0..16 {
+            for j in 0..32 {
                 lanes[j] = lanes[j].add(c[j]);
             }
         }
-        let mut w = 16;
+        let mut w = 32;
         while w > 1 {
             w /= 2;
             for j in 0..w {
@@ -166,6 +175,19 @@ impl<A: Num> Reducer for Sum<A> {
             states.iter_mut().zip(xs).for_each(|(s, &x)| self.step(s, x, 0));
         } else {
             states.iter_mut().zip(xs).for_each(|(s, &x)| *s = s.add(x));
+        }
+    }
+    #[inline(always)]
+    fn step_rows(&self, states: &mut [A], rows: [&[A]; 4], index: i64) {
+        if self.skip_nan {
+            rows.iter().enumerate().for_each(|(k, r)| self.step_lanes(states, r, index + k as i64));
+            return;
+        }
+        // One pass over the states for four rows: a quarter of the state traffic.
+        let n = states.len();
+        let (r0, r1, r2, r3) = (&rows[0][..n], &rows[1][..n], &rows[2][..n], &rows[3][..n]);
+        for j in 0..n {
+            states[j] = states[j].add(r0[j].add(r1[j]).add(r2[j].add(r3[j])));
         }
     }
     fn combine(&self, a: A, b: A) -> A {
@@ -222,24 +244,12 @@ impl<A: Num> Reducer for Extremum<A> {
             xs.iter().for_each(|&x| self.step(s, x, i));
             return;
         }
-        // 16 lanes of plain comparisons plus a NaN flag: vectorisable, NaN still wins.
-        let mut lanes = [xs[0]; 16];
-        let mut nan = false;
-        let chunks = xs.chunks_exact(16);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for j in 0..16 {
-                let v = c[j];
-                nan |= v.is_nan();
-                lanes[j] = if self.max { if v > lanes[j] { v } else { lanes[j] } } else if v < lanes[j] { v } else { lanes[j] };
-            }
-        }
-        for &v in lanes.iter().chain(rest) {
-            self.step(s, v, i);
-        }
+        let (v, nan) = if self.max { extremum_lanes::<A, true>(xs) } else { extremum_lanes::<A, false>(xs) };
         if nan {
             let n = xs.iter().copied().find(|v| v.is_nan()).unwrap_or(xs[0]);
             *s = Some(n);
+        } else {
+            self.step(s, v, i);
         }
     }
     fn combine(&self, a: Option<A>, b: Option<A>) -> Option<A> {
@@ -252,6 +262,35 @@ impl<A: Num> Reducer for Extremum<A> {
     fn finish(&self, s: Option<A>, _: usize) -> [A; 2] {
         [s.unwrap_or(A::ZERO), A::ZERO]
     }
+}
+
+/// The largest (`MAX`) or smallest element of `xs` (at least 32 long) by plain
+/// comparisons, and whether any element is NaN (the caller then returns a NaN, as
+/// PyTorch's amax does). 32 lanes and a branch-free select vectorise; the NaN flag
+/// is an OR of self-comparisons.
+#[inline(always)]
+fn extremum_lanes<A: Num, const MAX: bool>(xs: &[A]) -> (A, bool) {
+    let mut lanes = [xs[0]; 32];
+    let mut nans = [false; 32];
+    let chunks = xs.chunks_exact(32);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..32 {
+            let v = c[j];
+            nans[j] |= v.is_nan();
+            let take = if MAX { v > lanes[j] } else { v < lanes[j] };
+            lanes[j] = if take { v } else { lanes[j] };
+        }
+    }
+    let mut best = lanes[0];
+    let mut nan = nans.iter().any(|&b| b);
+    for &v in lanes[1..].iter().chain(rest) {
+        nan |= v.is_nan();
+        if if MAX { v > best } else { v < best } {
+            best = v;
+        }
+    }
+    (best, nan)
 }
 
 /// all / any over truthiness.
@@ -478,6 +517,15 @@ unsafe fn fold_range<R: Reducer>(r: &R, red: &TensorIter, base: isize, start: us
     let mut index = start as i64;
     let mut result = Ok(());
     red.for_each_row_in(start, end, |offs, len| {
+        if direct {
+            // Already the accumulation type in place: fold the row in one call, so the
+            // reducer's lanes are set up and combined once per row rather than per block.
+            // SAFETY: in-bounds by the iterator's construction.
+            let p = unsafe { input.ptr.offset(base + offs[0]) };
+            r.step_slice(s, unsafe { std::slice::from_raw_parts(p as *const R::In, len) }, index);
+            index += len as i64;
+            return;
+        }
         let mut b = 0;
         while b < len && result.is_ok() {
             let n = BLOCK.min(len - b);
@@ -588,8 +636,19 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                     let base = koffs[input] + b as isize * s_in;
                     let mut index = 0i64;
                     sp.reduced.for_each_row_in(0, nr, |roffs, rlen| {
-                        for q in 0..rlen {
-                            let off = base + roffs[0] + q as isize * sp.reduced.inner_stride(0);
+                        let rs = sp.reduced.inner_stride(0);
+                        let mut first = 0;
+                        if in_op.dtype == R::In::DTYPE && s_in == std::mem::size_of::<R::In>() as isize {
+                            while first + 4 <= rlen {
+                                // SAFETY: rows `first..first + 4` hold n contiguous elements of the accumulation type.
+                                let row = |k: usize| unsafe { std::slice::from_raw_parts(in_op.ptr.offset(base + roffs[0] + (first + k) as isize * rs) as *const R::In, n) };
+                                r.step_rows(&mut states[..n], [row(0), row(1), row(2), row(3)], index);
+                                index += 4;
+                                first += 4;
+                            }
+                        }
+                        for q in first..rlen {
+                            let off = base + roffs[0] + q as isize * rs;
                             // SAFETY: in-bounds by construction.
                             let p = unsafe { in_op.ptr.offset(off) };
                             if in_op.dtype == R::In::DTYPE && s_in == std::mem::size_of::<R::In>() as isize {
@@ -770,6 +829,21 @@ mod tests {
         long[517] = f32::NAN;
         let m: Vec<f32> = reduce_2d(ReduceOp::MinValues, &mut long, 1, 1000, 1, 1);
         assert!(m[0].is_nan());
+        // The extremum in the tail after the 32-lane blocks, and in a lane.
+        long[517] = 5.0;
+        long[999] = -1.0;
+        let m: Vec<f32> = reduce_2d(ReduceOp::MinValues, &mut long, 1, 1000, 1, 1);
+        assert_eq!(m[0], -1.0);
+        long[40] = 99.0;
+        let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut long, 1, 1000, 1, 1);
+        assert_eq!(m[0], 99.0);
+        // nansum along dimension 0 (the four-row outer fold) skips NaN in any row.
+        let mut grid: Vec<f32> = (0..9 * 5).map(|i| if i % 7 == 0 { f32::NAN } else { i as f32 }).collect();
+        let s: Vec<f32> = reduce_2d(ReduceOp::NanSum, &mut grid, 9, 5, 0, 1);
+        for c in 0..5 {
+            let want: f32 = (0..9).map(|r| grid[r * 5 + c]).filter(|v| !v.is_nan()).sum();
+            assert_eq!(s[c], want, "nansum col {c}");
+        }
         let mut nan = vec![1.0f32, f32::NAN, 3.0];
         let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut nan, 1, 3, 1, 1);
         assert!(m[0].is_nan());
