@@ -176,7 +176,20 @@ def test_out_and_in_place_on_views(cdt):
 # ---------------------------------------------------------------------------------------
 
 UNARY = ["exp", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "sigmoid",
-         "asin", "acos", "atan", "reciprocal", "neg", "sgn", "abs", "angle", "exp2"]
+         "asin", "acos", "atan", "reciprocal", "neg", "sgn", "abs", "angle", "exp2",
+         "asinh", "acosh", "atanh", "expm1", "log1p"]
+
+
+@pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
+@pytest.mark.parametrize("op", ["asinh", "acosh", "atanh", "expm1", "log1p"])
+def test_inverse_hyperbolics_on_branch_cuts_and_near_zero(op, cdt):
+    # Both sides of each branch cut (signed zero imaginary parts), the real axis inside
+    # the cuts, and tiny values where exp(z) - 1 and log(1 + z) would cancel.
+    vals = [complex(x, s * 0.0) for x in (-3.0, -1.5, -0.5, 0.0, 0.5, 1.5, 3.0) for s in (1, -1)]
+    vals += [complex(s * 0.0, y) for y in (-2.5, -1.0, -0.5, 0.5, 1.0, 2.5) for s in (1, -1)]
+    vals += [1e-7 - 3e-8j, -2e-6 + 1e-6j, 0.3 + 0.4j, -0.45 - 0.1j]
+    a = torch.tensor(vals, dtype=cdt)
+    check(getattr(torch, op), a, where=op)
 
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)

@@ -313,6 +313,50 @@ pub trait Cplx:
         let half = Self::R::from_f64c(0.5);
         Self::new(-d.im() * half, d.re() * half)
     }
+    /// asinh z = -i asin(i z) (the identity C99 Annex G states for casinh), so it
+    /// inherits Kahan's cancellation-free asin.
+    #[inline(always)]
+    fn asinh(self) -> Self {
+        let w = self.mul_i().asin();
+        Self::new(w.im(), -w.re())
+    }
+    /// atanh z = -i atan(i z).
+    #[inline(always)]
+    fn atanh(self) -> Self {
+        let w = self.mul_i().atan();
+        Self::new(w.im(), -w.re())
+    }
+    /// Kahan's (1987) procedure CACOSH: with `p = sqrt(z - 1)`, `q = sqrt(z + 1)`,
+    /// `acosh z = asinh(Re(conj(p) q)) + 2i atan2(Im p, Re q)`; free of
+    /// cancellation and on the principal branch (real part >= 0).
+    #[inline(always)]
+    fn acosh(self) -> Self {
+        let p = (self - Self::one()).sqrt();
+        let q = (self + Self::one()).sqrt();
+        let re = (p.re() * q.re() + p.im() * q.im()).asinh();
+        Self::new(re, Self::R::from_f64c(2.0) * p.im().atan2(q.re()))
+    }
+    /// e^z - 1 without cancellation near 0: with z = a + ib,
+    /// `Re = expm1(a) cos b - 2 sin^2(b / 2)` (since `cos b - 1 = -2 sin^2(b / 2)`)
+    /// and `Im = e^a sin b`.
+    #[inline(always)]
+    fn expm1(self) -> Self {
+        let (a, b) = (self.re(), self.im());
+        let h = (b * Self::R::from_f64c(0.5)).sin();
+        Self::new(a.exp_m1() * b.cos() - Self::R::from_f64c(2.0) * h * h, a.exp() * b.sin())
+    }
+    /// ln(1 + z) without cancellation near 0: `Re = log1p(2a + a^2 + b^2) / 2`
+    /// (`|1 + z|^2 = 1 + 2a + a^2 + b^2`), `Im = atan2(b, 1 + a)`; away from 0
+    /// (|z| >= 1/2) the plain principal logarithm of 1 + z, which cannot overflow.
+    #[inline(always)]
+    fn log1p(self) -> Self {
+        let (a, b) = (self.re(), self.im());
+        if self.norm() >= Self::R::from_f64c(0.5) || self.is_nan_c() {
+            return (Self::one() + self).ln();
+        }
+        let t = a * (Self::R::from_f64c(2.0) + a) + b * b;
+        Self::new(t.ln_1p() * Self::R::from_f64c(0.5), b.atan2(Self::R::ONE + a))
+    }
     /// z / |z|, and 0 for 0 (torch.sgn).
     #[inline(always)]
     fn sgn(self) -> Self {
@@ -385,6 +429,11 @@ family! {
     asin = |x, s, c| x[0].asin();
     acos = |x, s, c| x[0].acos();
     atan = |x, s, c| x[0].atan();
+    asinh = |x, s, c| x[0].asinh();
+    acosh = |x, s, c| x[0].acosh();
+    atanh = |x, s, c| x[0].atanh();
+    expm1 = |x, s, c| x[0].expm1();
+    log1p = |x, s, c| x[0].log1p();
     sigmoid = |x, s, c| C::one() / (C::one() + (-x[0]).exp());
     // s[0] = the exponent.
     pow_tensor_scalar = |x, s, c| x[0].pow_scalar(s[0]);
@@ -710,6 +759,11 @@ mod tests {
             "acos" => C::new(std::f64::consts::FRAC_PI_2, 0.0) + mul(i, ln(mul(i, z) + sqrt(one - mul(z, z)))),
             "atan" => mul(C::new(0.0, 0.5), ln(one - mul(i, z)) - ln(one + mul(i, z))),
             "sigmoid" => div(one, one + exp(-z)),
+            "asinh" => ln(z + sqrt(mul(z, z) + one)),
+            "acosh" => ln(z + mul(sqrt(z + one), sqrt(z - one))),
+            "atanh" => mul(C::new(0.5, 0.0), ln(one + z) - ln(one - z)),
+            "expm1" => exp(z) - one,
+            "log1p" => ln(one + z),
             "abs" => C::new(a.hypot(b), 0.0),
             "angle" => C::new(b.atan2(a), 0.0),
             "neg" => -z,
@@ -738,7 +792,7 @@ mod tests {
 
     #[test]
     fn unary_ops_match_naive_reference() {
-        let names = ["exp", "log", "sqrt", "rsqrt", "reciprocal", "sinh", "cosh", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sigmoid", "abs", "angle", "neg", "conj_physical"];
+        let names = ["exp", "log", "sqrt", "rsqrt", "reciprocal", "sinh", "cosh", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sigmoid", "abs", "angle", "neg", "conj_physical", "asinh", "acosh", "atanh", "expm1", "log1p"];
         let ctx = Ctx::default();
         for name in names {
             let got = run_unary(name, &SAMPLES, &ctx);
@@ -755,8 +809,13 @@ mod tests {
                 assert!(close(g, want, 2e-5), "{name}({z:?}) as complex64 = {g:?}, want {want:?}");
             }
         }
+        // Near 0, expm1 and log1p keep the digits that exp(z) - 1 and ln(1 + z) lose.
+        let tiny = C::new(1e-10, -2e-10);
+        assert!(close(tiny.expm1(), C::new(1e-10 + (1e-20 - 4e-20) / 2.0, -2e-10 + 1e-10 * -2e-10), 1e-6 * 2e-10));
+        assert!(close(tiny.log1p(), C::new(1e-10 - (1e-20 - 4e-20) / 2.0, -2e-10 + 1e-10 * 2e-10), 1e-6 * 2e-10));
         // Inverse functions invert.
         for &z in &SAMPLES {
+            assert!(close(z.asinh().sinh(), z, 1e-12) && close(z.acosh().cosh(), z, 1e-12) && close(z.atanh().tanh(), z, 1e-12), "{z:?}");
             assert!(close(z.asin().sin(), z, 1e-12) && close(z.acos().cos(), z, 1e-12) && close(z.atan().tan(), z, 1e-12), "{z:?}");
         }
     }
