@@ -284,13 +284,24 @@ pub trait Cplx:
         let w = self.mul_i().tanh();
         Self::new(w.im(), -w.re())
     }
+    /// 1 + z, keeping the sign of a zero imaginary part (a complex addition of
+    /// 1 + 0i would turn -0 into +0 and put the branch cuts on the wrong side).
+    #[inline(always)]
+    fn one_plus(self) -> Self {
+        Self::new(Self::R::ONE + self.re(), self.im())
+    }
+    /// 1 - z, the imaginary part negated exactly (see [`Cplx::one_plus`]).
+    #[inline(always)]
+    fn one_minus(self) -> Self {
+        Self::new(Self::R::ONE - self.re(), -self.im())
+    }
     /// Kahan's (1987) cancellation-free form of `-i ln(i z + sqrt(1 - z^2))`:
     /// with `p = sqrt(1 - z)`, `q = sqrt(1 + z)`,
     /// `asin z = atan2(Re z, Re(p q)) + i asinh(Im(conj(p) q))`.
     #[inline(always)]
     fn asin(self) -> Self {
-        let p = (Self::one() - self).sqrt();
-        let q = (Self::one() + self).sqrt();
+        let p = self.one_minus().sqrt();
+        let q = self.one_plus().sqrt();
         let re = self.re().atan2(p.re() * q.re() - p.im() * q.im());
         let im = (p.re() * q.im() - p.im() * q.re()).asinh();
         Self::new(re, im)
@@ -299,8 +310,8 @@ pub trait Cplx:
     /// `acos z = 2 atan2(Re p, Re q) + i asinh(Im(conj(q) p))`.
     #[inline(always)]
     fn acos(self) -> Self {
-        let p = (Self::one() - self).sqrt();
-        let q = (Self::one() + self).sqrt();
+        let p = self.one_minus().sqrt();
+        let q = self.one_plus().sqrt();
         let re = Self::R::from_f64c(2.0) * p.re().atan2(q.re());
         let im = (q.re() * p.im() - q.im() * p.re()).asinh();
         Self::new(re, im)
@@ -309,7 +320,7 @@ pub trait Cplx:
     #[inline(always)]
     fn atan(self) -> Self {
         let iz = self.mul_i();
-        let d = (Self::one() - iz).ln() - (Self::one() + iz).ln();
+        let d = iz.one_minus().ln() - iz.one_plus().ln();
         let half = Self::R::from_f64c(0.5);
         Self::new(-d.im() * half, d.re() * half)
     }
@@ -331,8 +342,8 @@ pub trait Cplx:
     /// cancellation and on the principal branch (real part >= 0).
     #[inline(always)]
     fn acosh(self) -> Self {
-        let p = (self - Self::one()).sqrt();
-        let q = (self + Self::one()).sqrt();
+        let p = Self::new(self.re() - Self::R::ONE, self.im()).sqrt();
+        let q = self.one_plus().sqrt();
         let re = (p.re() * q.re() + p.im() * q.im()).asinh();
         Self::new(re, Self::R::from_f64c(2.0) * p.im().atan2(q.re()))
     }
@@ -352,7 +363,7 @@ pub trait Cplx:
     fn log1p(self) -> Self {
         let (a, b) = (self.re(), self.im());
         if self.norm() >= Self::R::from_f64c(0.5) || self.is_nan_c() {
-            return (Self::one() + self).ln();
+            return self.one_plus().ln();
         }
         let t = a * (Self::R::from_f64c(2.0) + a) + b * b;
         Self::new(t.ln_1p() * Self::R::from_f64c(0.5), b.atan2(Self::R::ONE + a))
