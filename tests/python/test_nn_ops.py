@@ -731,6 +731,28 @@ def test_fused_optimizers_on_large_tensors_match_cpu_fused(name):
             torch.testing.assert_close(so[key].cpu(), sc[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD-momentum"])
+def test_fused_step_with_grad_scale_leaves_unscaled_grads_like_cpu(name):
+    # GradScaler hands the fused step its scale (optimizer.grad_scale / found_inf); CPU's
+    # fused kernels then write the unscaled gradient back into p.grad.
+    cls = getattr(torch.optim, name.split("-")[0])
+    params_c = [randn(40, 3, seed=k).detach().requires_grad_(True) for k in range(2)]
+    params_o = [p.detach().to("oxide").requires_grad_(True) for p in params_c]
+    opt_c = cls(params_c, fused=True, **OPTIMIZERS[name])
+    opt_o = cls(params_o, fused=True, **OPTIMIZERS[name])
+    for opt, dev in ((opt_c, "cpu"), (opt_o, "oxide")):
+        opt.grad_scale = torch.tensor(8.0, device=dev)
+        opt.found_inf = torch.tensor(0.0, device=dev)
+    for k, (pc, po) in enumerate(zip(params_c, params_o)):
+        g = randn(40, 3, seed=50 + k, grad=False) * 8
+        pc.grad, po.grad = g.clone(), g.to("oxide")
+    opt_c.step()
+    opt_o.step()
+    for pc, po in zip(params_c, params_o):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, rtol=0, atol=0)
+        torch.testing.assert_close(po.detach().cpu(), pc.detach(), rtol=1e-5, atol=1e-6)
+
+
 def test_fused_adam_with_grad_scaler_skips_non_finite_steps():
     p = torch.ones(4, device="oxide", requires_grad=True)
     opt = torch.optim.Adam([p], lr=0.1, fused=True)

@@ -117,7 +117,7 @@ fn blocks(n: usize, threads: usize, f: impl Fn(usize, usize) + Sync) {
 #[inline(always)]
 unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], writes: [bool; N], start: usize, len: usize, f: &impl Fn([&mut [F]; N])) {
     if dt == F::DTYPE {
-        // SAFETY: caller contract; `grad` is never written through its slice.
+        // SAFETY: caller contract.
         f(ptrs.map(|p| unsafe { p.slice::<F>(start, len) }));
         return;
     }
@@ -149,7 +149,10 @@ unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], 
 }
 
 /// One Adam/AdamW step over `n` elements, in place on `param`, `exp_avg`,
-/// `exp_avg_sq` and (with `amsgrad`) `max_exp_avg_sq`; `grad` is read only.
+/// `exp_avg_sq` and (with `amsgrad`) `max_exp_avg_sq`. With `grad_scale` set,
+/// `grad` is overwritten with the unscaled gradient (as CPU PyTorch's and CUDA's
+/// fused kernels do, so `p.grad` after `GradScaler.step` matches); otherwise it
+/// is only read.
 ///
 /// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes;
 /// [`Error::InvalidValue`] when `amsgrad` is set without `max_exp_avg_sq`.
@@ -158,12 +161,12 @@ unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], 
 /// Every non-null pointer addresses `n` contiguous elements of `dt`; the
 /// written tensors do not overlap each other or `grad`.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn adam(dt: DType, n: usize, param: *mut u8, grad: *const u8, exp_avg: *mut u8, exp_avg_sq: *mut u8, max_exp_avg_sq: *mut u8, h: Adam, threads: usize) -> Result<()> {
+pub unsafe fn adam(dt: DType, n: usize, param: *mut u8, grad: *mut u8, exp_avg: *mut u8, exp_avg_sq: *mut u8, max_exp_avg_sq: *mut u8, h: Adam, threads: usize) -> Result<()> {
     check("_fused_adam_", dt)?;
     if h.amsgrad && max_exp_avg_sq.is_null() {
         return Err(Error::InvalidValue { op: "_fused_adam_", reason: "amsgrad needs max_exp_avg_sqs".into() });
     }
-    let ptrs = [param, grad as *mut u8, exp_avg, exp_avg_sq, if h.amsgrad { max_exp_avg_sq } else { std::ptr::null_mut() }];
+    let ptrs = [param, grad, exp_avg, exp_avg_sq, if h.amsgrad { max_exp_avg_sq } else { std::ptr::null_mut() }];
     let l2 = !h.decoupled && h.weight_decay != 0.0;
     // SAFETY: forwarded contract.
     unsafe {
@@ -185,9 +188,9 @@ pub unsafe fn adam(dt: DType, n: usize, param: *mut u8, grad: *const u8, exp_avg
 unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType, n: usize, ptrs: [*mut u8; 5], h: Adam, threads: usize) {
     let ptrs = ptrs.map(Ptr);
     let c = |v: f64| F::from_f64(v);
-    // The gradient multiplier folds the unscaling and `maximize`'s sign into
-    // one product; both are exact (a sign flip, or a multiplication by 1).
-    let gmul = c(if h.maximize { -1.0 } else { 1.0 } * h.grad_scale.map_or(1.0, |s| 1.0 / s));
+    // The sign flip of `maximize` is exact, so it may follow the unscaling.
+    let (unscale, sign) = (c(h.grad_scale.map_or(1.0, |s| 1.0 / s)), c(if h.maximize { -1.0 } else { 1.0 }));
+    let write_grad = h.grad_scale.is_some();
     let (beta1, beta2) = (c(h.beta1), c(h.beta2));
     let (one_m_b1, one_m_b2) = (c(1.0 - h.beta1), c(1.0 - h.beta2));
     let step_size = c(h.lr / (1.0 - h.beta1.powf(h.step)));
@@ -197,10 +200,15 @@ unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType
     let decay = c(if h.decoupled { 1.0 - h.lr * h.weight_decay } else { 1.0 });
     let update = |[p, g, m, v, vmax]: [&mut [F]; 5]| {
         let len = p.len();
-        let (g, m, v) = (&g[..len], &mut m[..len], &mut v[..len]);
+        let (g, m, v) = (&mut g[..len], &mut m[..len], &mut v[..len]);
         let vmax = if AMS { &mut vmax[..len] } else { vmax };
         for k in 0..len {
-            let mut gk = g[k] * gmul;
+            let unscaled = g[k] * unscale;
+            // Loop-invariant test: LLVM unswitches it out of the loop.
+            if write_grad {
+                g[k] = unscaled;
+            }
+            let mut gk = unscaled * sign;
             let pk = p[k] * decay;
             if L2 {
                 gk = gk + wd * pk;
@@ -222,23 +230,24 @@ unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType
     blocks(n, threads, |start, len| {
         let ptrs = ptrs;
         // SAFETY: [start, start+len) lies in every tensor (contract); tasks are disjoint.
-        unsafe { staged::<F, 5>(dt, ptrs, [true, false, true, true, AMS], start, len, &update) };
+        unsafe { staged::<F, 5>(dt, ptrs, [true, write_grad, true, true, AMS], start, len, &update) };
     });
 }
 
-/// One SGD step over `n` elements, in place on `param` and (with momentum) `momentum_buffer`.
+/// One SGD step over `n` elements, in place on `param` and (with momentum)
+/// `momentum_buffer`; with `grad_scale` set, `grad` receives the unscaled gradient as in [`adam`].
 ///
 /// Errors: [`Error::UnsupportedDtype`]; [`Error::InvalidValue`] for momentum without a buffer.
 ///
 /// # Safety
 /// As [`adam`].
-pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *const u8, momentum_buffer: *mut u8, h: Sgd, threads: usize) -> Result<()> {
+pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *mut u8, momentum_buffer: *mut u8, h: Sgd, threads: usize) -> Result<()> {
     check("_fused_sgd_", dt)?;
     if h.momentum != 0.0 && momentum_buffer.is_null() {
         return Err(Error::InvalidValue { op: "_fused_sgd_", reason: "momentum needs momentum buffers".into() });
     }
     let has_mom = h.momentum != 0.0;
-    let ptrs = [param, grad as *mut u8, if has_mom { momentum_buffer } else { std::ptr::null_mut() }];
+    let ptrs = [param, grad, if has_mom { momentum_buffer } else { std::ptr::null_mut() }];
     let wd = h.weight_decay != 0.0;
     // SAFETY: forwarded contract.
     unsafe {
@@ -260,15 +269,20 @@ pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *const u8, momentum
 unsafe fn sgd_in<F: Float + Element, const WD: bool, const MOM: bool>(dt: DType, n: usize, ptrs: [*mut u8; 3], h: Sgd, threads: usize) {
     let ptrs = ptrs.map(Ptr);
     let c = |v: f64| F::from_f64(v);
-    let gmul = c(if h.maximize { -1.0 } else { 1.0 } * h.grad_scale.map_or(1.0, |s| 1.0 / s));
+    let (unscale, sign) = (c(h.grad_scale.map_or(1.0, |s| 1.0 / s)), c(if h.maximize { -1.0 } else { 1.0 }));
+    let write_grad = h.grad_scale.is_some();
     let (lr, wd, mom, damp) = (c(h.lr), c(h.weight_decay), c(h.momentum), c(1.0 - h.dampening));
     let (first, nesterov) = (h.is_first_step, h.nesterov);
     let update = |[p, g, buf]: [&mut [F]; 3]| {
         let len = p.len();
-        let g = &g[..len];
+        let g = &mut g[..len];
         let buf = if MOM { &mut buf[..len] } else { buf };
         for k in 0..len {
-            let mut gk = g[k] * gmul;
+            let unscaled = g[k] * unscale;
+            if write_grad {
+                g[k] = unscaled;
+            }
+            let mut gk = unscaled * sign;
             if WD {
                 gk = gk + wd * p[k];
             }
@@ -284,7 +298,7 @@ unsafe fn sgd_in<F: Float + Element, const WD: bool, const MOM: bool>(dt: DType,
     blocks(n, threads, |start, len| {
         let ptrs = ptrs;
         // SAFETY: [start, start+len) lies in every tensor (contract); tasks are disjoint.
-        unsafe { staged::<F, 3>(dt, ptrs, [true, false, MOM], start, len, &update) };
+        unsafe { staged::<F, 3>(dt, ptrs, [true, write_grad, MOM], start, len, &update) };
     });
 }
 
@@ -296,15 +310,18 @@ mod tests {
     fn adamw_step_matches_the_reference_formula() {
         let n = 3000;
         let mut p: Vec<f64> = (0..n).map(|k| (k as f64 * 0.1).sin()).collect();
-        let g: Vec<f64> = (0..n).map(|k| (k as f64 * 0.7).cos()).collect();
+        let g0: Vec<f64> = (0..n).map(|k| (k as f64 * 0.7).cos()).collect();
+        let mut g = g0.clone();
         let mut m: Vec<f64> = (0..n).map(|k| k as f64 * 1e-4).collect();
         let mut v: Vec<f64> = vec![0.01; n];
         let mut vmax: Vec<f64> = vec![0.02; n];
         let (p0, m0, v0) = (p.clone(), m.clone(), v.clone());
         let h = Adam { lr: 1e-2, beta1: 0.9, beta2: 0.99, weight_decay: 0.1, eps: 1e-8, amsgrad: true, maximize: false, decoupled: true, step: 3.0, grad_scale: Some(2.0) };
-        unsafe { adam(DType::F64, n, p.as_mut_ptr() as _, g.as_ptr() as _, m.as_mut_ptr() as _, v.as_mut_ptr() as _, vmax.as_mut_ptr() as _, h, 2) }.unwrap();
+        unsafe { adam(DType::F64, n, p.as_mut_ptr() as _, g.as_mut_ptr() as _, m.as_mut_ptr() as _, v.as_mut_ptr() as _, vmax.as_mut_ptr() as _, h, 2) }.unwrap();
         for k in 0..n {
-            let gk = g[k] / 2.0;
+            let gk = g0[k] / 2.0;
+            // With a grad scale the gradient is left unscaled, as CPU's fused kernel leaves it.
+            assert_eq!(g[k], gk, "k={k}");
             let pk = p0[k] * (1.0 - 1e-2 * 0.1);
             let mk = 0.9 * m0[k] + 0.1 * gk;
             let vk = 0.99 * v0[k] + 0.01 * gk * gk;
@@ -317,14 +334,14 @@ mod tests {
     #[test]
     fn sgd_nesterov_momentum_and_first_step() {
         let mut p = [1.0f32, -2.0];
-        let g = [0.5f32, 0.25];
+        let mut g = [0.5f32, 0.25];
         let mut buf = [9.0f32, 9.0];
         let h = Sgd { lr: 0.1, weight_decay: 0.0, momentum: 0.9, dampening: 0.0, nesterov: true, maximize: false, is_first_step: true, grad_scale: None };
-        unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_ptr() as _, buf.as_mut_ptr() as _, h, 1) }.unwrap();
+        unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_mut_ptr() as _, buf.as_mut_ptr() as _, h, 1) }.unwrap();
         assert_eq!(buf, g);
         assert!((p[0] - (1.0 - 0.1 * (0.5 + 0.9 * 0.5))).abs() < 1e-7);
         let h2 = Sgd { is_first_step: false, nesterov: false, ..h };
-        unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_ptr() as _, buf.as_mut_ptr() as _, h2, 1) }.unwrap();
+        unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_mut_ptr() as _, buf.as_mut_ptr() as _, h2, 1) }.unwrap();
         assert!((buf[1] - (0.9 * 0.25 + 0.25)).abs() < 1e-7);
     }
 
@@ -364,11 +381,11 @@ mod tests {
                 grad_scale: (bits & 16 != 0).then_some(4.0),
             };
             let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-            let (mut p, gf, mut m, mut v, mut vmax) = (f(&p0), f(&g), f(&m0), f(&v0), f(&vmax0));
-            unsafe { adam(DType::F32, n, p.as_mut_ptr() as _, gf.as_ptr() as _, m.as_mut_ptr() as _, v.as_mut_ptr() as _, vmax.as_mut_ptr() as _, h, 2) }.unwrap();
+            let (mut p, mut gf, mut m, mut v, mut vmax) = (f(&p0), f(&g), f(&m0), f(&v0), f(&vmax0));
+            unsafe { adam(DType::F32, n, p.as_mut_ptr() as _, gf.as_mut_ptr() as _, m.as_mut_ptr() as _, v.as_mut_ptr() as _, vmax.as_mut_ptr() as _, h, 2) }.unwrap();
             let h16 = |v: &[f64]| v.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>();
-            let (mut p16, g16, mut m16, mut v16, mut vmax16) = (h16(&p0), h16(&g), h16(&m0), h16(&v0), h16(&vmax0));
-            unsafe { adam(DType::F16, n, p16.as_mut_ptr() as _, g16.as_ptr() as _, m16.as_mut_ptr() as _, v16.as_mut_ptr() as _, vmax16.as_mut_ptr() as _, h, 2) }.unwrap();
+            let (mut p16, mut g16, mut m16, mut v16, mut vmax16) = (h16(&p0), h16(&g), h16(&m0), h16(&v0), h16(&vmax0));
+            unsafe { adam(DType::F16, n, p16.as_mut_ptr() as _, g16.as_mut_ptr() as _, m16.as_mut_ptr() as _, v16.as_mut_ptr() as _, vmax16.as_mut_ptr() as _, h, 2) }.unwrap();
             for k in 0..n {
                 let (pw, mw, vw, vmw) = adam_ref(p0[k], g[k], m0[k], v0[k], vmax0[k], &h);
                 let close = |got: f64, want: f64, tol: f64| (got - want).abs() <= tol * (1.0 + want.abs());
@@ -381,6 +398,10 @@ mod tests {
                 if !h.amsgrad {
                     assert_eq!(vmax16[k], half::f16::from_f64(vmax0[k]), "untouched without amsgrad");
                 }
+                // The gradient: unscaled in place with a grad scale (exact: the scale is 4), else untouched.
+                let gw = g[k] as f32 / h.grad_scale.unwrap_or(1.0) as f32;
+                assert_eq!(gf[k], gw, "f32 grad bits={bits} k={k}");
+                assert_eq!(g16[k], half::f16::from_f64(r(g[k]) / h.grad_scale.unwrap_or(1.0)), "f16 grad bits={bits} k={k}");
             }
         }
     }
@@ -394,8 +415,8 @@ mod tests {
         for bits in 0..16u32 {
             let h = Sgd { lr: 0.1, weight_decay: if bits & 1 != 0 { 0.01 } else { 0.0 }, momentum: if bits & 2 != 0 { 0.9 } else { 0.0 },
                 dampening: 0.1, nesterov: bits & 4 != 0, maximize: bits & 8 != 0, is_first_step: false, grad_scale: None };
-            let (mut p, mut b) = (p0.clone(), b0.clone());
-            unsafe { sgd(DType::F32, n, p.as_mut_ptr() as _, g.as_ptr() as _, b.as_mut_ptr() as _, h, 2) }.unwrap();
+            let (mut p, mut b, mut gm) = (p0.clone(), b0.clone(), g.clone());
+            unsafe { sgd(DType::F32, n, p.as_mut_ptr() as _, gm.as_mut_ptr() as _, b.as_mut_ptr() as _, h, 2) }.unwrap();
             for k in 0..n {
                 let (pk, gk0) = (p0[k] as f64, g[k] as f64);
                 let mut gk = if h.maximize { -gk0 } else { gk0 } + h.weight_decay * pk;
