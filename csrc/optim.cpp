@@ -68,11 +68,15 @@ void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, 
                 scale.value_or(1.0), scale.has_value()};
     Operand p(params[i]), m(exp_avgs[i]), v(exp_avg_sqs[i]);
     Operand vmax(amsgrad ? max_exp_avg_sqs[i] : at::Tensor());
-    const auto g = grads[i].contiguous();
+    // With a grad scale the kernel leaves the unscaled gradient in it, as CPU's and CUDA's fused steps do.
+    Operand g(grads[i]);
     const auto device = params[i].device().index();
     OXIDE_CHECK(oxide_fused_adam(device, current_stream(device), static_cast<int32_t>(params[i].scalar_type()),
-                                 params[i].numel(), p.ptr(), g.const_data_ptr(), m.ptr(), v.ptr(), vmax.ptr(), &h,
+                                 params[i].numel(), p.ptr(), g.ptr(), m.ptr(), v.ptr(), vmax.ptr(), &h,
                                  at::get_num_threads()));
+    if (scale.has_value()) {
+      g.commit();
+    }
     p.commit();
     m.commit();
     v.commit();
@@ -110,10 +114,13 @@ void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_bu
                scale.has_value()};
     Operand p(params[i]);
     Operand buf(momentum != 0 ? momentum_buffers[i] : at::Tensor());
-    const auto g = grads[i].contiguous();
+    Operand g(grads[i]);
     const auto device = params[i].device().index();
     OXIDE_CHECK(oxide_fused_sgd(device, current_stream(device), static_cast<int32_t>(params[i].scalar_type()),
-                                params[i].numel(), p.ptr(), g.const_data_ptr(), buf.ptr(), &h, at::get_num_threads()));
+                                params[i].numel(), p.ptr(), g.ptr(), buf.ptr(), &h, at::get_num_threads()));
+    if (scale.has_value()) {
+      g.commit();
+    }
     p.commit();
     buf.commit();
   }

@@ -554,6 +554,118 @@ def test_recurrent_layers_float64_with_initial_state_and_state_gradients(kind):
         torch.testing.assert_close(po.grad.cpu(), pc.grad, msg=name)
 
 
+RNN_LAYERS = {
+    # name: (constructor kwargs, training mode, initial state given)
+    "2layer": (dict(num_layers=2), True, False),
+    "bidirectional": (dict(bidirectional=True), True, True),
+    "2layer-bidirectional-batch_first": (dict(num_layers=2, bidirectional=True, batch_first=True), True, True),
+    "nobias-batch_first": (dict(bias=False, batch_first=True), True, True),
+    "dropout0-train": (dict(num_layers=3, dropout=0.0), True, False),
+    "dropout-eval": (dict(num_layers=2, dropout=0.5), False, True),
+}
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("config", list(RNN_LAYERS))
+def test_recurrent_layer_variants_match_cpu(kind, config):
+    """Every layer variant oxide's own lstm/gru layer kernels (rnn_layer.cpp) handle:
+    outputs, final states and the gradients of input, initial state and every parameter."""
+    kwargs, train, with_state = RNN_LAYERS[config]
+    dt = torch.float64
+    torch.manual_seed(3)
+    layer_c = getattr(torch.nn, kind)(3, 4, dtype=dt, **kwargs)
+    layer_o = getattr(torch.nn, kind)(3, 4, dtype=dt, **kwargs)
+    layer_o.load_state_dict(layer_c.state_dict())
+    layer_o = layer_o.oxide()
+    layer_c.train(train)
+    layer_o.train(train)
+    dirs = 2 if kwargs.get("bidirectional") else 1
+    T, B, L = 5, 2, kwargs.get("num_layers", 1)
+    x = randn(*((B, T, 3) if kwargs.get("batch_first") else (T, B, 3)), dtype=dt)
+    states = [randn(L * dirs, B, 4, dtype=dt, seed=s) for s in ((1, 2) if kind == "LSTM" else (1,))] if with_state else []
+
+    def run(t, *st):
+        layer = layer_c if t.device.type == "cpu" else layer_o
+        if not st:
+            out, hn = layer(t)
+        else:
+            out, hn = layer(t, tuple(st) if kind == "LSTM" else st[0])
+        return (out,) + (tuple(hn) if kind == "LSTM" else (hn,))
+
+    compare(run, x, *states)
+    for (name, pc), po in zip(layer_c.named_parameters(), layer_o.parameters()):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layer_float32_sequence_and_inference(kind):
+    """A benchmark-shaped float32 layer (long sequence, wider state), in training and under
+    torch.inference_mode (where the PrivateUse1 registration, not the autograd one, runs)."""
+    torch.manual_seed(4)
+    layer_c = getattr(torch.nn, kind)(16, 32, num_layers=2, batch_first=True)
+    layer_o = getattr(torch.nn, kind)(16, 32, num_layers=2, batch_first=True)
+    layer_o.load_state_dict(layer_c.state_dict())
+    layer_o = layer_o.oxide()
+    x = randn(8, 30, 16, scale=1.0)
+    compare(lambda t: (layer_c if t.device.type == "cpu" else layer_o)(t)[0], x, rtol=1e-4, atol=1e-5)
+    for (name, pc), po in zip(layer_c.named_parameters(), layer_o.parameters()):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, rtol=1e-4, atol=1e-5, msg=name)
+    with torch.inference_mode():
+        want = layer_c(x.detach())[0]
+        got = layer_o(x.detach().to("oxide"))[0]
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layer_projects_the_whole_sequence_once(kind):
+    """oxide's layer kernel is live: one input projection per layer for all T steps plus one
+    hidden GEMM per step (ATen's composite would run two GEMMs per step)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.gemms = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default):
+                self.gemms += 1
+            return func(*args, **(kwargs or {}))
+
+    layer = getattr(torch.nn, kind)(3, 4, num_layers=2).oxide()
+    x = torch.randn(7, 2, 3, device="oxide")
+    with Count() as c:
+        layer(x)
+    assert c.gemms == 2 * (1 + 7)
+
+
+def test_lstm_with_projections_still_matches_cpu():
+    """proj_size > 0 runs ATen's composite (per-step GEMMs), still natively."""
+    torch.manual_seed(5)
+    layer_c = torch.nn.LSTM(3, 5, num_layers=2, proj_size=2, dtype=torch.float64)
+    layer_o = torch.nn.LSTM(3, 5, num_layers=2, proj_size=2, dtype=torch.float64)
+    layer_o.load_state_dict(layer_c.state_dict())
+    layer_o = layer_o.oxide()
+    compare(lambda t: (layer_c if t.device.type == "cpu" else layer_o)(t)[0], randn(4, 2, 3, dtype=torch.float64))
+    for (name, pc), po in zip(layer_c.named_parameters(), layer_o.parameters()):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, msg=name)
+
+
+def test_recurrent_layers_reject_bad_arguments():
+    x = torch.randn(5, 2, 3, device="oxide")
+    w = [torch.randn(16, 3, device="oxide"), torch.randn(16, 4, device="oxide")]
+    with pytest.raises(RuntimeError, match="hidden state of shape"):
+        torch.lstm(x, (torch.randn(1, 3, 4, device="oxide"), torch.randn(1, 3, 4, device="oxide")), w, False, 1, 0.0,
+                   False, False, False)
+    with pytest.raises(RuntimeError, match="parameter tensors"):
+        torch.lstm(x, (torch.randn(1, 2, 4, device="oxide"),) * 2, w[:1], False, 1, 0.0, False, False, False)
+    with pytest.raises(RuntimeError, match="weight_ih"):
+        torch.gru(x, torch.randn(1, 2, 4, device="oxide"), [w[0][:12, :2], w[1][:12]], False, 1, 0.0, False, False,
+                  False)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.gru(x, torch.randn(1, 2, 4), [w[0][:12], w[1][:12]], False, 1, 0.0, False, False, False)
+
+
 def test_fused_cells_reject_mismatched_shapes():
     ig = torch.randn(2, 8, device="oxide")
     with pytest.raises(RuntimeError, match="state"):
@@ -592,6 +704,52 @@ def test_fused_optimizer_steps_match_cpu(name, dtype):
         opt_c.step()
         opt_o.step()
     for pc, po in zip(params_c, params_o):
+        torch.testing.assert_close(po.detach().cpu(), pc.detach(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["Adam", "Adam-amsgrad-maximize", "AdamW", "SGD-momentum", "SGD-nesterov"])
+def test_fused_optimizers_on_large_tensors_match_cpu_fused(name):
+    """Tensors above the kernel's parallel grain (split over threads, partial last block) and
+    small ones in one list, against CPU's own fused implementation."""
+    cls = getattr(torch.optim, name.split("-")[0])
+    kwargs = OPTIMIZERS[name]
+    shapes = [(300, 257), (70001,), (7,), (16, 3)]
+    params_c = [randn(*s, seed=k, scale=1.0).detach().requires_grad_(True) for k, s in enumerate(shapes)]
+    params_o = [p.detach().to("oxide").requires_grad_(True) for p in params_c]
+    opt_c = cls(params_c, fused=True, **kwargs)
+    opt_o = cls(params_o, fused=True, **kwargs)
+    for step in range(3):
+        for k, (pc, po) in enumerate(zip(params_c, params_o)):
+            g = randn(*pc.shape, seed=100 * step + k, grad=False, scale=1.0)
+            pc.grad, po.grad = g, g.to("oxide")
+        opt_c.step()
+        opt_o.step()
+    for pc, po in zip(params_c, params_o):
+        torch.testing.assert_close(po.detach().cpu(), pc.detach(), rtol=1e-5, atol=1e-6)
+    for sc, so in zip(opt_c.state.values(), opt_o.state.values()):
+        for key in sc:
+            torch.testing.assert_close(so[key].cpu(), sc[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD-momentum"])
+def test_fused_step_with_grad_scale_leaves_unscaled_grads_like_cpu(name):
+    # GradScaler hands the fused step its scale (optimizer.grad_scale / found_inf); CPU's
+    # fused kernels then write the unscaled gradient back into p.grad.
+    cls = getattr(torch.optim, name.split("-")[0])
+    params_c = [randn(40, 3, seed=k).detach().requires_grad_(True) for k in range(2)]
+    params_o = [p.detach().to("oxide").requires_grad_(True) for p in params_c]
+    opt_c = cls(params_c, fused=True, **OPTIMIZERS[name])
+    opt_o = cls(params_o, fused=True, **OPTIMIZERS[name])
+    for opt, dev in ((opt_c, "cpu"), (opt_o, "oxide")):
+        opt.grad_scale = torch.tensor(8.0, device=dev)
+        opt.found_inf = torch.tensor(0.0, device=dev)
+    for k, (pc, po) in enumerate(zip(params_c, params_o)):
+        g = randn(40, 3, seed=50 + k, grad=False) * 8
+        pc.grad, po.grad = g.clone(), g.to("oxide")
+    opt_c.step()
+    opt_o.step()
+    for pc, po in zip(params_c, params_o):
+        torch.testing.assert_close(po.grad.cpu(), pc.grad, rtol=0, atol=0)
         torch.testing.assert_close(po.detach().cpu(), pc.detach(), rtol=1e-5, atol=1e-6)
 
 

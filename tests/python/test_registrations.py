@@ -34,6 +34,8 @@ NATIVE_OPS = [
     "aten::_embedding_bag_per_sample_weights_backward", "aten::grid_sampler_2d", "aten::grid_sampler_2d_backward",
     "aten::upsample_linear1d", "aten::upsample_linear1d_backward", "aten::upsample_trilinear3d",
     "aten::upsample_trilinear3d_backward", "aten::upsample_bicubic2d", "aten::upsample_bicubic2d_backward",
+    # rnn_layer.cpp (also registered at AutogradPrivateUse1, tested below)
+    "aten::lstm.input", "aten::gru.input",
     # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
     "aten::_scaled_dot_product_fused_attention_overrideable",
     "aten::_scaled_dot_product_fused_attention_overrideable_backward",
@@ -45,6 +47,16 @@ NATIVE_OPS = [
 @pytest.mark.parametrize("op", NATIVE_OPS)
 def test_kernel_registered_for_privateuse1(op):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1")
+
+
+# Kernels at the autograd key: composite operators that PyTorch would otherwise decompose
+# for every backend before PrivateUse1 is reached.
+AUTOGRAD_OPS = ["aten::lstm.input", "aten::gru.input"]
+
+
+@pytest.mark.parametrize("op", AUTOGRAD_OPS)
+def test_kernel_registered_for_autograd_privateuse1(op):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutogradPrivateUse1")
 
 
 def test_device_allocator_registered():

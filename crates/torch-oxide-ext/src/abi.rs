@@ -1424,7 +1424,7 @@ pub struct OxideAdam {
 /// # Safety
 /// Non-null pointers address `n` elements of `dtype_code` in live device memory.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *const c_void, exp_avg: *mut c_void, exp_avg_sq: *mut c_void, max_exp_avg_sq: *mut c_void, h: *const OxideAdam, threads: i32) -> i32 {
+pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *mut c_void, exp_avg: *mut c_void, exp_avg_sq: *mut c_void, max_exp_avg_sq: *mut c_void, h: *const OxideAdam, threads: i32) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
         // SAFETY: caller passes a valid struct.
@@ -1434,7 +1434,7 @@ pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: 
             amsgrad: h.amsgrad != 0, maximize: h.maximize != 0, decoupled: h.decoupled != 0, step: h.step,
             grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
         };
-        launch(device, stream, n, &[param as *const c_void, grad, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
+        launch(device, stream, n, &[param as *const c_void, grad as *const c_void, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
             oxide_kernels::optim::adam(dt, n, param as _, grad as _, exp_avg as _, exp_avg_sq as _, max_exp_avg_sq as _, hp, threads.max(1) as usize)
         })
     })
@@ -1459,7 +1459,7 @@ pub struct OxideSgd {
 /// # Safety
 /// Non-null pointers address `n` elements of `dtype_code` in live device memory.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *const c_void, momentum_buffer: *mut c_void, h: *const OxideSgd, threads: i32) -> i32 {
+pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *mut c_void, momentum_buffer: *mut c_void, h: *const OxideSgd, threads: i32) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
         // SAFETY: caller passes a valid struct.
@@ -1469,7 +1469,7 @@ pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i
             nesterov: h.nesterov != 0, maximize: h.maximize != 0, is_first_step: h.is_first_step != 0,
             grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
         };
-        launch(device, stream, n, &[param as *const c_void, grad], || unsafe {
+        launch(device, stream, n, &[param as *const c_void, grad as *const c_void], || unsafe {
             oxide_kernels::optim::sgd(dt, n, param as _, grad as _, momentum_buffer as _, hp, threads.max(1) as usize)
         })
     })

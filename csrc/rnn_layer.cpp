@@ -1,0 +1,218 @@
+// Whole RNN layers: `aten::lstm.input` and `aten::gru.input` (nn.LSTM / nn.GRU
+// on padded, non-packed input) for oxide tensors.
+//
+// Why: ATen's own layer code (RNN.cpp) projects the whole input sequence
+// through W_ih in one GEMM only for CPU tensors; for every other device it
+// runs one small [B, I] x [I, G*H] GEMM per time step before the fused cell.
+// Here the input projection is one GEMM over all T*B rows per layer and
+// direction; only the recurrent [B, H] x [H, G*H] GEMM and the fused cell
+// (`_thnn_fused_lstm_cell` / `_thnn_fused_gru_cell`, rnn.cpp) run per step.
+//
+// Where: both operators are CompositeImplicitAutograd, so PyTorch runs its
+// composite for every backend unless a backend registers at its Autograd key:
+// a kernel at PrivateUse1 alone is reached only where autograd is not in the
+// key set (inference mode). So the layer is registered at AutogradPrivateUse1
+// (normal use) and PrivateUse1 (inference tensors). It is itself a
+// composition of differentiable at:: ops, called above autograd, so the
+// autograd graph is built from those ops and no backward is written here.
+//
+// Numerics: the same operations as ATen's path in a different grouping (the
+// biases are added in the projections, the LSTM's two biases folded into
+// one), so results match CPU to rounding.
+//
+// Not handled here (ATen's composite runs them, through at::native): LSTM
+// projections (proj_size > 0) and packed sequences (`lstm.data` / `gru.data`,
+// not registered), whose per-step batch shrinks.
+#include "kernels.h"
+
+#include <torch/library.h>
+
+#include <ATen/ops/_thnn_fused_gru_cell.h>
+#include <ATen/ops/_thnn_fused_lstm_cell.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/gru_native.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/lstm_native.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/stack.h>
+
+namespace oxide {
+namespace {
+
+enum class Cell { LSTM, GRU };
+
+// The weights of one layer and direction; biases are undefined without bias.
+struct Weights {
+  at::Tensor w_ih, w_hh, b_ih, b_hh;
+};
+
+// Layer-major, direction-minor parameter groups of nn.LSTM / nn.GRU: (w_ih, w_hh[, b_ih, b_hh]).
+std::vector<Weights> unpack(at::TensorList params, bool has_biases, int64_t groups) {
+  const size_t per = has_biases ? 4 : 2;
+  std::vector<Weights> out;
+  for (int64_t i = 0; i < groups; ++i) {
+    const auto* p = params.data() + i * per;
+    out.push_back(has_biases ? Weights{p[0], p[1], p[2], p[3]} : Weights{p[0], p[1], {}, {}});
+  }
+  return out;
+}
+
+// Shape and device checks a caller can get wrong (nn.LSTM/GRU build the right
+// shapes; direct torch.lstm / torch._VF calls may not). `x` is [T, B, I].
+void check_args(const char* op, const at::Tensor& x, at::TensorList hx, const std::vector<Weights>& w, int64_t H,
+                int64_t gates, int64_t num_layers, int64_t dirs) {
+  const int64_t B = x.size(1);
+  for (const auto& h : hx) {
+    TORCH_CHECK(h.dim() == 3 && h.size(0) == num_layers * dirs && h.size(1) == B && h.size(2) == H, op,
+                ": expected hidden state of shape [", num_layers * dirs, ", ", B, ", ", H, "], got ", h.sizes());
+    TORCH_CHECK(h.device() == x.device(), op, ": input and hidden state must be on the same device, got ",
+                x.device(), " and ", h.device());
+    TORCH_CHECK(h.scalar_type() == x.scalar_type(), op, ": input and hidden state must have the same dtype, got ",
+                x.scalar_type(), " and ", h.scalar_type());
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    const int64_t in = i < static_cast<size_t>(dirs) ? x.size(2) : dirs * H;
+    TORCH_CHECK(w[i].w_ih.dim() == 2 && w[i].w_ih.size(0) == gates * H && w[i].w_ih.size(1) == in, op,
+                ": expected weight_ih of layer ", i / dirs, " of shape [", gates * H, ", ", in, "], got ",
+                w[i].w_ih.sizes());
+    TORCH_CHECK(w[i].w_hh.dim() == 2 && w[i].w_hh.size(0) == gates * H && w[i].w_hh.size(1) == H, op,
+                ": expected weight_hh of layer ", i / dirs, " of shape [", gates * H, ", ", H, "], got ",
+                w[i].w_hh.sizes());
+    for (const auto* t : {&w[i].w_ih, &w[i].w_hh, &w[i].b_ih, &w[i].b_hh}) {
+      if (t->defined()) {
+        TORCH_CHECK(t->device() == x.device(), op, ": input and parameters must be on the same device, got ",
+                    x.device(), " and ", t->device());
+      }
+    }
+    for (const auto* b : {&w[i].b_ih, &w[i].b_hh}) {
+      TORCH_CHECK(!b->defined() || (b->dim() == 1 && b->size(0) == gates * H), op, ": expected biases of shape [",
+                  gates * H, "], got ", b->sizes());
+    }
+  }
+}
+
+// One direction of one layer over the whole sequence `x` [T, B, I]: returns
+// the outputs [T, B, H] and the final state(s). `h`, `c` ([B, H]) are the
+// initial states (`c` undefined for GRU).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at::Tensor& x, at::Tensor h,
+                                                            at::Tensor c, const Weights& w, bool reverse) {
+  const int64_t T = x.size(0);
+  // The whole-sequence input projection. The LSTM adds both biases here (the
+  // cell only sums the two gate inputs); the GRU's b_hh must stay with the
+  // hidden gates, where the reset gate scales it.
+  at::Tensor bias_ih = w.b_ih;
+  if (cell == Cell::LSTM && w.b_ih.defined()) {
+    bias_ih = at::add(w.b_ih, w.b_hh);
+  }
+  const auto igates = at::linear(x, w.w_ih, bias_ih).unbind(0);
+  const auto w_hh_t = w.w_hh.t();
+  std::vector<at::Tensor> outputs(T);
+  for (int64_t s = 0; s < T; ++s) {
+    const int64_t t = reverse ? T - 1 - s : s;
+    if (cell == Cell::LSTM) {
+      const auto hgates = at::mm(h, w_hh_t);
+      auto r = at::_thnn_fused_lstm_cell(igates[t], hgates, c);
+      h = std::get<0>(r);
+      c = std::get<1>(r);
+    } else {
+      const auto hgates = w.b_hh.defined() ? at::addmm(w.b_hh, h, w_hh_t) : at::mm(h, w_hh_t);
+      h = std::get<0>(at::_thnn_fused_gru_cell(igates[t], hgates, h));
+    }
+    outputs[t] = h;
+  }
+  return {at::stack(outputs, 0), h, c};
+}
+
+// The stacked layers: returns (output, h_n, c_n), c_n undefined for GRU.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layers(Cell cell, const char* op, const at::Tensor& input,
+                                                         const at::Tensor& h0, const at::Tensor& c0,
+                                                         at::TensorList params, bool has_biases, int64_t num_layers,
+                                                         double dropout, bool train, bool bidirectional,
+                                                         bool batch_first) {
+  const int64_t gates = cell == Cell::LSTM ? 4 : 3;
+  const int64_t dirs = bidirectional ? 2 : 1;
+  TORCH_CHECK(input.dim() == 3, op, ": expected a 3-D input (", batch_first ? "[B, T, I]" : "[T, B, I]", "), got ",
+              input.sizes());
+  TORCH_CHECK(num_layers >= 1, op, ": num_layers must be at least 1, got ", num_layers);
+  TORCH_CHECK(h0.dim() == 3, op, ": expected a 3-D hidden state, got ", h0.sizes());
+  const int64_t H = h0.size(2);
+  auto x = batch_first ? input.transpose(0, 1) : input;
+  std::vector<at::Tensor> hx{h0};
+  if (c0.defined()) {
+    hx.push_back(c0);
+  }
+  const auto w = unpack(params, has_biases, num_layers * dirs);
+  check_args(op, x, hx, w, H, gates, num_layers, dirs);
+
+  std::vector<at::Tensor> h_n, c_n;
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    std::vector<at::Tensor> outs;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const int64_t i = layer * dirs + d;
+      auto [out, h, c] = run_direction(cell, x, h0[i], c0.defined() ? c0[i] : at::Tensor(), w[i], d == 1);
+      outs.push_back(out);
+      h_n.push_back(h);
+      if (c.defined()) {
+        c_n.push_back(c);
+      }
+    }
+    x = dirs == 1 ? outs[0] : at::cat(outs, 2);
+    // Dropout between layers, never after the last (nn.LSTM's `dropout`).
+    if (dropout != 0 && train && layer + 1 < num_layers) {
+      x = at::dropout(x, dropout, train);
+    }
+  }
+  auto output = batch_first ? x.transpose(0, 1) : x;
+  return {output, at::stack(h_n, 0), c_n.empty() ? at::Tensor() : at::stack(c_n, 0)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm(const at::Tensor& input, at::TensorList hx, at::TensorList params,
+                                                    bool has_biases, int64_t num_layers, double dropout, bool train,
+                                                    bool bidirectional, bool batch_first) {
+  const char* op = "lstm";
+  TORCH_CHECK(hx.size() == 2, op, ": expected two hidden states (h0, c0), got ", hx.size());
+  const int64_t groups = num_layers * (bidirectional ? 2 : 1);
+  const size_t per = has_biases ? 4 : 2;
+  if (groups > 0 && params.size() == static_cast<size_t>(groups) * (per + 1)) {
+    // LSTM with projections (a w_hr per group): ATen's composite.
+    return at::native::lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+  }
+  TORCH_CHECK(groups > 0 && params.size() == static_cast<size_t>(groups) * per, op, ": expected ", groups * per,
+              " parameter tensors for ", num_layers, " layer(s)", bidirectional ? ", bidirectional" : "",
+              has_biases ? " with biases" : " without biases", ", got ", params.size());
+  TORCH_CHECK(hx[0].sizes() == hx[1].sizes(), op, ": h0 and c0 must have the same shape, got ", hx[0].sizes(), " and ",
+              hx[1].sizes());
+  return run_layers(Cell::LSTM, op, input, hx[0], hx[1], params, has_biases, num_layers, dropout, train,
+                    bidirectional, batch_first);
+}
+
+std::tuple<at::Tensor, at::Tensor> gru(const at::Tensor& input, const at::Tensor& hx, at::TensorList params,
+                                       bool has_biases, int64_t num_layers, double dropout, bool train,
+                                       bool bidirectional, bool batch_first) {
+  const char* op = "gru";
+  const int64_t groups = num_layers * (bidirectional ? 2 : 1);
+  const size_t per = has_biases ? 4 : 2;
+  TORCH_CHECK(groups > 0 && params.size() == static_cast<size_t>(groups) * per, op, ": expected ", groups * per,
+              " parameter tensors for ", num_layers, " layer(s)", bidirectional ? ", bidirectional" : "",
+              has_biases ? " with biases" : " without biases", ", got ", params.size());
+  auto [output, h_n, c_n] = run_layers(Cell::GRU, op, input, hx, at::Tensor(), params, has_biases, num_layers,
+                                       dropout, train, bidirectional, batch_first);
+  return {output, h_n};
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("lstm.input", TORCH_FN(lstm));
+  m.impl("gru.input", TORCH_FN(gru));
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("lstm.input", TORCH_FN(lstm));
+  m.impl("gru.input", TORCH_FN(gru));
+}
+
+} // namespace oxide
