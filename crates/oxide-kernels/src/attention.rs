@@ -33,12 +33,16 @@
 //! [`dropout_blocks`] blocks.
 //!
 //! float32/float64 compute in their own type; float16/bfloat16 are loaded
-//! into float32 and accumulate in float32 (PyTorch's opmath). Work is split
-//! over (batch, head, query block) in the forward pass; the backward pass
-//! runs one task per (batch, kv head, key block) for dK/dV (summing over the
-//! query heads of the group) and one per (batch, head, query block) for dQ
-//! and d(bias), so every output element has one writer and results do not
-//! depend on the thread count.
+//! into float32 and accumulate in float32 (PyTorch's opmath). Tile products
+//! run on a register-blocked GEMM micro-kernel (see [`gemm`]). Work is split
+//! over (batch, head, query block) in the forward pass (after packing the
+//! key/value tiles once per call); the backward pass runs one task per
+//! (batch, kv head) computing dQ, dK, dV and d(bias) in one sweep when those
+//! tasks spread evenly over the threads, else one task per (batch, kv head,
+//! key block) for dK/dV (summing over the query heads of the group) and one
+//! per (batch, head, query block) for dQ and d(bias). Every output element
+//! has one writer and a fixed summation order, so results do not depend on
+//! the thread count.
 
 use rayon::prelude::*;
 
@@ -639,6 +643,29 @@ unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
     let scale = C::from_f64c(a.scale);
     let (e_n, ev_n) = (d.dim_qk, d.dim_v);
     let (ep, evp, kp) = (padded(e_n), padded(ev_n), padded(BLOCK_K));
+    // Every query block of a head reads every key block, so the key and value
+    // tiles are converted and laid out (K transposed) once per call, not once
+    // per query block: at L = 1024 that repacking cost more than the products.
+    let k_blocks = d.len_kv.div_ceil(BLOCK_K);
+    let (kt_len, v_len) = (e_n * kp, BLOCK_K * evp);
+    let blocks = d.batch * d.heads_kv * k_blocks;
+    let mut kt_all = vec![C::ZERO; blocks * kt_len];
+    let mut v_all = vec![C::ZERO; blocks * v_len];
+    {
+        let (kt_addr, v_addr) = (kt_all.as_mut_ptr() as usize, v_all.as_mut_ptr() as usize);
+        for_tasks(blocks, a.threads, |n| {
+            let (bh, kb) = (n / k_blocks, n % k_blocks);
+            let (b, hk) = (bh / d.heads_kv, bh % d.heads_kv);
+            let j0 = kb * BLOCK_K;
+            let mut tile = KeyTile::<C>::new(&d);
+            // SAFETY: forward's contract; block n of each buffer belongs to this task.
+            unsafe {
+                tile.load::<T>(a, b, hk, j0, BLOCK_K.min(d.len_kv - j0), Layouts { k: false, v: true, vt: false });
+                std::ptr::copy_nonoverlapping(tile.kt.as_ptr(), (kt_addr as *mut C).add(n * kt_len), kt_len);
+                std::ptr::copy_nonoverlapping(tile.v.as_ptr(), (v_addr as *mut C).add(n * v_len), v_len);
+            }
+        });
+    }
     for_tasks(tasks, a.threads, |t| {
         let (bh, qb) = (t / q_blocks, t % q_blocks);
         let (b, h) = (bh / d.heads_q, bh % d.heads_q);
@@ -660,14 +687,13 @@ unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
         // Scores, then probabilities, of the current tile: [nq][kp].
         let mut s = vec![C::ZERO; nq * kp];
         let mut drop = vec![C::ZERO; BLOCK_K];
-        let mut tile = KeyTile::<C>::new(&d);
         let kend = key_end(a, i0, nq);
         let mut j0 = 0;
         while j0 < kend {
             let nk = BLOCK_K.min(kend - j0);
-            // SAFETY: forward's contract.
-            unsafe { tile.load::<T>(a, b, hk, j0, nk, Layouts { k: false, v: true, vt: false }) };
-            gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, &tile.kt, kp, &mut s, kp, false);
+            let blk = (b * d.heads_kv + hk) * k_blocks + j0 / BLOCK_K;
+            let (kt, v) = (&kt_all[blk * kt_len..(blk + 1) * kt_len], &v_all[blk * v_len..(blk + 1) * v_len]);
+            gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, kt, kp, &mut s, kp, false);
             for r in 0..nq {
                 let i = i0 + r;
                 let srow = &mut s[r * kp..r * kp + nk];
@@ -693,7 +719,7 @@ unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
                     srow.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
                 }
             }
-            gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, &tile.v, evp, &mut o, evp, true);
+            gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, v, evp, &mut o, evp, true);
             j0 += nk;
         }
         for r in 0..nq {
