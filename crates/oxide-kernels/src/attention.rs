@@ -33,12 +33,16 @@
 //! [`dropout_blocks`] blocks.
 //!
 //! float32/float64 compute in their own type; float16/bfloat16 are loaded
-//! into float32 and accumulate in float32 (PyTorch's opmath). Work is split
-//! over (batch, head, query block) in the forward pass; the backward pass
-//! runs one task per (batch, kv head, key block) for dK/dV (summing over the
-//! query heads of the group) and one per (batch, head, query block) for dQ
-//! and d(bias), so every output element has one writer and results do not
-//! depend on the thread count.
+//! into float32 and accumulate in float32 (PyTorch's opmath). Tile products
+//! run on a register-blocked GEMM micro-kernel (see [`gemm`]). Work is split
+//! over (batch, head, query block) in the forward pass (after packing the
+//! key/value tiles once per call); the backward pass runs one task per
+//! (batch, kv head) computing dQ, dK, dV and d(bias) in one sweep when those
+//! tasks spread evenly over the threads, else one task per (batch, kv head,
+//! key block) for dK/dV (summing over the query heads of the group) and one
+//! per (batch, head, query block) for dQ and d(bias). Every output element
+//! has one writer and a fixed summation order, so results do not depend on
+//! the thread count.
 
 use rayon::prelude::*;
 
@@ -218,92 +222,384 @@ impl<'a> Keep<'a> {
     }
 }
 
-/// Per-task scratch tiles of one key block.
+/// Columns of the GEMM micro-kernel's output block, and the unit to which
+/// the column count of every tile buffer is padded (with zeros), so that the
+/// kernel has no column tail: 32 float32 lanes are two AVX-512 (four AVX2)
+/// registers.
+const NR: usize = 32;
+/// Rows of the micro-kernel's output block: 4 x 32 float32 accumulators are
+/// 8 AVX-512 or 16 AVX2 registers, leaving room for the loaded B row (4 was
+/// measured faster than 8 on 64 x 64 x 64 tiles with AVX-512).
+const MR: usize = 4;
+
+/// `n` rounded up to a multiple of [`NR`]: the row stride of the tile buffers.
+fn padded(n: usize) -> usize {
+    n.div_ceil(NR) * NR
+}
+
+/// A row-major tile operand: element (r, c) at `data[r * rs + c * cs]`.
+#[derive(Clone, Copy)]
+struct Mat<'x, C> {
+    data: &'x [C],
+    rs: usize,
+    cs: usize,
+}
+
+/// `c = (accumulate ? c : 0) + a b` for an `m x n` block with inner size `k`,
+/// in a fixed order (the result does not depend on anything but the inputs).
+///
+/// `a` is read element by element (any strides: the transposed operands of
+/// the backward pass read it column-wise). `b` (row stride `ldb`) and `c`
+/// (row stride `ldc`) are contiguous rows of `padded(n)` columns; the
+/// columns of `b` past `n` must be zero or at least finite, and `c`'s are
+/// overwritten with garbage. Register blocking after K. Goto and R. van de
+/// Geijn, "Anatomy of High-Performance Matrix Multiplication" (2008), without
+/// packing: attention tiles (64 x 64 x E) fit in L1/L2 as they are.
+///
+/// Panics (a bug in the caller, caught at the FFI boundary) when a buffer is
+/// shorter than these extents.
+#[allow(clippy::too_many_arguments)]
+fn gemm<C: Float>(m: usize, n: usize, k: usize, a: Mat<C>, b: &[C], ldb: usize, c: &mut [C], ldc: usize, accumulate: bool) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let np = padded(n);
+    assert!(ldb >= np && ldc >= np && (m - 1) * ldc + np <= c.len(), "attention gemm: output tile too small");
+    if k == 0 {
+        if !accumulate {
+            (0..m).for_each(|r| c[r * ldc..r * ldc + np].fill(C::ZERO));
+        }
+        return;
+    }
+    assert!((k - 1) * ldb + np <= b.len(), "attention gemm: B tile too small");
+    assert!((m - 1) * a.rs + (k - 1) * a.cs < a.data.len(), "attention gemm: A tile too small");
+    let (ap, bp, cp) = (a.data.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    for j in (0..np).step_by(NR) {
+        let mut i = 0;
+        while i < m {
+            let rows = MR.min(m - i);
+            // SAFETY: the asserts above bound every element the block touches:
+            // A rows i..i+rows, columns 0..k; B rows 0..k, columns j..j+NR <= np;
+            // C rows i..i+rows, columns j..j+NR.
+            unsafe {
+                let (ab, bb, cb) = (ap.add(i * a.rs), bp.add(j), cp.add(i * ldc + j));
+                #[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
+                if std::any::TypeId::of::<C>() == std::any::TypeId::of::<f32>() {
+                    // C is f32 (a compile-time fact after monomorphisation).
+                    let (ab, bb, cb) = (ab as *const f32, bb as *const f32, cb as *mut f32);
+                    match rows {
+                        1 => simd::micro_f32::<1>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                        2 => simd::micro_f32::<2>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                        3 => simd::micro_f32::<3>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                        _ => simd::micro_f32::<MR>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                    }
+                    i += rows;
+                    continue;
+                }
+                match rows {
+                    1 => micro::<C, 1>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                    2 => micro::<C, 2>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                    3 => micro::<C, 3>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                    _ => micro::<C, MR>(k, ab, a.rs, a.cs, bb, ldb, cb, ldc, accumulate),
+                }
+            }
+            i += rows;
+        }
+    }
+}
+
+/// One `R x NR` block of [`gemm`], accumulated in registers (the fixed-size
+/// arrays are fully unrolled and vectorised by LLVM).
+///
+/// # Safety
+/// `a` is readable at `r * ars + kk * acs`, `b` at `kk * ldb + 0..NR` and
+/// `c` writable (and readable when accumulating) at `r * ldc + 0..NR`, for
+/// `r < R`, `kk < k`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn micro<C: Float, const R: usize>(k: usize, a: *const C, ars: usize, acs: usize, b: *const C, ldb: usize, c: *mut C, ldc: usize, accumulate: bool) {
+    let mut acc = [[C::ZERO; NR]; R];
+    if accumulate {
+        for (r, row) in acc.iter_mut().enumerate() {
+            // SAFETY: caller contract.
+            *row = unsafe { (c.add(r * ldc) as *const [C; NR]).read_unaligned() };
+        }
+    }
+    for kk in 0..k {
+        // SAFETY: caller contract.
+        let bv = unsafe { (b.add(kk * ldb) as *const [C; NR]).read_unaligned() };
+        for (r, row) in acc.iter_mut().enumerate() {
+            // SAFETY: caller contract.
+            let x = unsafe { a.add(r * ars + kk * acs).read() };
+            for (y, &z) in row.iter_mut().zip(&bv) {
+                *y = x.mul_add_fast(z, *y);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        // SAFETY: caller contract.
+        unsafe { (c.add(r * ldc) as *mut [C; NR]).write_unaligned(*row) };
+    }
+}
+
+/// The float32 micro-kernel written with x86-64 intrinsics (AVX-512F where
+/// the build targets it, else AVX2/FMA; the project builds for the host
+/// CPU). It computes the same sums in the same order as the portable
+/// [`micro`] (one fused multiply-add per term, ascending `kk`), but LLVM's
+/// vectoriser was seen to shuffle that one's accumulators through memory
+/// once inlined into the attention loops, at well under half the speed, and
+/// it keeps to 256-bit vectors on CPUs that have 512-bit ones; intrinsics pin
+/// the register blocking.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"))]
+mod simd {
+    #[cfg(target_feature = "avx512f")]
+    mod v {
+        use std::arch::x86_64::*;
+        pub type F = __m512;
+        pub const W: usize = 16;
+        // SAFETY (all): the target feature is enabled at compile time; callers
+        // pass addresses of W readable/writable floats.
+        #[inline(always)]
+        pub fn zero() -> F {
+            unsafe { _mm512_setzero_ps() }
+        }
+        #[inline(always)]
+        pub unsafe fn load(p: *const f32) -> F {
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[inline(always)]
+        pub unsafe fn store(p: *mut f32, x: F) {
+            unsafe { _mm512_storeu_ps(p, x) }
+        }
+        #[inline(always)]
+        pub fn splat(x: f32) -> F {
+            unsafe { _mm512_set1_ps(x) }
+        }
+        #[inline(always)]
+        pub fn fmadd(a: F, b: F, c: F) -> F {
+            unsafe { _mm512_fmadd_ps(a, b, c) }
+        }
+    }
+
+    #[cfg(not(target_feature = "avx512f"))]
+    mod v {
+        use std::arch::x86_64::*;
+        pub type F = __m256;
+        pub const W: usize = 8;
+        // SAFETY (all): as above.
+        #[inline(always)]
+        pub fn zero() -> F {
+            unsafe { _mm256_setzero_ps() }
+        }
+        #[inline(always)]
+        pub unsafe fn load(p: *const f32) -> F {
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        pub unsafe fn store(p: *mut f32, x: F) {
+            unsafe { _mm256_storeu_ps(p, x) }
+        }
+        #[inline(always)]
+        pub fn splat(x: f32) -> F {
+            unsafe { _mm256_set1_ps(x) }
+        }
+        #[inline(always)]
+        pub fn fmadd(a: F, b: F, c: F) -> F {
+            unsafe { _mm256_fmadd_ps(a, b, c) }
+        }
+    }
+
+    /// Vectors per `NR`-wide row.
+    const V: usize = super::NR / v::W;
+
+    /// [`super::micro`] for float32.
+    ///
+    /// # Safety
+    /// As [`super::micro`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn micro_f32<const R: usize>(k: usize, a: *const f32, ars: usize, acs: usize, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool) {
+        // SAFETY (whole body): the caller's contract bounds every address.
+        unsafe {
+            let mut acc = [[v::zero(); V]; R];
+            if accumulate {
+                for (r, row) in acc.iter_mut().enumerate() {
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x = v::load(c.add(r * ldc + v::W * j));
+                    }
+                }
+            }
+            for kk in 0..k {
+                let bk = b.add(kk * ldb);
+                let mut bv = [v::zero(); V];
+                for (j, x) in bv.iter_mut().enumerate() {
+                    *x = v::load(bk.add(v::W * j));
+                }
+                let ak = a.add(kk * acs);
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let x = v::splat(ak.add(r * ars).read());
+                    for (y, &z) in row.iter_mut().zip(&bv) {
+                        *y = v::fmadd(x, z, *y);
+                    }
+                }
+            }
+            for (r, row) in acc.iter().enumerate() {
+                for (j, x) in row.iter().enumerate() {
+                    v::store(c.add(r * ldc + v::W * j), *x);
+                }
+            }
+        }
+    }
+}
+
+/// Lanes of the row reductions: independent partial results that LLVM keeps
+/// in vector registers (a single running float sum or max would be a serial
+/// dependency chain, which it may not reorder).
+const LANES: usize = 16;
+
+/// The largest element of `x` (`-inf` for an empty row); NaN-free input.
+fn row_max<C: Float>(x: &[C]) -> C {
+    let mut acc = [-C::infinity(); LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for ch in chunks {
+        for (a, &y) in acc.iter_mut().zip(ch) {
+            *a = if y > *a { y } else { *a };
+        }
+    }
+    tail.iter().chain(acc.iter()).fold(-C::infinity(), |m, &y| if y > m { y } else { m })
+}
+
+/// The sum of `x`, in a fixed order (lane-wise partial sums, then the lanes and the tail).
+fn row_sum<C: Float>(x: &[C]) -> C {
+    let mut acc = [C::ZERO; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for ch in chunks {
+        for (a, &y) in acc.iter_mut().zip(ch) {
+            *a = *a + y;
+        }
+    }
+    acc.iter().chain(tail).fold(C::ZERO, |s, &y| s + y)
+}
+
+/// Columns `0..dst.len()` of row `i` of head (b, h) of `op`, converted to `C`.
+///
+/// # Safety
+/// Those elements lie in readable memory of type `T`.
+#[inline]
+unsafe fn load_row<T: Element, C: Float>(op: &Operand, b: usize, h: usize, i: usize, dst: &mut [C]) {
+    // SAFETY: caller contract.
+    let base = unsafe { (op.ptr as *const T).offset(op.offset(b, h, i, 0)) };
+    let cs = op.strides[3] as isize;
+    if cs == 1 {
+        // The common contiguous row: a plain (vectorisable) conversion loop.
+        for (j, x) in dst.iter_mut().enumerate() {
+            // SAFETY: caller contract.
+            *x = C::from_f64c(unsafe { base.add(j).read_unaligned() }.to_f64());
+        }
+    } else {
+        for (j, x) in dst.iter_mut().enumerate() {
+            // SAFETY: caller contract.
+            *x = C::from_f64c(unsafe { base.offset(j as isize * cs).read_unaligned() }.to_f64());
+        }
+    }
+}
+
+/// Per-task copies of one key block `j0 .. j0 + nk` of (b, kv head), in the
+/// layouts the tile products read as their B operand. Buffers are allocated
+/// zeroed and only the `nk` keys / `E` features are rewritten, so padding
+/// columns stay zero (a transposed buffer re-zeroes its columns past `nk`).
 struct KeyTile<C> {
-    /// Keys transposed: `[E][nk]`, so a score row is a vectorisable axpy over keys.
+    /// Keys transposed `[E][padded(BLOCK_K)]` (S = Q K^T).
     kt: Vec<C>,
-    /// Keys row-major `[nk][E]` (backward: dQ += dS K).
+    /// Keys `[BLOCK_K][padded(E)]` (backward: dQ += dS K).
     k: Vec<C>,
-    /// Values row-major `[nk][Ev]` (forward: O += P V).
+    /// Values `[BLOCK_K][padded(Ev)]` (forward: O += P V).
     v: Vec<C>,
-    /// Values transposed `[Ev][nk]` (backward: dP = dO V^T).
+    /// Values transposed `[Ev][padded(BLOCK_K)]` (backward: dP = dO V^T).
     vt: Vec<C>,
+    /// One key or value row (scratch).
+    row: Vec<C>,
+}
+
+/// Which layouts [`KeyTile::load`] fills besides `kt`.
+#[derive(Clone, Copy)]
+struct Layouts {
+    k: bool,
+    v: bool,
+    vt: bool,
 }
 
 impl<C: Float> KeyTile<C> {
-    fn new() -> Self {
-        KeyTile { kt: Vec::new(), k: Vec::new(), v: Vec::new(), vt: Vec::new() }
+    fn new(d: &Dims) -> Self {
+        let kp = padded(BLOCK_K);
+        KeyTile {
+            kt: vec![C::ZERO; d.dim_qk * kp],
+            k: vec![C::ZERO; BLOCK_K * padded(d.dim_qk)],
+            v: vec![C::ZERO; BLOCK_K * padded(d.dim_v)],
+            vt: vec![C::ZERO; d.dim_v * kp],
+            row: vec![C::ZERO; d.dim_qk.max(d.dim_v)],
+        }
     }
 
-    /// Loads keys `j0 .. j0 + nk` of (b, hk); `rows`/`transposed` select which layouts to fill.
+    /// Loads keys (and values) `j0 .. j0 + nk` of (b, hk).
     ///
     /// # Safety
     /// The key/value operands of `a` are readable for these elements.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn load<T: Element>(&mut self, a: &Attention, b: usize, hk: usize, j0: usize, nk: usize, k_rows: bool, v_rows: bool, v_transposed: bool) {
-        let (e_n, ev_n) = (a.dims.dim_qk, a.dims.dim_v);
-        self.kt.resize(e_n * nk, C::ZERO);
-        if k_rows {
-            self.k.resize(nk * e_n, C::ZERO);
-        }
-        if v_rows {
-            self.v.resize(nk * ev_n, C::ZERO);
-        }
-        if v_transposed {
-            self.vt.resize(ev_n * nk, C::ZERO);
-        }
+    unsafe fn load<T: Element>(&mut self, a: &Attention, b: usize, hk: usize, j0: usize, nk: usize, want: Layouts) {
+        let (e_n, ev_n, kp) = (a.dims.dim_qk, a.dims.dim_v, padded(BLOCK_K));
+        let (ep, evp) = (padded(e_n), padded(ev_n));
         for jj in 0..nk {
-            for d in 0..e_n {
+            let row = &mut self.row[..e_n];
+            // SAFETY: caller contract.
+            unsafe { load_row::<T, C>(&a.key, b, hk, j0 + jj, row) };
+            for (d, &x) in row.iter().enumerate() {
+                self.kt[d * kp + jj] = x;
+            }
+            if want.k {
+                self.k[jj * ep..jj * ep + e_n].copy_from_slice(row);
+            }
+            if want.v || want.vt {
+                let row = &mut self.row[..ev_n];
                 // SAFETY: caller contract.
-                let x = unsafe { a.key.load::<T, C>(b, hk, j0 + jj, d) };
-                self.kt[d * nk + jj] = x;
-                if k_rows {
-                    self.k[jj * e_n + d] = x;
+                unsafe { load_row::<T, C>(&a.value, b, hk, j0 + jj, row) };
+                if want.v {
+                    self.v[jj * evp..jj * evp + ev_n].copy_from_slice(row);
+                }
+                if want.vt {
+                    for (e, &x) in row.iter().enumerate() {
+                        self.vt[e * kp + jj] = x;
+                    }
                 }
             }
-            if v_rows || v_transposed {
-                for e in 0..ev_n {
-                    // SAFETY: caller contract.
-                    let x = unsafe { a.value.load::<T, C>(b, hk, j0 + jj, e) };
-                    if v_rows {
-                        self.v[jj * ev_n + e] = x;
-                    }
-                    if v_transposed {
-                        self.vt[e * nk + jj] = x;
-                    }
-                }
+        }
+        if nk < kp {
+            // A short last block: the transposed layouts' columns past nk must be zero again.
+            self.kt.chunks_exact_mut(kp).for_each(|r| r[nk..].fill(C::ZERO));
+            if want.vt {
+                self.vt.chunks_exact_mut(kp).for_each(|r| r[nk..].fill(C::ZERO));
             }
         }
     }
 }
 
-/// Scores of query row `i` (its scaled features `q`) against the `nk` keys
-/// from `j0` in `tile`, plus bias and causal mask, into `s`.
+/// Adds the bias to the scores `s` of query row `i` of (b, h) against keys
+/// `j0 .. j0 + s.len()`, and sets the causally masked ones to `-inf`.
 ///
 /// # Safety
 /// The bias operand of `a`, if any, is readable at these elements.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-unsafe fn scores<T: Element, C: Float>(a: &Attention, b: usize, h: usize, i: usize, q: &[C], tile: &KeyTile<C>, j0: usize, nk: usize, s: &mut [C]) {
-    let s = &mut s[..nk];
-    s.fill(C::ZERO);
-    for (d, &qd) in q.iter().enumerate() {
-        let kt = &tile.kt[d * nk..(d + 1) * nk];
-        for (x, &k) in s.iter_mut().zip(kt) {
-            *x = *x + qd * k;
-        }
-    }
+unsafe fn mask_scores<T: Element, C: Float>(a: &Attention, b: usize, h: usize, i: usize, j0: usize, s: &mut [C]) {
     if let Some(bias) = &a.bias {
         for (jj, x) in s.iter_mut().enumerate() {
             // SAFETY: caller contract.
             *x = *x + unsafe { bias.load::<T, C>(b, h, i, j0 + jj) };
         }
     }
-    if a.causal && j0 + nk > i + 1 {
+    if a.causal && j0 + s.len() > i + 1 {
         let first_masked = (i + 1).saturating_sub(j0);
-        for x in &mut s[first_masked..] {
-            *x = -C::infinity();
-        }
+        s[first_masked..].fill(-C::infinity());
     }
 }
 
@@ -315,7 +611,6 @@ fn key_end(a: &Attention, i0: usize, nq: usize) -> usize {
         a.dims.len_kv
     }
 }
-
 /// Forward pass: writes `out` (`[B, Hq, L, Ev]`, strided, type `a.dtype`)
 /// and `lse` (`[B, Hq, L]` contiguous, float64 for float64 inputs, else
 /// float32).
@@ -347,66 +642,84 @@ unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
     let keep = Keep::new(a.dropout);
     let scale = C::from_f64c(a.scale);
     let (e_n, ev_n) = (d.dim_qk, d.dim_v);
+    let (ep, evp, kp) = (padded(e_n), padded(ev_n), padded(BLOCK_K));
+    // Every query block of a head reads every key block, so the key and value
+    // tiles are converted and laid out (K transposed) once per call, not once
+    // per query block: at L = 1024 that repacking cost more than the products.
+    let k_blocks = d.len_kv.div_ceil(BLOCK_K);
+    let (kt_len, v_len) = (e_n * kp, BLOCK_K * evp);
+    let blocks = d.batch * d.heads_kv * k_blocks;
+    let mut kt_all = vec![C::ZERO; blocks * kt_len];
+    let mut v_all = vec![C::ZERO; blocks * v_len];
+    {
+        let (kt_addr, v_addr) = (kt_all.as_mut_ptr() as usize, v_all.as_mut_ptr() as usize);
+        for_tasks(blocks, a.threads, |n| {
+            let (bh, kb) = (n / k_blocks, n % k_blocks);
+            let (b, hk) = (bh / d.heads_kv, bh % d.heads_kv);
+            let j0 = kb * BLOCK_K;
+            let mut tile = KeyTile::<C>::new(&d);
+            // SAFETY: forward's contract; block n of each buffer belongs to this task.
+            unsafe {
+                tile.load::<T>(a, b, hk, j0, BLOCK_K.min(d.len_kv - j0), Layouts { k: false, v: true, vt: false });
+                std::ptr::copy_nonoverlapping(tile.kt.as_ptr(), (kt_addr as *mut C).add(n * kt_len), kt_len);
+                std::ptr::copy_nonoverlapping(tile.v.as_ptr(), (v_addr as *mut C).add(n * v_len), v_len);
+            }
+        });
+    }
     for_tasks(tasks, a.threads, |t| {
         let (bh, qb) = (t / q_blocks, t % q_blocks);
         let (b, h) = (bh / d.heads_q, bh % d.heads_q);
         let hk = h / d.group();
         let i0 = qb * BLOCK_Q;
         let nq = BLOCK_Q.min(d.len_q - i0);
-        let mut q = vec![C::ZERO; nq * e_n];
+        // Scaled query rows [nq][ep] (the A operand of S = Q K^T).
+        let mut q = vec![C::ZERO; nq * ep];
         for r in 0..nq {
-            for e in 0..e_n {
-                // SAFETY: forward's contract.
-                q[r * e_n + e] = unsafe { a.query.load::<T, C>(b, h, i0 + r, e) } * scale;
-            }
+            let row = &mut q[r * ep..r * ep + e_n];
+            // SAFETY: forward's contract.
+            unsafe { load_row::<T, C>(&a.query, b, h, i0 + r, row) };
+            row.iter_mut().for_each(|x| *x = *x * scale);
         }
-        let mut o = vec![C::ZERO; nq * ev_n];
+        // Unnormalised output [nq][evp], running max and sum per row.
+        let mut o = vec![C::ZERO; nq * evp];
         let mut m = vec![-C::infinity(); nq];
         let mut l = vec![C::ZERO; nq];
-        let mut s = vec![C::ZERO; BLOCK_K];
+        // Scores, then probabilities, of the current tile: [nq][kp].
+        let mut s = vec![C::ZERO; nq * kp];
         let mut drop = vec![C::ZERO; BLOCK_K];
-        let mut tile = KeyTile::<C>::new();
         let kend = key_end(a, i0, nq);
         let mut j0 = 0;
         while j0 < kend {
             let nk = BLOCK_K.min(kend - j0);
-            // SAFETY: forward's contract.
-            unsafe { tile.load::<T>(a, b, hk, j0, nk, false, true, false) };
+            let blk = (b * d.heads_kv + hk) * k_blocks + j0 / BLOCK_K;
+            let (kt, v) = (&kt_all[blk * kt_len..(blk + 1) * kt_len], &v_all[blk * v_len..(blk + 1) * v_len]);
+            gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, kt, kp, &mut s, kp, false);
             for r in 0..nq {
                 let i = i0 + r;
+                let srow = &mut s[r * kp..r * kp + nk];
                 // SAFETY: forward's contract.
-                unsafe { scores::<T, C>(a, b, h, i, &q[r * e_n..(r + 1) * e_n], &tile, j0, nk, &mut s) };
-                let s = &mut s[..nk];
-                let block_max = s.iter().fold(-C::infinity(), |acc, &x| if x > acc { x } else { acc });
+                unsafe { mask_scores::<T, C>(a, b, h, i, j0, srow) };
+                let block_max = row_max(srow);
                 let m_new = if block_max > m[r] { block_max } else { m[r] };
                 if m_new == -C::infinity() {
-                    // Every key so far is masked: nothing to accumulate yet.
+                    // Every key so far is masked: this tile adds nothing to the row.
+                    srow.fill(C::ZERO);
                     continue;
                 }
                 let alpha = (m[r] - m_new).exp();
-                let mut sum = C::ZERO;
-                for x in s.iter_mut() {
-                    *x = (*x - m_new).exp();
-                    sum = sum + *x;
-                }
-                l[r] = l[r] * alpha + sum;
+                srow.iter_mut().for_each(|x| *x = (*x - m_new).exp());
+                l[r] = l[r] * alpha + row_sum(srow);
                 m[r] = m_new;
-                let orow = &mut o[r * ev_n..(r + 1) * ev_n];
                 if alpha != C::ONE {
-                    orow.iter_mut().for_each(|x| *x = *x * alpha);
+                    o[r * evp..(r + 1) * evp].iter_mut().for_each(|x| *x = *x * alpha);
                 }
                 if let Some(k) = &keep {
                     let drop = &mut drop[..nk];
                     k.row(((b * d.heads_q + h) * d.len_q + i) as u64 * d.len_kv as u64 + j0 as u64, drop);
-                    s.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
-                }
-                for (jj, &p) in s.iter().enumerate() {
-                    if p != C::ZERO {
-                        let v = &tile.v[jj * ev_n..(jj + 1) * ev_n];
-                        orow.iter_mut().zip(v).for_each(|(x, &y)| *x = *x + p * y);
-                    }
+                    srow.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
                 }
             }
+            gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, v, evp, &mut o, evp, true);
             j0 += nk;
         }
         for r in 0..nq {
@@ -416,13 +729,12 @@ unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
             unsafe {
                 (lse as *mut C).add(row).write(value);
                 for e in 0..ev_n {
-                    out.store::<T, C>(b, h, i0 + r, e, o[r * ev_n + e] * inv);
+                    out.store::<T, C>(b, h, i0 + r, e, o[r * evp + e] * inv);
                 }
             }
         }
     });
 }
-
 /// Backward pass: from `grad_out` (`[B, Hq, L, Ev]`), the forward's `out`
 /// and `lse`, writes the requested [`Grads`] (strided, type `a.dtype`;
 /// dK/dV/dQ/dbias are overwritten, not accumulated). The dropout source
@@ -442,68 +754,54 @@ pub unsafe fn backward(a: &Attention, out: Operand, grad_out: Operand, lse: *con
     Ok(())
 }
 
-/// The per-row quantities of the backward pass: row `i` of head (b, h)
-/// against keys `j0 .. j0 + nk`. Leaves `p` (probabilities after dropout,
-/// what multiplied V) and `ds` (gradient of the pre-softmax scores, which is
-/// also the bias gradient).
-struct RowGrad<'x, C> {
-    q: &'x [C],
-    dout: &'x [C],
-    lse: C,
-    delta: C,
-}
-
+/// Turns one row of a tile (query row `i` of (b, h) against keys
+/// `j0 .. j0 + s.len()`) from scores into what the gradient products read:
+/// `s` (scaled `q . k`) becomes the probabilities after dropout (what
+/// multiplied V in the forward pass) and `dp` (`dO . v`) becomes dS, the
+/// gradient of the pre-softmax scores (also the bias gradient), recomputing
+/// `P = exp(s - lse)` (FlashAttention-2, Algorithm 2).
+///
+/// # Safety
+/// The bias operand of `a`, if any, is readable at these elements.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-unsafe fn row_grad<T: Element, C: Float>(
-    a: &Attention,
-    keep: &Option<Keep>,
-    b: usize,
-    h: usize,
-    i: usize,
-    row: &RowGrad<C>,
-    tile: &KeyTile<C>,
-    j0: usize,
-    nk: usize,
-    p: &mut [C],
-    ds: &mut [C],
-    drop: &mut [C],
-) {
-    let d = &a.dims;
-    // SAFETY: forwarded contract.
-    unsafe { scores::<T, C>(a, b, h, i, row.q, tile, j0, nk, p) };
-    let (p, ds) = (&mut p[..nk], &mut ds[..nk]);
-    if row.lse == -C::infinity() {
-        // A fully masked row contributes nothing (forward output was 0).
-        p.fill(C::ZERO);
-        ds.fill(C::ZERO);
+unsafe fn grad_row<T: Element, C: Float>(a: &Attention, keep: &Option<Keep>, b: usize, h: usize, i: usize, j0: usize, lse: C, delta: C, s: &mut [C], dp: &mut [C], drop: &mut [C]) {
+    if lse == -C::infinity() {
+        // A fully masked row contributes nothing (its forward output was 0).
+        s.fill(C::ZERO);
+        dp.fill(C::ZERO);
         return;
     }
-    for x in p.iter_mut() {
-        *x = (*x - row.lse).exp();
-    }
-    // dP = dO . V^T, a vectorisable axpy over keys per value feature.
-    ds.fill(C::ZERO);
-    for (e, &g) in row.dout.iter().enumerate() {
-        let vt = &tile.vt[e * nk..(e + 1) * nk];
-        ds.iter_mut().zip(vt).for_each(|(x, &y)| *x = *x + g * y);
-    }
+    // SAFETY: forwarded contract.
+    unsafe { mask_scores::<T, C>(a, b, h, i, j0, s) };
+    s.iter_mut().for_each(|x| *x = (*x - lse).exp());
     if let Some(k) = keep {
-        let drop = &mut drop[..nk];
+        let d = &a.dims;
+        let drop = &mut drop[..s.len()];
         k.row(((b * d.heads_q + h) * d.len_q + i) as u64 * d.len_kv as u64 + j0 as u64, drop);
-        // Gradient through dropout: dP_softmax = dP_dropped * mask / (1 - p).
-        ds.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
-        // ds = P * (dP - delta), with P the probabilities before dropout.
-        ds.iter_mut().zip(p.iter()).for_each(|(x, &y)| *x = y * (*x - row.delta));
-        p.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
+        // Through dropout: dP_softmax = dP_dropped * mask / (1 - p); then
+        // dS = P * (dP - delta) with P the probabilities before dropout.
+        dp.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
+        dp.iter_mut().zip(s.iter()).for_each(|(x, &y)| *x = y * (*x - delta));
+        s.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
     } else {
-        ds.iter_mut().zip(p.iter()).for_each(|(x, &y)| *x = y * (*x - row.delta));
+        dp.iter_mut().zip(s.iter()).for_each(|(x, &y)| *x = y * (*x - delta));
     }
+}
+
+/// Query-side rows of one block `i0 .. i0 + nq` of (b, h) for the backward
+/// products: scaled queries `[BLOCK_Q][padded(E)]`, dO `[BLOCK_Q][padded(Ev)]`
+/// (zero padding: both are B operands of dK / dV), and per row (lse, delta).
+struct QueryRows<C> {
+    q: Vec<C>,
+    dout: Vec<C>,
+    stats: Vec<(C, C)>,
 }
 
 unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad_out: Operand, lse: usize, g: Grads) {
     let d = a.dims;
     let (e_n, ev_n) = (d.dim_qk, d.dim_v);
+    let (ep, evp, kp) = (padded(e_n), padded(ev_n), padded(BLOCK_K));
     let rows = d.batch * d.heads_q * d.len_q;
     if rows == 0 {
         // No query rows: dQ/dbias are empty; dK/dV receive nothing.
@@ -524,91 +822,182 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     {
         let delta_addr = delta.as_mut_ptr() as usize;
         for_tasks(rows.div_ceil(BLOCK_Q), a.threads, |t| {
+            let (mut go, mut o) = (vec![C::ZERO; ev_n], vec![C::ZERO; ev_n]);
             for r in t * BLOCK_Q..((t + 1) * BLOCK_Q).min(rows) {
                 let (bh, i) = (r / d.len_q, r % d.len_q);
                 let (b, h) = (bh / d.heads_q, bh % d.heads_q);
-                let mut acc = C::ZERO;
-                for e in 0..ev_n {
-                    // SAFETY: backward's contract.
-                    acc = acc + unsafe { grad_out.load::<T, C>(b, h, i, e) * out.load::<T, C>(b, h, i, e) };
+                // SAFETY: backward's contract.
+                unsafe {
+                    load_row::<T, C>(&grad_out, b, h, i, &mut go);
+                    load_row::<T, C>(&out, b, h, i, &mut o);
                 }
+                let acc = go.iter().zip(&o).fold(C::ZERO, |s, (&x, &y)| s + x * y);
                 // SAFETY: element r belongs to this task.
                 unsafe { (delta_addr as *mut C).add(r).write(acc) };
             }
         });
     }
     let lse_at = |r: usize| unsafe { (lse as *const C).add(r).read() };
-    // Loads the scaled query rows, dO rows, lse and delta of rows i0 .. i0 + nq of (b, h).
-    let load_rows = |b: usize, h: usize, i0: usize, nq: usize, q: &mut Vec<C>, dout: &mut Vec<C>, stats: &mut Vec<(C, C)>| {
-        q.resize(nq * e_n, C::ZERO);
-        dout.resize(nq * ev_n, C::ZERO);
-        stats.clear();
+    let new_rows = || QueryRows { q: vec![C::ZERO; BLOCK_Q * ep], dout: vec![C::ZERO; BLOCK_Q * evp], stats: Vec::new() };
+    // Loads the query-side rows i0 .. i0 + nq of (b, h).
+    let load_rows = |b: usize, h: usize, i0: usize, nq: usize, qr: &mut QueryRows<C>| {
+        qr.stats.clear();
         for r in 0..nq {
-            for e in 0..e_n {
-                // SAFETY: backward's contract.
-                q[r * e_n + e] = unsafe { a.query.load::<T, C>(b, h, i0 + r, e) } * scale;
+            let q = &mut qr.q[r * ep..r * ep + e_n];
+            // SAFETY: backward's contract.
+            unsafe {
+                load_row::<T, C>(&a.query, b, h, i0 + r, q);
+                load_row::<T, C>(&grad_out, b, h, i0 + r, &mut qr.dout[r * evp..r * evp + ev_n]);
             }
-            for e in 0..ev_n {
-                // SAFETY: backward's contract.
-                dout[r * ev_n + e] = unsafe { grad_out.load::<T, C>(b, h, i0 + r, e) };
-            }
+            q.iter_mut().for_each(|x| *x = *x * scale);
             let row = (b * d.heads_q + h) * d.len_q + i0 + r;
-            stats.push((lse_at(row), delta[row]));
+            qr.stats.push((lse_at(row), delta[row]));
+        }
+    };
+    // P (after dropout) and dS of one [nq][nk] tile, row stride kp:
+    // S = Q K^T and dP = dO V^T as tile products, then the row-wise softmax gradient.
+    let tile_grads = |b: usize, h: usize, i0: usize, nq: usize, j0: usize, nk: usize, qr: &QueryRows<C>, tile: &KeyTile<C>, p: &mut [C], ds: &mut [C], drop: &mut [C]| {
+        gemm(nq, nk, e_n, Mat { data: &qr.q, rs: ep, cs: 1 }, &tile.kt, kp, p, kp, false);
+        gemm(nq, nk, ev_n, Mat { data: &qr.dout, rs: evp, cs: 1 }, &tile.vt, kp, ds, kp, false);
+        for r in 0..nq {
+            let (lse_r, delta_r) = qr.stats[r];
+            let (pr, dsr) = (&mut p[r * kp..r * kp + nk], &mut ds[r * kp..r * kp + nk]);
+            // SAFETY: backward's contract.
+            unsafe { grad_row::<T, C>(a, &keep, b, h, i0 + r, j0, lse_r, delta_r, pr, dsr, drop) };
         }
     };
 
+    let want_kv = g.key.is_some() || g.value.is_some();
+    let want_q = g.query.is_some() || g.bias.is_some();
+    // One pass per (b, kv head) computes each tile's P and dS once for all
+    // four gradients, where the two passes below recompute them (7 tile
+    // products instead of 5, and the exponentials twice) in exchange for
+    // finer tasks. Take it when both sides are wanted and the (b, kv head)
+    // tasks, all of equal work, still spread evenly over the threads. Both
+    // schedules sum in the same order, so the results are the same.
+    let kv_tasks = d.batch * d.heads_kv;
+    let threads = a.threads.max(1);
+    if want_kv && want_q && (kv_tasks % threads == 0 || kv_tasks >= 4 * threads) {
+        let group = d.group();
+        let (q_blocks, k_blocks) = (d.len_q.div_ceil(BLOCK_Q), d.len_kv.div_ceil(BLOCK_K));
+        for_tasks(kv_tasks, a.threads, |t| {
+            let (b, hk) = (t / d.heads_kv, t % d.heads_kv);
+            let heads = hk * group..(hk + 1) * group;
+            // Block qb of the group's head h at (h - heads.start) * q_blocks + qb.
+            let mut rows = Vec::with_capacity(group * q_blocks);
+            for h in heads.clone() {
+                for qb in 0..q_blocks {
+                    let i0 = qb * BLOCK_Q;
+                    let mut qr = new_rows();
+                    load_rows(b, h, i0, BLOCK_Q.min(d.len_q - i0), &mut qr);
+                    rows.push(qr);
+                }
+            }
+            // dQ of the group's heads, block-major like `rows`.
+            let mut dq = vec![C::ZERO; if g.query.is_some() { group * q_blocks * BLOCK_Q * ep } else { 0 }];
+            let mut tile = KeyTile::<C>::new(&d);
+            let (mut p, mut ds, mut drop) = (vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_K]);
+            let (mut dk, mut dv) = (vec![C::ZERO; BLOCK_K * ep], vec![C::ZERO; BLOCK_K * evp]);
+            for kb in 0..k_blocks {
+                let j0 = kb * BLOCK_K;
+                let nk = BLOCK_K.min(d.len_kv - j0);
+                // SAFETY: backward's contract.
+                unsafe { tile.load::<T>(a, b, hk, j0, nk, Layouts { k: g.query.is_some(), v: false, vt: true }) };
+                dk.fill(C::ZERO);
+                dv.fill(C::ZERO);
+                // Causal: query blocks before this one see none of these keys.
+                let first_block = if a.causal { j0 / BLOCK_Q } else { 0 };
+                for (hl, h) in heads.clone().enumerate() {
+                    for qb in 0..q_blocks {
+                        let i0 = qb * BLOCK_Q;
+                        let nq = BLOCK_Q.min(d.len_q - i0);
+                        if qb < first_block {
+                            if let Some(gb) = &g.bias {
+                                for r in 0..nq {
+                                    // SAFETY: tile (qb, kb) of (b, h) of the bias gradient belongs to this task.
+                                    (j0..j0 + nk).for_each(|j| unsafe { gb.store::<T, C>(b, h, i0 + r, j, C::ZERO) });
+                                }
+                            }
+                            continue;
+                        }
+                        let qr = &rows[hl * q_blocks + qb];
+                        tile_grads(b, h, i0, nq, j0, nk, qr, &tile, &mut p, &mut ds, &mut drop);
+                        if let Some(gb) = &g.bias {
+                            for r in 0..nq {
+                                // SAFETY: as above.
+                                (0..nk).for_each(|jj| unsafe { gb.store::<T, C>(b, h, i0 + r, j0 + jj, ds[r * kp + jj]) });
+                            }
+                        }
+                        // dV += P^T dO and dK += dS^T (scale Q): the tiles read transposed.
+                        gemm(nk, ev_n, nq, Mat { data: &p, rs: 1, cs: kp }, &qr.dout, evp, &mut dv, evp, true);
+                        gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, &qr.q, ep, &mut dk, ep, true);
+                        if g.query.is_some() {
+                            let at = (hl * q_blocks + qb) * BLOCK_Q * ep;
+                            gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, &tile.k, ep, &mut dq[at..], ep, true);
+                        }
+                    }
+                }
+                // SAFETY: keys j0 .. j0 + nk of (b, hk) belong to this task.
+                unsafe {
+                    for jj in 0..nk {
+                        if let Some(gk) = &g.key {
+                            (0..e_n).for_each(|e| gk.store::<T, C>(b, hk, j0 + jj, e, dk[jj * ep + e]));
+                        }
+                        if let Some(gv) = &g.value {
+                            (0..ev_n).for_each(|e| gv.store::<T, C>(b, hk, j0 + jj, e, dv[jj * evp + e]));
+                        }
+                    }
+                }
+            }
+            if let Some(gq) = &g.query {
+                for (hl, h) in heads.enumerate() {
+                    for i in 0..d.len_q {
+                        let at = (hl * q_blocks + i / BLOCK_Q) * BLOCK_Q * ep + (i % BLOCK_Q) * ep;
+                        // SAFETY: the rows of the group's heads of (b) belong to this task.
+                        (0..e_n).for_each(|e| unsafe { gq.store::<T, C>(b, h, i, e, dq[at + e] * scale) });
+                    }
+                }
+            }
+        });
+        return;
+    }
+
     // dK and dV: one task per (b, kv head, key block), summing over the group's heads.
-    if g.key.is_some() || g.value.is_some() {
+    if want_kv {
         let k_blocks = d.len_kv.div_ceil(BLOCK_K);
         for_tasks(d.batch * d.heads_kv * k_blocks, a.threads, |t| {
             let (bh, kb) = (t / k_blocks, t % k_blocks);
             let (b, hk) = (bh / d.heads_kv, bh % d.heads_kv);
             let j0 = kb * BLOCK_K;
             let nk = BLOCK_K.min(d.len_kv - j0);
-            let mut tile = KeyTile::<C>::new();
+            let mut tile = KeyTile::<C>::new(&d);
             // SAFETY: backward's contract.
-            unsafe { tile.load::<T>(a, b, hk, j0, nk, false, false, true) };
-            let mut dk = vec![C::ZERO; nk * e_n];
-            let mut dv = vec![C::ZERO; nk * ev_n];
-            let (mut q, mut dout, mut stats) = (Vec::new(), Vec::new(), Vec::new());
-            let (mut p, mut ds, mut drop) = (vec![C::ZERO; nk], vec![C::ZERO; nk], vec![C::ZERO; nk]);
+            unsafe { tile.load::<T>(a, b, hk, j0, nk, Layouts { k: false, v: false, vt: true }) };
+            let mut dk = vec![C::ZERO; nk * ep];
+            let mut dv = vec![C::ZERO; nk * evp];
+            let mut qr = new_rows();
+            let (mut p, mut ds, mut drop) = (vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_K]);
             // Causal: query rows before j0 see none of these keys.
             let first_block = if a.causal { j0 / BLOCK_Q } else { 0 };
             for h in hk * d.group()..(hk + 1) * d.group() {
                 for qb in first_block..d.len_q.div_ceil(BLOCK_Q) {
                     let i0 = qb * BLOCK_Q;
                     let nq = BLOCK_Q.min(d.len_q - i0);
-                    load_rows(b, h, i0, nq, &mut q, &mut dout, &mut stats);
-                    for r in 0..nq {
-                        let i = i0 + r;
-                        if a.causal && i < j0 {
-                            continue;
-                        }
-                        let row = RowGrad { q: &q[r * e_n..(r + 1) * e_n], dout: &dout[r * ev_n..(r + 1) * ev_n], lse: stats[r].0, delta: stats[r].1 };
-                        // SAFETY: backward's contract.
-                        unsafe { row_grad::<T, C>(a, &keep, b, h, i, &row, &tile, j0, nk, &mut p, &mut ds, &mut drop) };
-                        for jj in 0..nk {
-                            if p[jj] != C::ZERO {
-                                let pj = p[jj];
-                                dv[jj * ev_n..(jj + 1) * ev_n].iter_mut().zip(row.dout).for_each(|(x, &y)| *x = *x + pj * y);
-                            }
-                            if ds[jj] != C::ZERO {
-                                // dK = dS^T (scale * Q): `q` holds the scaled rows.
-                                let sj = ds[jj];
-                                dk[jj * e_n..(jj + 1) * e_n].iter_mut().zip(row.q).for_each(|(x, &y)| *x = *x + sj * y);
-                            }
-                        }
-                    }
+                    load_rows(b, h, i0, nq, &mut qr);
+                    tile_grads(b, h, i0, nq, j0, nk, &qr, &tile, &mut p, &mut ds, &mut drop);
+                    // dV += P^T dO and dK += dS^T (scale Q): the tiles read transposed.
+                    gemm(nk, ev_n, nq, Mat { data: &p, rs: 1, cs: kp }, &qr.dout, evp, &mut dv, evp, true);
+                    gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, &qr.q, ep, &mut dk, ep, true);
                 }
             }
             // SAFETY: keys j0 .. j0 + nk of (b, hk) belong to this task.
             unsafe {
                 for jj in 0..nk {
                     if let Some(gk) = &g.key {
-                        (0..e_n).for_each(|e| gk.store::<T, C>(b, hk, j0 + jj, e, dk[jj * e_n + e]));
+                        (0..e_n).for_each(|e| gk.store::<T, C>(b, hk, j0 + jj, e, dk[jj * ep + e]));
                     }
                     if let Some(gv) = &g.value {
-                        (0..ev_n).for_each(|e| gv.store::<T, C>(b, hk, j0 + jj, e, dv[jj * ev_n + e]));
+                        (0..ev_n).for_each(|e| gv.store::<T, C>(b, hk, j0 + jj, e, dv[jj * evp + e]));
                     }
                 }
             }
@@ -616,7 +1005,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     }
 
     // dQ and d(bias): one task per (b, head, query block).
-    if g.query.is_some() || g.bias.is_some() {
+    if want_q {
         let q_blocks = d.len_q.div_ceil(BLOCK_Q);
         for_tasks(d.batch * d.heads_q * q_blocks, a.threads, |t| {
             let (bh, qb) = (t / q_blocks, t % q_blocks);
@@ -624,33 +1013,25 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
             let hk = h / d.group();
             let i0 = qb * BLOCK_Q;
             let nq = BLOCK_Q.min(d.len_q - i0);
-            let (mut q, mut dout, mut stats) = (Vec::new(), Vec::new(), Vec::new());
-            load_rows(b, h, i0, nq, &mut q, &mut dout, &mut stats);
-            let mut dq = vec![C::ZERO; nq * e_n];
-            let (mut p, mut ds, mut drop) = (vec![C::ZERO; BLOCK_K], vec![C::ZERO; BLOCK_K], vec![C::ZERO; BLOCK_K]);
-            let mut tile = KeyTile::<C>::new();
+            let mut qr = new_rows();
+            load_rows(b, h, i0, nq, &mut qr);
+            let mut dq = vec![C::ZERO; nq * ep];
+            let (mut p, mut ds, mut drop) = (vec![C::ZERO; nq * kp], vec![C::ZERO; nq * kp], vec![C::ZERO; BLOCK_K]);
+            let mut tile = KeyTile::<C>::new(&d);
             let kend = key_end(a, i0, nq);
             let mut j0 = 0;
             while j0 < kend {
                 let nk = BLOCK_K.min(kend - j0);
                 // SAFETY: backward's contract.
-                unsafe { tile.load::<T>(a, b, hk, j0, nk, true, false, true) };
-                for r in 0..nq {
-                    let i = i0 + r;
-                    let row = RowGrad { q: &q[r * e_n..(r + 1) * e_n], dout: &dout[r * ev_n..(r + 1) * ev_n], lse: stats[r].0, delta: stats[r].1 };
-                    // SAFETY: backward's contract.
-                    unsafe { row_grad::<T, C>(a, &keep, b, h, i, &row, &tile, j0, nk, &mut p, &mut ds, &mut drop) };
-                    if let Some(gb) = &g.bias {
-                        // SAFETY: row i of (b, h) of the bias gradient belongs to this task.
-                        (0..nk).for_each(|jj| unsafe { gb.store::<T, C>(b, h, i, j0 + jj, ds[jj]) });
-                    }
-                    let dqr = &mut dq[r * e_n..(r + 1) * e_n];
-                    for (jj, &sj) in ds[..nk].iter().enumerate() {
-                        if sj != C::ZERO {
-                            dqr.iter_mut().zip(&tile.k[jj * e_n..(jj + 1) * e_n]).for_each(|(x, &y)| *x = *x + sj * y);
-                        }
+                unsafe { tile.load::<T>(a, b, hk, j0, nk, Layouts { k: true, v: false, vt: true }) };
+                tile_grads(b, h, i0, nq, j0, nk, &qr, &tile, &mut p, &mut ds, &mut drop);
+                if let Some(gb) = &g.bias {
+                    for r in 0..nq {
+                        // SAFETY: row i0 + r of (b, h) of the bias gradient belongs to this task.
+                        (0..nk).for_each(|jj| unsafe { gb.store::<T, C>(b, h, i0 + r, j0 + jj, ds[r * kp + jj]) });
                     }
                 }
+                gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, &tile.k, ep, &mut dq, ep, true);
                 j0 += nk;
             }
             // SAFETY: rows i0 .. i0 + nq of (b, h) belong to this task.
@@ -663,14 +1044,13 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                 }
                 if let Some(gq) = &g.query {
                     for r in 0..nq {
-                        (0..e_n).for_each(|e| gq.store::<T, C>(b, h, i0 + r, e, dq[r * e_n + e] * scale));
+                        (0..e_n).for_each(|e| gq.store::<T, C>(b, h, i0 + r, e, dq[r * ep + e] * scale));
                     }
                 }
             }
         });
     }
 }
-
 /// Calls `f(b, hk, j)` for every key row (serially; only used for empty query sets).
 fn for_kv(d: &Dims, mut f: impl FnMut(usize, usize, usize)) {
     for b in 0..d.batch {
@@ -699,10 +1079,6 @@ mod tests {
 
     fn contiguous(shape: [usize; 4]) -> [i64; 4] {
         [(shape[1] * shape[2] * shape[3]) as i64, (shape[2] * shape[3]) as i64, shape[3] as i64, 1]
-    }
-
-    fn op(v: &mut [f64], strides: [i64; 4]) -> Operand {
-        Operand { ptr: v.as_mut_ptr() as *mut u8, strides }
     }
 
     /// Mask element (b, h, i, j) multiplier, from the same bit rule as the kernel.
@@ -801,14 +1177,51 @@ mod tests {
         }
     }
 
+    /// A test operand stored as float64 or float32.
+    enum Buf {
+        F64(Vec<f64>),
+        F32(Vec<f32>),
+    }
+
+    impl Buf {
+        fn new(v: &[f64], dtype: DType) -> Buf {
+            match dtype {
+                DType::F32 => Buf::F32(v.iter().map(|&x| x as f32).collect()),
+                _ => Buf::F64(v.to_vec()),
+            }
+        }
+        fn op(&mut self, strides: [i64; 4]) -> Operand {
+            let ptr = match self {
+                Buf::F64(v) => v.as_mut_ptr() as *mut u8,
+                Buf::F32(v) => v.as_mut_ptr() as *mut u8,
+            };
+            Operand { ptr, strides }
+        }
+        fn get(&self) -> Vec<f64> {
+            match self {
+                Buf::F64(v) => v.clone(),
+                Buf::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn run(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: bool, threads: usize) {
+        run_typed(d, causal, with_bias, drop_p, transposed_q, threads, DType::F64);
+    }
+
+    /// Forward and backward of `dtype` (float64 or float32) against [`naive`] in float64.
+    #[allow(clippy::too_many_arguments)]
+    fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: bool, threads: usize, dtype: DType) {
         let (l_n, s_n, e_n, ev_n) = (d.len_q, d.len_kv, d.dim_qk, d.dim_v);
-        let q = data(d.batch * d.heads_q * l_n * e_n, 1);
-        let k = data(d.batch * d.heads_kv * s_n * e_n, 2);
-        let v = data(d.batch * d.heads_kv * s_n * ev_n, 3);
-        let dout = data(d.batch * d.heads_q * l_n * ev_n, 4);
-        let mut bias = data(d.batch * d.heads_q * l_n * s_n, 5);
+        // float32 rounds inputs and accumulates over up to a few hundred keys.
+        let (tol_out, tol_grad) = if dtype == DType::F32 { (2e-5, 1e-4) } else { (1e-10, 1e-9) };
+        let round = |v: Vec<f64>| Buf::new(&v, dtype).get();
+        let q = round(data(d.batch * d.heads_q * l_n * e_n, 1));
+        let k = round(data(d.batch * d.heads_kv * s_n * e_n, 2));
+        let v = round(data(d.batch * d.heads_kv * s_n * ev_n, 3));
+        let dout = round(data(d.batch * d.heads_q * l_n * ev_n, 4));
+        let mut bias = round(data(d.batch * d.heads_q * l_n * s_n, 5));
         if with_bias {
             // A few fully masked rows and scattered -inf.
             for (n, x) in bias.iter_mut().enumerate() {
@@ -833,7 +1246,7 @@ mod tests {
         let want = naive(d, &q, &k, &v, with_bias.then_some(&bias[..]), causal, scale, drop, &dout);
 
         // The query as a transposed [B, L, Hq, E] buffer when asked.
-        let (mut qbuf, q_strides) = if transposed_q {
+        let (qbuf, q_strides) = if transposed_q {
             let mut t = vec![0.0; q.len()];
             for b in 0..d.batch {
                 for h in 0..d.heads_q {
@@ -848,40 +1261,42 @@ mod tests {
         } else {
             (q.clone(), contiguous([d.batch, d.heads_q, l_n, e_n]))
         };
-        let (mut k, mut v, mut bias, mut dout) = (k, v, bias, dout);
+        let mut qbuf = Buf::new(&qbuf, dtype);
+        let (mut kb, mut vb, mut biasb, mut doutb) = (Buf::new(&k, dtype), Buf::new(&v, dtype), Buf::new(&bias, dtype), Buf::new(&dout, dtype));
         let a = Attention {
             dims: d,
-            dtype: DType::F64,
-            query: op(&mut qbuf, q_strides),
-            key: op(&mut k, contiguous([d.batch, d.heads_kv, s_n, e_n])),
-            value: op(&mut v, contiguous([d.batch, d.heads_kv, s_n, ev_n])),
-            bias: with_bias.then(|| op(&mut bias, contiguous([d.batch, d.heads_q, l_n, s_n]))),
+            dtype,
+            query: qbuf.op(q_strides),
+            key: kb.op(contiguous([d.batch, d.heads_kv, s_n, e_n])),
+            value: vb.op(contiguous([d.batch, d.heads_kv, s_n, ev_n])),
+            bias: with_bias.then(|| biasb.op(contiguous([d.batch, d.heads_q, l_n, s_n]))),
             causal,
             scale,
             dropout: drop.map(|(p, bits)| Dropout { p, bits }),
             threads,
         };
-        let mut out = vec![f64::NAN; want.out.len()];
-        let mut lse = vec![f64::NAN; want.lse.len()];
-        let out_op = op(&mut out, contiguous([d.batch, d.heads_q, l_n, ev_n]));
-        unsafe { forward(&a, out_op, lse.as_mut_ptr() as *mut u8) }.unwrap();
-        close("out", &out, &want.out, 1e-10);
-        close("lse", &lse, &want.lse, 1e-10);
+        let nan = |n: usize| Buf::new(&vec![f64::NAN; n], dtype);
+        let mut out = nan(want.out.len());
+        let mut lse = nan(want.lse.len());
+        let out_op = out.op(contiguous([d.batch, d.heads_q, l_n, ev_n]));
+        unsafe { forward(&a, out_op, lse.op([0; 4]).ptr) }.unwrap();
+        close("out", &out.get(), &want.out, tol_out);
+        close("lse", &lse.get(), &want.lse, tol_out);
 
-        let (mut dq, mut dk, mut dv, mut db) = (vec![f64::NAN; q.len()], vec![f64::NAN; k.len()], vec![f64::NAN; v.len()], vec![f64::NAN; want.dbias.len()]);
+        let (mut dq, mut dk, mut dv, mut db) = (nan(q.len()), nan(k.len()), nan(v.len()), nan(want.dbias.len()));
         let grads = Grads {
-            query: Some(op(&mut dq, contiguous([d.batch, d.heads_q, l_n, e_n]))),
-            key: Some(op(&mut dk, contiguous([d.batch, d.heads_kv, s_n, e_n]))),
-            value: Some(op(&mut dv, contiguous([d.batch, d.heads_kv, s_n, ev_n]))),
-            bias: with_bias.then(|| op(&mut db, contiguous([d.batch, d.heads_q, l_n, s_n]))),
+            query: Some(dq.op(contiguous([d.batch, d.heads_q, l_n, e_n]))),
+            key: Some(dk.op(contiguous([d.batch, d.heads_kv, s_n, e_n]))),
+            value: Some(dv.op(contiguous([d.batch, d.heads_kv, s_n, ev_n]))),
+            bias: with_bias.then(|| db.op(contiguous([d.batch, d.heads_q, l_n, s_n]))),
         };
-        let dout_op = op(&mut dout, contiguous([d.batch, d.heads_q, l_n, ev_n]));
-        unsafe { backward(&a, out_op, dout_op, lse.as_ptr() as *const u8, grads) }.unwrap();
-        close("dq", &dq, &want.dq, 1e-9);
-        close("dk", &dk, &want.dk, 1e-9);
-        close("dv", &dv, &want.dv, 1e-9);
+        let dout_op = doutb.op(contiguous([d.batch, d.heads_q, l_n, ev_n]));
+        unsafe { backward(&a, out_op, dout_op, lse.op([0; 4]).ptr, grads) }.unwrap();
+        close("dq", &dq.get(), &want.dq, tol_grad);
+        close("dk", &dk.get(), &want.dk, tol_grad);
+        close("dv", &dv.get(), &want.dv, tol_grad);
         if with_bias {
-            close("dbias", &db, &want.dbias, 1e-9);
+            close("dbias", &db.get(), &want.dbias, tol_grad);
         }
     }
 
@@ -905,6 +1320,8 @@ mod tests {
     fn matches_naive_bias_with_masked_rows() {
         run(dims(2, 2, 1, 33, 65, 8, 5), false, true, 0.0, false, 4);
         run(dims(1, 2, 2, 70, 70, 8, 8), true, true, 0.0, true, 4);
+        // One (b, kv head) pass with causally skipped tiles, keys outnumbering queries.
+        run(dims(1, 2, 2, 67, 131, 8, 8), true, true, 0.0, false, 1);
     }
 
     #[test]
@@ -916,6 +1333,53 @@ mod tests {
     fn matches_naive_dropout() {
         run(dims(2, 4, 2, 70, 66, 4, 5), false, false, 0.3, false, 4);
         run(dims(1, 2, 2, 20, 20, 4, 5), true, true, 0.5, false, 1);
+    }
+
+    #[test]
+    fn float32_tiles_match_naive() {
+        // Feature sizes that are and are not multiples of the micro-kernel's width,
+        // several key blocks with a short last one, both causal aspect ratios.
+        run_typed(dims(1, 2, 2, 130, 200, 64, 64), true, false, 0.0, false, 4, DType::F32);
+        run_typed(dims(2, 4, 2, 200, 70, 40, 33), true, true, 0.0, true, 4, DType::F32);
+        run_typed(dims(1, 2, 1, 97, 129, 64, 16), false, false, 0.2, false, 1, DType::F32);
+    }
+
+    #[test]
+    fn gemm_matches_naive_with_tails_and_transposed_a() {
+        for &(m, n, k) in &[(1, 1, 1), (5, 7, 3), (64, 64, 64), (67, 33, 65), (4, 32, 0), (9, 70, 2)] {
+            let np = padded(n);
+            let a = data(m * k, 7);
+            // The same matrix stored transposed ([k][m]), read with swapped strides.
+            let at: Vec<f64> = (0..k * m).map(|x| a[(x % m) * k + x / m]).collect();
+            let mut b = vec![0.0; k * np + 1];
+            let bd = data(k * n, 8);
+            for kk in 0..k {
+                b[kk * np..kk * np + n].copy_from_slice(&bd[kk * n..(kk + 1) * n]);
+            }
+            let c0 = data(m * np, 9);
+            for accumulate in [false, true] {
+                for transposed in [false, true] {
+                    let am = if transposed { Mat { data: &at[..], rs: 1, cs: m } } else { Mat { data: &a[..], rs: k, cs: 1 } };
+                    let mut c = c0.clone();
+                    gemm(m, n, k, am, &b, np, &mut c, np, accumulate);
+                    for r in 0..m {
+                        for j in 0..n {
+                            let want = if accumulate { c0[r * np + j] } else { 0.0 } + (0..k).map(|kk| a[r * k + kk] * bd[kk * n + j]).sum::<f64>();
+                            let got = c[r * np + j];
+                            assert!((got - want).abs() <= 1e-12 * (1.0 + want.abs()), "m={m} n={n} k={k} ({r},{j}): {got} vs {want}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn row_reductions_cover_the_tail() {
+        let x: Vec<f64> = (0..37).map(|n| ((n * 7) % 37) as f64 - 3.0).collect();
+        assert_eq!(row_max(&x), 33.0);
+        assert_eq!(row_sum(&x), x.iter().sum::<f64>());
+        assert_eq!(row_max::<f64>(&[]), f64::NEG_INFINITY);
     }
 
     #[test]

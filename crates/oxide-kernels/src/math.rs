@@ -257,6 +257,15 @@ pub trait Float:
     fn infinity() -> Self;
     fn nan() -> Self;
     fn from_f64c(v: f64) -> Self;
+    /// `self * a + b`: one fused rounding where the target has FMA
+    /// instructions, else a multiply and an add. Rust never contracts `x * y
+    /// + z` by itself, so dense product loops (attention's tiles) call this to
+    /// get FMA throughput; without FMA hardware a fused `mul_add` would be a
+    /// slow software call, hence the fallback.
+    #[inline(always)]
+    fn mul_add_fast(self, a: Self, b: Self) -> Self {
+        self * a + b
+    }
     #[inline(always)]
     fn recip(self) -> Self {
         Self::ONE / self
@@ -361,6 +370,10 @@ impl Float for f32 {
     fn infinity() -> f32 { f32::INFINITY }
     fn nan() -> f32 { f32::NAN }
     fn from_f64c(v: f64) -> f32 { v as f32 }
+    #[inline(always)]
+    fn mul_add_fast(self, a: f32, b: f32) -> f32 {
+        if cfg!(target_feature = "fma") { f32::mul_add(self, a, b) } else { self * a + b }
+    }
 }
 
 impl Float for f64 {
@@ -408,6 +421,10 @@ impl Float for f64 {
     fn infinity() -> f64 { f64::INFINITY }
     fn nan() -> f64 { f64::NAN }
     fn from_f64c(v: f64) -> f64 { v }
+    #[inline(always)]
+    fn mul_add_fast(self, a: f64, b: f64) -> f64 {
+        if cfg!(target_feature = "fma") { f64::mul_add(self, a, b) } else { self * a + b }
+    }
 }
 
 /// `erfinv` in double: Giles' approximation as a start, then Newton on `erf`.
