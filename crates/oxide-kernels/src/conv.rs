@@ -42,8 +42,8 @@
 //! side by side (`(C * K, nb * L)`), about [`TARGET_COLUMNS`] columns per product
 //! and at most [`COLUMNS_BUDGET`] column elements; operands and results on the
 //! column side are gathered and scattered around the product ([`Plan`]). When a
-//! product is large enough `matrixmultiply` threads it and im2col/col2im split
-//! channels over rayon; otherwise (few channels, depthwise) samples are split over
+//! product is large enough [`crate::linalg::gemm`] splits it over threads and
+//! im2col/col2im split channels over rayon; otherwise (few channels, depthwise) samples are split over
 //! up to `threads` rayon tasks, each with its own buffers and weight gradient partial.
 
 use std::borrow::Cow;
@@ -53,7 +53,7 @@ use rayon::prelude::*;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::GRAIN;
-use crate::linalg::{gemm, GemmShape, Matrix};
+use crate::linalg::{gemm, GemmShape, Matrix, SPLIT_MACS};
 use crate::math::Num;
 
 /// Spatial dimensions the kernels handle.
@@ -510,9 +510,9 @@ impl Plan {
         let (kk, gl) = (ic * win.taps(), win.grid_len().max(1));
         let batch = cv.batch.max(1);
         let chunk = TARGET_COLUMNS.div_ceil(gl).min(COLUMNS_BUDGET / (kk * gl).max(1)).clamp(1, batch);
-        // `matrixmultiply` threads a product only when `m*k + k*n` reaches about
-        // 2^15 per thread; below that, splitting samples is the parallelism there is.
-        let small = kk * (gc + chunk * gl) < 1 << 15;
+        // `linalg::gemm` splits a product over threads only from SPLIT_MACS
+        // multiply-adds; below that, splitting samples is the parallelism there is.
+        let small = gc * kk * chunk * gl < SPLIT_MACS;
         if threads > 1 && small && batch > 1 {
             let per_task = batch.div_ceil(threads.min(batch));
             Plan { chunk: chunk.min(per_task), per_task, tasks: batch.div_ceil(per_task), inner: 1 }
