@@ -768,9 +768,18 @@ mod tests {
             // sin(asin z) = z etc. are checked separately; here the log forms.
             "asin" => -mul(i, ln(mul(i, z) + sqrt(one - mul(z, z)))),
             "acos" => C::new(std::f64::consts::FRAC_PI_2, 0.0) + mul(i, ln(mul(i, z) + sqrt(one - mul(z, z)))),
-            "atan" => mul(C::new(0.0, 0.5), ln(one - mul(i, z)) - ln(one + mul(i, z))),
+            // 1 ± iz with exact signed zeros: SAMPLES[7] lies on atan's branch cut, where
+            // the side is chosen by the sign of a zero real part (as CPU PyTorch does).
+            "atan" => {
+                let iz = C::new(-b, a);
+                mul(C::new(0.0, 0.5), ln(C::new(1.0 - iz.re, -iz.im)) - ln(C::new(1.0 + iz.re, iz.im)))
+            }
             "sigmoid" => div(one, one + exp(-z)),
-            "asinh" => ln(z + sqrt(mul(z, z) + one)),
+            // z^2 + 1 keeps the sign of a zero imaginary part (SAMPLES[7] is on the cut).
+            "asinh" => {
+                let zz = mul(z, z);
+                ln(z + sqrt(C::new(zz.re + 1.0, zz.im)))
+            }
             "acosh" => ln(z + mul(sqrt(z + one), sqrt(z - one))),
             "atanh" => mul(C::new(0.5, 0.0), ln(one + z) - ln(one - z)),
             "expm1" => exp(z) - one,
