@@ -366,6 +366,35 @@ fn scatter<C: Acc>(m: &[C], rows: usize, plane: usize, nb: usize, dst: &mut [C],
     }
 }
 
+/// The column matrix `(channels * taps, nb * grid_len)` of `nb` images (image `j` at
+/// `image[j * sample]`): the images themselves when `direct` (an identity window over
+/// one sample), else [`im2col`] into `cols`.
+#[allow(clippy::too_many_arguments)]
+fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], sample: usize, nb: usize, direct: bool, cols: &'a mut Vec<C>, threads: usize) -> &'a [C] {
+    let rows = channels * w.taps();
+    if direct {
+        return &image[..rows * w.grid_len()];
+    }
+    cols.resize(rows * nb * w.grid_len(), C::ZERO);
+    im2col(w, channels, image, sample, nb, cols, threads);
+    cols
+}
+
+/// `a (m x k) @ src (k x nb * plane)` written as `m` planes of each of `nb` samples,
+/// sample `j` at `dst[j * sample]`: straight into `dst` for one sample, else through
+/// `out` and [`scatter`].
+#[allow(clippy::too_many_arguments)]
+fn product_to_samples<C: Acc>(m: usize, k: usize, a: (&[C], usize, usize), src: &[C], plane: usize, nb: usize, dst: &mut [C], sample: usize, out: &mut Vec<C>) -> Result<()> {
+    if nb == 1 {
+        return product(m, plane, k, a, (src, plane, 1), 0.0, &mut dst[..m * plane], plane);
+    }
+    let cn = nb * plane;
+    out.resize(m * cn, C::ZERO);
+    product(m, cn, k, a, (src, cn, 1), 0.0, out, cn)?;
+    scatter(out, m, plane, nb, dst, sample);
+    Ok(())
+}
+
 /// The compute types: float32, float64 and the integers (wrapping, as C++).
 trait Acc: Num + Send + Sync {
     /// The sum of `values` (the bias gradient).
@@ -551,21 +580,8 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
         let wgt = &w[g * wg..(g + 1) * wg];
         if !cv.transposed {
             // y[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(x[:, g]) (kk x nb*L).
-            let xg = &x[g * ic * il..];
-            let src: &[C] = if direct {
-                &xg[..kk * gl]
-            } else {
-                cols.resize(kk * cn, C::ZERO);
-                im2col(&win, ic, xg, xs, nb, cols, threads);
-                cols
-            };
-            if nb == 1 {
-                product(gc, gl, kk, (wgt, kk, 1), (src, gl, 1), 0.0, &mut y[g * gc * gl..(g + 1) * gc * gl], gl)?;
-            } else {
-                out.resize(gc * cn, C::ZERO);
-                product(gc, cn, kk, (wgt, kk, 1), (src, cn, 1), 0.0, out, cn)?;
-                scatter(out, gc, gl, nb, &mut y[g * gc * gl..], ys);
-            }
+            let src = columns(&win, ic, &x[g * ic * il..], xs, nb, direct, cols, threads);
+            product_to_samples(gc, kk, (wgt, kk, 1), src, gl, nb, &mut y[g * gc * gl..], ys, out)?;
         } else {
             // y[:, g] = col2im(W[g]^T (kk x gc) @ x[:, g] (gc x nb*L)).
             let xg = gather(&x[g * gc * gl..], xs, gc, gl, nb, mat);
@@ -617,35 +633,15 @@ fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<
             }
             if let Some(gw) = gw.as_deref_mut() {
                 // gW[g] (gc x kk) += gy[:, g] (gc x nb*L) @ im2col(x[:, g])^T (nb*L x kk).
-                let xg = &x[g * ic * il..];
-                let src: &[C] = if direct {
-                    &xg[..kk * gl]
-                } else {
-                    cols.resize(kk * cn, C::ZERO);
-                    im2col(&win, ic, xg, xs, nb, cols, threads);
-                    cols
-                };
+                let src = columns(&win, ic, &x[g * ic * il..], xs, nb, direct, cols, threads);
                 product(gc, kk, cn, (gyg, cn, 1), (src, 1, cn), 1.0, &mut gw[wr], kk)?;
             }
         } else {
             // The image side is gy (ic channels), the column side x and gx (gc channels).
-            let gyg = &gy[g * ic * il..];
-            let src: &[C] = if direct {
-                &gyg[..kk * gl]
-            } else {
-                cols.resize(kk * cn, C::ZERO);
-                im2col(&win, ic, gyg, ys, nb, cols, threads);
-                cols
-            };
+            let src = columns(&win, ic, &gy[g * ic * il..], ys, nb, direct, cols, threads);
             if let Some(gx) = gx.as_deref_mut() {
                 // gx[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(gy[:, g]) (kk x nb*L): a convolution.
-                if nb == 1 {
-                    product(gc, gl, kk, (&w[wr.clone()], kk, 1), (src, gl, 1), 0.0, &mut gx[g * gc * gl..(g + 1) * gc * gl], gl)?;
-                } else {
-                    out.resize(gc * cn, C::ZERO);
-                    product(gc, cn, kk, (&w[wr.clone()], kk, 1), (src, cn, 1), 0.0, out, cn)?;
-                    scatter(out, gc, gl, nb, &mut gx[g * gc * gl..], xs);
-                }
+                product_to_samples(gc, kk, (&w[wr.clone()], kk, 1), src, gl, nb, &mut gx[g * gc * gl..], xs, out)?;
             }
             if let Some(gw) = gw.as_deref_mut() {
                 // gW[g] (gc x kk) += x[:, g] (gc x nb*L) @ im2col(gy[:, g])^T (nb*L x kk).
