@@ -15,6 +15,8 @@ def _autoload() -> None:
     """
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402  first: the extension resolves c10 and torch_cpu from the loaded torch
 
 from . import _C  # noqa: E402
@@ -38,6 +40,34 @@ def _register() -> None:
 
 if not hasattr(torch, _BACKEND):
     _register()
+
+
+# Tensors of the exit drain's graph, kept alive here so that the autograd thread never
+# holds the last reference to anything Python owns.
+_DRAIN_GRAPH: list = []
+
+
+def _drain_autograd_device_thread() -> None:
+    """Runs at interpreter exit: lets the autograd engine's oxide thread finish its last graph.
+
+    The engine runs a backward pass of oxide tensors on its own thread, which marks the
+    graph task complete (waking the caller) and only then drops the task. When the
+    task's outputs are Python tensors, that drop needs the GIL; if the main thread has
+    meanwhile reached interpreter finalization, the thread is torn down inside a
+    noexcept frame and the process aborts ("terminate called without an active
+    exception"). A backward queued on the same thread runs only after that drop, so
+    waiting for one here (the GIL is released while waiting) closes the window.
+    """
+    try:
+        x = torch.zeros((), device=_BACKEND, requires_grad=True)
+        y = x * 2.0
+        _DRAIN_GRAPH.extend((x, y))
+        y.backward()
+    except Exception:  # noqa: BLE001  exit must not fail because the drain could not run
+        pass
+
+
+atexit.register(_drain_autograd_device_thread)
 
 
 def __getattr__(name: str):
