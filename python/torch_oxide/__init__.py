@@ -16,6 +16,8 @@ def _autoload() -> None:
 
 
 import atexit  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
 
 import torch  # noqa: E402  first: the extension resolves c10 and torch_cpu from the loaded torch
 
@@ -47,17 +49,38 @@ if not hasattr(torch, _BACKEND):
 _DRAIN_GRAPH: list = []
 
 
+def _autograd_threads_started() -> bool:
+    """Whether the autograd engine has started its device threads (named ``pt_autograd_N``)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+        return any(_thread_name(t).startswith("pt_autograd") for t in tasks)
+    except OSError:  # no procfs: cannot tell, so assume they have
+        return True
+
+
+def _thread_name(tid: str) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read()
+    except OSError:  # the thread ended meanwhile
+        return ""
+
+
 def _drain_autograd_device_thread() -> None:
     """Runs at interpreter exit: lets the autograd engine's oxide thread finish its last graph.
 
     The engine runs a backward pass of oxide tensors on its own thread, which marks the
-    graph task complete (waking the caller) and only then drops the task. When the
-    task's outputs are Python tensors, that drop needs the GIL; if the main thread has
-    meanwhile reached interpreter finalization, the thread is torn down inside a
-    noexcept frame and the process aborts ("terminate called without an active
-    exception"). A backward queued on the same thread runs only after that drop, so
-    waiting for one here (the GIL is released while waiting) closes the window.
+    graph task complete (waking the caller) and only then drops the task. That drop
+    needs the GIL (the task holds Python tensors and thread-local Python state); if the
+    main thread has meanwhile reached interpreter finalization, the thread is torn
+    down inside a noexcept frame and the process aborts ("terminate called without an
+    active exception"). A backward queued on the same thread runs only after the
+    previous drop; its own drop follows its completion by microseconds, covered by a
+    short sleep with the GIL released. Processes that never ran an oxide backward
+    (no ``pt_autograd`` thread) skip all of it.
     """
+    if not _autograd_threads_started():
+        return
     try:
         x = torch.zeros((), device=_BACKEND, requires_grad=True)
         y = x * 2.0
@@ -65,6 +88,7 @@ def _drain_autograd_device_thread() -> None:
         y.backward()
     except Exception:  # noqa: BLE001  exit must not fail because the drain could not run
         pass
+    time.sleep(0.02)
 
 
 atexit.register(_drain_autograd_device_thread)

@@ -30,7 +30,7 @@
 //! plus the bias (broadcast over positions) and its gradient (the sum of `gy`
 //! over batch and positions). In both directions the image is the larger spatial
 //! side (conv input, transposed-conv output) and the columns the other one.
-//! The products run on [`crate::linalg::gemm`] (the `matrixmultiply` crate).
+//! The products run on [`crate::linalg::gemm`] (the `gemm` crate).
 //!
 //! dtypes: float32 and float64 compute in place; float16 and bfloat16 are widened
 //! to float32 on entry, computed in float32 (GEMM and every sum) and rounded
@@ -231,6 +231,64 @@ impl Window {
         }
     }
 
+    /// Unit stride along the two inner dimensions and columns as wide as the image
+    /// (3x3 "same" convolutions, 1x1 unit-stride ones): a tap's grid positions in one
+    /// outer-dimension slab then read one contiguous run of the image, shifted by a
+    /// constant, apart from the entries that fall in the left/right padding and wrap
+    /// onto a neighbouring row. [`Window::unfold_plane`] and [`fold_flat`] copy or add
+    /// that run in one go instead of one short line at a time.
+    fn flat(&self) -> bool {
+        self.stride[1] == 1 && self.stride[2] == 1 && self.grid[2] == self.image[2]
+    }
+
+    /// For a [`flat`](Window::flat) window and tap `tap`: calls `f(slab, run)` for every
+    /// outer grid position whose tap is inside the image, where `slab` is the offset of
+    /// that position's `grid[1] * grid[2]` entries in a column row and `run` gives the
+    /// entries `[first, last)` of the slab that read the image (those in between in
+    /// the padding columns included) and the image index entry `first` reads. Returns
+    /// the inner ranges (rows, columns) of entries that read the image.
+    fn flat_runs(&self, tap: [usize; MAX_SPATIAL], mut f: impl FnMut(usize, (usize, usize, usize))) -> ((usize, usize), (usize, usize)) {
+        let (r0, r1, r2) = (self.inside(0, tap[0]), self.inside(1, tap[1]), self.inside(2, tap[2]));
+        if r1.0 >= r1.1 || r2.0 >= r2.1 {
+            return (r1, r2);
+        }
+        let width = self.grid[2];
+        let slab = self.grid[1] * width;
+        let (first, last) = (r1.0 * width + r2.0, (r1.1 - 1) * width + r2.1);
+        let shift = self.offset(1, tap[1]) * width as isize + self.offset(2, tap[2]);
+        for o0 in r0.0..r0.1 {
+            let i0 = ((o0 * self.stride[0]) as isize + self.offset(0, tap[0])) as usize;
+            let src = (i0 * self.image[1] * width) as isize + first as isize + shift;
+            f(o0 * slab, (first, last, src as usize));
+        }
+        (r1, r2)
+    }
+
+    /// One column row of one image for tap `tap` (a [`flat`](Window::flat) window):
+    /// `part` (`grid_len`) gets image `img` (`image_len`) shifted, zero where the tap
+    /// falls in the padding.
+    fn unfold_plane<C: Acc>(&self, tap: [usize; MAX_SPATIAL], img: &[C], part: &mut [C]) {
+        let width = self.grid[2];
+        let slab = self.grid[1] * width;
+        let mut filled = 0;
+        let (r1, r2) = self.flat_runs(tap, |at, (first, last, src)| {
+            part[filled..at + first].fill(C::ZERO);
+            part[at + first..at + last].copy_from_slice(&img[src..src + (last - first)]);
+            filled = at + last;
+        });
+        part[filled..].fill(C::ZERO);
+        if filled > 0 && (r2.0 > 0 || r2.1 < width) {
+            // Entries of the padding columns between the runs' ends read a neighbouring row.
+            for at in (0..part.len()).step_by(slab) {
+                for row in r1.0..r1.1 {
+                    let line = &mut part[at + row * width..at + (row + 1) * width];
+                    line[..r2.0].fill(C::ZERO);
+                    line[r2.1..].fill(C::ZERO);
+                }
+            }
+        }
+    }
+
     /// Tap index `t` (row-major over the kernel) as per-dimension taps.
     fn tap(&self, t: usize) -> [usize; MAX_SPATIAL] {
         [t / (self.kernel[1] * self.kernel[2]), t / self.kernel[2] % self.kernel[1], t % self.kernel[2]]
@@ -267,9 +325,16 @@ fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], sample: usize, nb: u
     let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
     let ld = nb * gl;
     let (g2, s2) = (w.grid[2], w.stride[2]);
+    let flat = w.flat();
     for_each_channel(&mut cols[..channels * taps * ld], channels, taps * ld, threads, |c, rows| {
         for (t, row) in rows.chunks_mut(ld).enumerate() {
             let tap = w.tap(t);
+            if flat {
+                for (j, part) in row.chunks_mut(gl).enumerate() {
+                    w.unfold_plane(tap, &image[j * sample + c * il..j * sample + (c + 1) * il], part);
+                }
+                continue;
+            }
             let off = w.offset(2, tap[2]);
             for (j, part) in row.chunks_mut(gl).enumerate() {
                 let img = &image[j * sample + c * il..j * sample + (c + 1) * il];
@@ -325,6 +390,56 @@ fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, image: &mu
             });
         }
     };
+    for_each_plane(nb, channels, il, image, sample, threads, fold_plane);
+}
+
+/// [`col2im`] of a column matrix the caller owns and no longer needs: for a
+/// [`flat`](Window::flat) window the entries that read the padding are zeroed first,
+/// so that each tap of each image plane is added as one contiguous run ([`fold_flat`]);
+/// the padding entries land, as zeros, on pixels of neighbouring rows.
+fn col2im_scratch<C: Acc>(w: &Window, channels: usize, cols: &mut [C], nb: usize, image: &mut [C], sample: usize, threads: usize) {
+    let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
+    if !w.flat() || il == 0 || nb == 0 {
+        return col2im(w, channels, cols, nb, image, sample, threads);
+    }
+    let (width, lines) = (w.grid[2], w.grid[1]);
+    let ld = nb * gl;
+    for_each_channel(&mut cols[..channels * taps * ld], channels * taps, ld, threads, |ct, row| {
+        let tap = w.tap(ct % taps);
+        let (r1, r2) = (w.inside(1, tap[1]), w.inside(2, tap[2]));
+        if r2.0 == 0 && r2.1 == width {
+            return;
+        }
+        // Line k of the row is line k % grid[1] of its slab.
+        for line in row.chunks_mut(width).enumerate().filter(|(k, _)| (r1.0..r1.1).contains(&(k % lines))).map(|(_, l)| l) {
+            line[..r2.0].fill(C::ZERO);
+            line[r2.1..].fill(C::ZERO);
+        }
+    });
+    fold_flat(w, channels, cols, nb, image, sample, threads);
+}
+
+/// [`col2im`] for a [`flat`](Window::flat) window whose padding entries are zero.
+fn fold_flat<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, image: &mut [C], sample: usize, threads: usize) {
+    let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
+    let ld = nb * gl;
+    let fold_plane = |j: usize, c: usize, img: &mut [C]| {
+        img.fill(C::ZERO);
+        for t in 0..taps {
+            let row = &cols[(c * taps + t) * ld + j * gl..(c * taps + t) * ld + (j + 1) * gl];
+            w.flat_runs(w.tap(t), |at, (first, last, src)| {
+                for (p, &v) in img[src..src + (last - first)].iter_mut().zip(&row[at + first..at + last]) {
+                    *p = p.add(v);
+                }
+            });
+        }
+    };
+    for_each_plane(nb, channels, il, image, sample, threads, fold_plane);
+}
+
+/// Runs `f(j, c, plane)` for the `channels` planes of `il` elements of each of `nb`
+/// images (image `j` at `image[j * sample]`), split over rayon tasks when large.
+fn for_each_plane<C: Send>(nb: usize, channels: usize, il: usize, image: &mut [C], sample: usize, threads: usize, f: impl Fn(usize, usize, &mut [C]) + Sync) {
     // Planes (j, c) are disjoint and independent, so they split over tasks in any order.
     let mut planes: Vec<&mut [C]> = Vec::with_capacity(nb * channels);
     let mut rest = image;
@@ -334,9 +449,9 @@ fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, image: &mu
         rest = tail;
     }
     if tasks_for(nb * channels * il, threads) <= 1 {
-        planes.into_iter().enumerate().for_each(|(k, img)| fold_plane(k / channels, k % channels, img));
+        planes.into_iter().enumerate().for_each(|(k, img)| f(k / channels, k % channels, img));
     } else {
-        planes.into_par_iter().enumerate().for_each(|(k, img)| fold_plane(k / channels, k % channels, img));
+        planes.into_par_iter().enumerate().for_each(|(k, img)| f(k / channels, k % channels, img));
     }
 }
 
@@ -511,7 +626,7 @@ fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[
     unsafe { gemm(C::DTYPE, GemmShape { batch: 1, m, n, k }, 1.0, mat(a.0.as_ptr(), a.1, a.2), mat(b.0.as_ptr(), b.1, b.2), beta, mat(c.as_mut_ptr(), ldc, 1)) }
 }
 
-/// Columns a convolution's GEMM should have at least. `matrixmultiply` packs the
+/// Columns a convolution's GEMM should have at least. The GEMM packs the
 /// weight operand again for every product, so one product per sample on small
 /// feature maps (ResNet's 2x2 to 8x8 late stages) spends its time packing the
 /// weight; laying about this many columns of consecutive samples side by side
@@ -591,7 +706,7 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
             } else {
                 cols.resize(kk * cn, C::ZERO);
                 product(kk, cn, gc, (wgt, 1, kk), (xg, cn, 1), 0.0, cols, cn)?;
-                col2im(&win, ic, cols, nb, yg, ys, threads);
+                col2im_scratch(&win, ic, cols, nb, yg, ys, threads);
             }
         }
     }
@@ -628,7 +743,7 @@ fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<
                 } else {
                     cols.resize(kk * cn, C::ZERO);
                     product(kk, cn, gc, (&w[wr.clone()], 1, kk), (gyg, cn, 1), 0.0, cols, cn)?;
-                    col2im(&win, ic, cols, nb, gxg, xs, threads);
+                    col2im_scratch(&win, ic, cols, nb, gxg, xs, threads);
                 }
             }
             if let Some(gw) = gw.as_deref_mut() {
@@ -1114,6 +1229,11 @@ mod tests {
             case(2, 2, 4, 2, &[2, 3, 2], &[2, 2, 3], &[2, 1, 1], &[0, 1, 1], &[1, 1, 2]).transposed(&[1, 0, 0]),
             case(3, 3, 2, 1, &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]),
             case(2, 3, 2, 1, &[3], &[1], &[1], &[0], &[3]).transposed(&[2]),
+            // "Same"-size windows (Window::flat): dilated, wider than the image, strided outer dimension.
+            case(2, 3, 2, 1, &[6, 7], &[3, 3], &[1, 1], &[2, 2], &[2, 2]),
+            case(2, 2, 2, 1, &[3, 3], &[5, 5], &[1, 1], &[2, 2], &[1, 1]),
+            case(2, 2, 3, 1, &[5, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]),
+            case(2, 2, 3, 1, &[3, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]).transposed(&[0, 0, 0]),
         ]
     }
 
@@ -1204,6 +1324,7 @@ mod tests {
             (2usize, 3usize, [5usize, 6usize], [2usize, 3usize], [1usize, 2usize], [1usize, 0usize], [1usize, 1usize]),
             (1, 2, [7, 4], [3, 2], [2, 1], [2, 1], [2, 1]),
             (5, 1, [3, 3], [1, 1], [1, 1], [0, 0], [1, 1]),
+            (2, 2, [4, 5], [3, 3], [1, 1], [1, 1], [1, 1]),
         ] {
             let u = Unfold { batch, channels, image, kernel, stride, padding, dilation };
             let w = u.window("im2col").unwrap();

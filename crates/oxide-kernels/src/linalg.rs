@@ -1,12 +1,15 @@
-//! Batched strided GEMM, `C = alpha * A @ B + beta * C`, on the
-//! `matrixmultiply` crate (BLIS-style packed kernels with runtime CPU feature
-//! detection), single-threaded per call; products of at least [`SPLIT_MACS`]
-//! multiply-adds are split over rayon: whole batch entries when there are at
-//! least as many as threads, else the output's columns (or rows, when it is
-//! taller than wide) in one block per thread. `matrixmultiply`'s own
-//! `threading` feature is off: on these machines it ran no faster on two
-//! threads than on one, and its thread wake-ups tripled the time of small
-//! products (a [32, 128] x [128, 512] mm took 109 us against 40 us single-threaded).
+//! Batched strided GEMM, `C = alpha * A @ B + beta * C`, on the `gemm` crate
+//! (BLIS-style packed micro-kernels, AVX-512 through its `x86-v4` feature, chosen by
+//! runtime CPU feature detection), single-threaded per call; products of at least
+//! [`SPLIT_MACS`] multiply-adds are split over rayon: whole batch entries when there
+//! are at least as many as threads, else the output's columns (or rows, when it is
+//! taller than wide) in one block per thread. Splitting ourselves rather than with
+//! `gemm::Parallelism::Rayon` keeps small products on one thread: the crate's own
+//! split halved the speed of a [32, 4096] x [4096, 144] product on two threads.
+//!
+//! Why `gemm` and not `matrixmultiply` (used until stop 11): on the 2-core AVX-512
+//! CI machine, single-threaded float32 1024^3 ran at about 155 GF/s against 140,
+//! and split over two threads at 215-305 GF/s against 150-165 (512^3 to 2048^3).
 //!
 //! float32/float64/complex64/complex128 run in place on arbitrary strides;
 //! float16/bfloat16 are widened to float32, multiplied, and rounded once
@@ -100,40 +103,10 @@ pub unsafe fn gemm(dtype: DType, s: GemmShape, alpha: f64, a: Matrix, b: Matrix,
     // SAFETY: forwarded contract throughout.
     unsafe {
         match dtype {
-            DType::F32 => schedule(s, |i, r, q| {
-                matrixmultiply::sgemm(
-                    r.len(), s.k, q.len(), alpha as f32,
-                    a.elem::<f32>(i, r.start, 0), a.row_stride, a.col_stride,
-                    b.elem::<f32>(i, 0, q.start), b.row_stride, b.col_stride,
-                    beta as f32, c.elem::<f32>(i, r.start, q.start), c.row_stride, c.col_stride,
-                )
-            }),
-            DType::F64 => schedule(s, |i, r, q| {
-                matrixmultiply::dgemm(
-                    r.len(), s.k, q.len(), alpha,
-                    a.elem::<f64>(i, r.start, 0), a.row_stride, a.col_stride,
-                    b.elem::<f64>(i, 0, q.start), b.row_stride, b.col_stride,
-                    beta, c.elem::<f64>(i, r.start, q.start), c.row_stride, c.col_stride,
-                )
-            }),
-            DType::C64 => schedule(s, |i, r, q| {
-                use matrixmultiply::CGemmOption::Standard;
-                matrixmultiply::cgemm(
-                    Standard, Standard, r.len(), s.k, q.len(), [alpha as f32, 0.0],
-                    a.elem::<[f32; 2]>(i, r.start, 0), a.row_stride, a.col_stride,
-                    b.elem::<[f32; 2]>(i, 0, q.start), b.row_stride, b.col_stride,
-                    [beta as f32, 0.0], c.elem::<[f32; 2]>(i, r.start, q.start), c.row_stride, c.col_stride,
-                )
-            }),
-            DType::C128 => schedule(s, |i, r, q| {
-                use matrixmultiply::CGemmOption::Standard;
-                matrixmultiply::zgemm(
-                    Standard, Standard, r.len(), s.k, q.len(), [alpha, 0.0],
-                    a.elem::<[f64; 2]>(i, r.start, 0), a.row_stride, a.col_stride,
-                    b.elem::<[f64; 2]>(i, 0, q.start), b.row_stride, b.col_stride,
-                    [beta, 0.0], c.elem::<[f64; 2]>(i, r.start, q.start), c.row_stride, c.col_stride,
-                )
-            }),
+            DType::F32 => schedule(s, |i, r, q| packed::<f32>(i, r, q, s.k, alpha as f32, a, b, beta as f32, c)),
+            DType::F64 => schedule(s, |i, r, q| packed::<f64>(i, r, q, s.k, alpha, a, b, beta, c)),
+            DType::C64 => schedule(s, |i, r, q| packed::<gemm::c32>(i, r, q, s.k, gemm::c32::new(alpha as f32, 0.0), a, b, gemm::c32::new(beta as f32, 0.0), c)),
+            DType::C128 => schedule(s, |i, r, q| packed::<gemm::c64>(i, r, q, s.k, gemm::c64::new(alpha, 0.0), a, b, gemm::c64::new(beta, 0.0), c)),
             DType::F16 => widened::<half::f16>(s, alpha, a, b, beta, c),
             DType::BF16 => widened::<half::bf16>(s, alpha, a, b, beta, c),
             DType::Bool | DType::C32 => return Err(Error::UnsupportedDtype { op: "mm", dtype }),
@@ -148,6 +121,25 @@ pub unsafe fn gemm(dtype: DType, s: GemmShape, alpha: f64, a: Matrix, b: Matrix,
         }
     }
     Ok(())
+}
+
+/// Block (`rows`, `cols`) of batch entry `i` of `C = alpha * A @ B + beta * C` through
+/// the `gemm` crate, single-threaded (the caller's [`schedule`] splits work over threads).
+/// `gemm::gemm` computes `dst = alpha' * dst + beta' * lhs @ rhs`, reading dst only when
+/// asked, so our (alpha, beta) are its (beta', alpha') and dst is read only for `beta != 0`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn packed<T: 'static + Copy + PartialEq + Default>(i: usize, rows: Range<usize>, cols: Range<usize>, k: usize, alpha: T, a: Matrix, b: Matrix, beta: T, c: Matrix) {
+    let read_c = beta != T::default();
+    // SAFETY: the caller's contract (`gemm`): every addressed element is valid, C's block is exclusive.
+    unsafe {
+        gemm::gemm(
+            rows.len(), cols.len(), k,
+            c.elem::<T>(i, rows.start, cols.start), c.col_stride, c.row_stride, read_c,
+            a.elem::<T>(i, rows.start, 0), a.col_stride, a.row_stride,
+            b.elem::<T>(i, 0, cols.start), b.col_stride, b.row_stride,
+            beta, alpha, false, false, false, gemm::Parallelism::None,
+        )
+    }
 }
 
 /// Gathers an (r x c) strided matrix of `T` into a row-major f32 buffer.
@@ -257,5 +249,65 @@ mod tests {
         let s = GemmShape { batch: 1, m: 1, n: 2, k: 0 };
         unsafe { gemm(DType::F64, s, 1.0, am, mat(&mut b, 1, 1), 0.0, mat(&mut c, 1, 1)).unwrap() };
         assert_eq!(c, [0.0, 0.0]);
+    }
+
+    /// Deterministic values in [-1, 1) (a linear congruential sequence).
+    fn values(n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn large_split_products_match_naive_for_real_and_complex() {
+        // 96 x 80 x 130: above SPLIT_MACS, so split into column blocks over threads
+        // (ragged: 130 is not a multiple of 16); A transposed, C strided with beta != 0.
+        let (m, n, k) = (96usize, 130usize, 80usize);
+        let (av, bv, cv) = (values(m * k, 1), values(k * n, 2), values(m * n, 3));
+        let reference = |alpha: f64, beta: f64| -> Vec<f64> {
+            (0..m * n).map(|e| {
+                let (r, q) = (e / n, e % n);
+                alpha * (0..k).map(|l| av[l * m + r] * bv[l * n + q]).sum::<f64>() + beta * cv[e]
+            }).collect()
+        };
+        let s = GemmShape { batch: 1, m, n, k };
+        let want = reference(1.5, -0.5);
+        let mut a32: Vec<f32> = av.iter().map(|&v| v as f32).collect();
+        let mut b32: Vec<f32> = bv.iter().map(|&v| v as f32).collect();
+        let mut c32: Vec<f32> = cv.iter().flat_map(|&v| [v as f32, f32::NAN]).collect();
+        unsafe { gemm(DType::F32, s, 1.5, mat(&mut a32, 1, m as isize), mat(&mut b32, n as isize, 1), -0.5, mat(&mut c32, 2 * n as isize, 2)).unwrap() };
+        for e in 0..m * n {
+            assert!((c32[2 * e] as f64 - want[e]).abs() < 1e-4, "f32 {e}: {} vs {}", c32[2 * e], want[e]);
+            assert!(c32[2 * e + 1].is_nan(), "f32 wrote outside its block");
+        }
+        let (mut a64, mut b64) = (av.clone(), bv.clone());
+        let mut c64 = vec![f64::NAN; m * n];
+        unsafe { gemm(DType::F64, s, 1.0, mat(&mut a64, 1, m as isize), mat(&mut b64, n as isize, 1), 0.0, mat(&mut c64, n as isize, 1)).unwrap() };
+        let want0 = reference(1.0, 0.0);
+        for e in 0..m * n {
+            assert!((c64[e] - want0[e]).abs() < 1e-12, "f64 {e}: beta 0 must ignore NaN in C");
+        }
+        // complex64: A = av + i*bv' and B real-valued plus an imaginary copy; compared
+        // with the real products (a + ib)(c + id) = (ac - bd) + i(ad + bc).
+        let ai: Vec<f64> = values(m * k, 4);
+        let bi: Vec<f64> = values(k * n, 5);
+        let mut ac: Vec<[f32; 2]> = av.iter().zip(&ai).map(|(&r, &i)| [r as f32, i as f32]).collect();
+        let mut bc: Vec<[f32; 2]> = bv.iter().zip(&bi).map(|(&r, &i)| [r as f32, i as f32]).collect();
+        let mut cc = vec![[0f32; 2]; m * n];
+        unsafe { gemm(DType::C64, s, 1.0, mat(&mut ac, 1, m as isize), mat(&mut bc, n as isize, 1), 0.0, mat(&mut cc, n as isize, 1)).unwrap() };
+        for e in 0..m * n {
+            let (r, q) = (e / n, e % n);
+            let (mut re, mut im) = (0.0, 0.0);
+            for l in 0..k {
+                let (x, y) = ((av[l * m + r], ai[l * m + r]), (bv[l * n + q], bi[l * n + q]));
+                re += x.0 * y.0 - x.1 * y.1;
+                im += x.0 * y.1 + x.1 * y.0;
+            }
+            assert!((cc[e][0] as f64 - re).abs() < 1e-4 && (cc[e][1] as f64 - im).abs() < 1e-4, "c64 {e}");
+        }
     }
 }
