@@ -235,63 +235,100 @@ impl Window {
     /// (3x3 "same" convolutions, 1x1 unit-stride ones): a tap's grid positions in one
     /// outer-dimension slab then read one contiguous run of the image, shifted by a
     /// constant, apart from the entries that fall in the left/right padding and wrap
-    /// onto a neighbouring row. [`Window::unfold_plane`] and [`fold_flat`] copy or add
+    /// onto a neighbouring row. [`FlatTap::unfold`] and [`FlatTap::fold`] copy or add
     /// that run in one go instead of one short line at a time.
     fn flat(&self) -> bool {
         self.stride[1] == 1 && self.stride[2] == 1 && self.grid[2] == self.image[2]
     }
 
-    /// For a [`flat`](Window::flat) window and tap `tap`: calls `f(slab, run)` for every
-    /// outer grid position whose tap is inside the image, where `slab` is the offset of
-    /// that position's `grid[1] * grid[2]` entries in a column row and `run` gives the
-    /// entries `[first, last)` of the slab that read the image (those in between in
-    /// the padding columns included) and the image index entry `first` reads. Returns
-    /// the inner ranges (rows, columns) of entries that read the image.
-    fn flat_runs(&self, tap: [usize; MAX_SPATIAL], mut f: impl FnMut(usize, (usize, usize, usize))) -> ((usize, usize), (usize, usize)) {
-        let (r0, r1, r2) = (self.inside(0, tap[0]), self.inside(1, tap[1]), self.inside(2, tap[2]));
-        if r1.0 >= r1.1 || r2.0 >= r2.1 {
-            return (r1, r2);
-        }
-        let width = self.grid[2];
-        let slab = self.grid[1] * width;
-        let (first, last) = (r1.0 * width + r2.0, (r1.1 - 1) * width + r2.1);
-        let shift = self.offset(1, tap[1]) * width as isize + self.offset(2, tap[2]);
-        for o0 in r0.0..r0.1 {
-            let i0 = ((o0 * self.stride[0]) as isize + self.offset(0, tap[0])) as usize;
-            let src = (i0 * self.image[1] * width) as isize + first as isize + shift;
-            f(o0 * slab, (first, last, src as usize));
-        }
-        (r1, r2)
-    }
-
-    /// One column row of one image for tap `tap` (a [`flat`](Window::flat) window):
-    /// `part` (`grid_len`) gets image `img` (`image_len`) shifted, zero where the tap
-    /// falls in the padding.
-    fn unfold_plane<C: Acc>(&self, tap: [usize; MAX_SPATIAL], img: &[C], part: &mut [C]) {
-        let width = self.grid[2];
-        let slab = self.grid[1] * width;
-        let mut filled = 0;
-        let (r1, r2) = self.flat_runs(tap, |at, (first, last, src)| {
-            part[filled..at + first].fill(C::ZERO);
-            part[at + first..at + last].copy_from_slice(&img[src..src + (last - first)]);
-            filled = at + last;
-        });
-        part[filled..].fill(C::ZERO);
-        if filled > 0 && (r2.0 > 0 || r2.1 < width) {
-            // Entries of the padding columns between the runs' ends read a neighbouring row.
-            for at in (0..part.len()).step_by(slab) {
-                for row in r1.0..r1.1 {
-                    let line = &mut part[at + row * width..at + (row + 1) * width];
-                    line[..r2.0].fill(C::ZERO);
-                    line[r2.1..].fill(C::ZERO);
+    /// Where each tap of a [`flat`](Window::flat) window reads the image (see [`FlatTap`]),
+    /// computed once per call rather than once per image plane.
+    fn flat_taps(&self) -> Vec<FlatTap> {
+        let (width, slab) = (self.grid[2], self.grid[1] * self.grid[2]);
+        (0..self.taps())
+            .map(|t| {
+                let tap = self.tap(t);
+                let (r0, rows, cols) = (self.inside(0, tap[0]), self.inside(1, tap[1]), self.inside(2, tap[2]));
+                let mut runs = Vec::new();
+                if rows.0 < rows.1 && cols.0 < cols.1 {
+                    let (first, last) = (rows.0 * width + cols.0, (rows.1 - 1) * width + cols.1);
+                    let shift = self.offset(1, tap[1]) * width as isize + self.offset(2, tap[2]);
+                    for o0 in r0.0..r0.1 {
+                        let i0 = ((o0 * self.stride[0]) as isize + self.offset(0, tap[0])) as usize;
+                        let src = (i0 * self.image[1] * width) as isize + first as isize + shift;
+                        runs.push((o0 * slab + first, o0 * slab + last, src as usize));
+                    }
                 }
-            }
-        }
+                FlatTap { runs, rows, cols, width, slab }
+            })
+            .collect()
     }
 
     /// Tap index `t` (row-major over the kernel) as per-dimension taps.
     fn tap(&self, t: usize) -> [usize; MAX_SPATIAL] {
         [t / (self.kernel[1] * self.kernel[2]), t / self.kernel[2] % self.kernel[1], t % self.kernel[2]]
+    }
+}
+
+/// One tap of a [`flat`](Window::flat) window: within one image's column row
+/// (`grid_len` entries), `runs` lists `(begin, end, src)`: entries `[begin, end)` read
+/// image entries `[src, src + end - begin)` one to one, except those in columns outside
+/// `cols` (they fall in the left/right padding and would read a neighbouring row); rows
+/// outside `rows` and entries outside every run read the padding.
+#[derive(Debug, Clone)]
+struct FlatTap {
+    runs: Vec<(usize, usize, usize)>,
+    rows: (usize, usize),
+    cols: (usize, usize),
+    width: usize,
+    slab: usize,
+}
+
+impl FlatTap {
+    /// Whether some columns of the rows read the padding.
+    fn partial_rows(&self) -> bool {
+        self.cols.0 > 0 || self.cols.1 < self.width
+    }
+
+    /// Zeroes the entries of `part` (one image's column row) in padding columns of
+    /// this tap's rows: one or two entries per row, written one at a time (a
+    /// `fill` of so few would be a `memset` call each).
+    fn zero_padding_columns<C: Acc>(&self, part: &mut [C]) {
+        if !self.partial_rows() || self.runs.is_empty() {
+            return;
+        }
+        for at in (0..part.len()).step_by(self.slab.max(1)) {
+            for row in self.rows.0..self.rows.1 {
+                let line = &mut part[at + row * self.width..at + (row + 1) * self.width];
+                let (left, rest) = line.split_at_mut(self.cols.0);
+                for v in left.iter_mut().chain(&mut rest[self.cols.1 - self.cols.0..]) {
+                    // SAFETY: `v` is a valid exclusive reference. Volatile keeps the
+                    // compiler from turning these few stores into a `memset` call.
+                    unsafe { std::ptr::write_volatile(v, C::ZERO) };
+                }
+            }
+        }
+    }
+
+    /// `part` (one image's column row) from image plane `img`: the runs copied, the rest zero.
+    fn unfold<C: Acc>(&self, img: &[C], part: &mut [C]) {
+        let mut filled = 0;
+        for &(begin, end, src) in &self.runs {
+            part[filled..begin].fill(C::ZERO);
+            part[begin..end].copy_from_slice(&img[src..src + (end - begin)]);
+            filled = end;
+        }
+        part[filled..].fill(C::ZERO);
+        self.zero_padding_columns(part);
+    }
+
+    /// `img += part` over the runs; `part`'s padding-column entries must be zero.
+    fn fold<C: Acc>(&self, part: &[C], img: &mut [C]) {
+        for &(begin, end, src) in &self.runs {
+            for (p, &v) in img[src..src + (end - begin)].iter_mut().zip(&part[begin..end]) {
+                *p = p.add(v);
+            }
+        }
     }
 }
 
@@ -325,13 +362,13 @@ fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], sample: usize, nb: u
     let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
     let ld = nb * gl;
     let (g2, s2) = (w.grid[2], w.stride[2]);
-    let flat = w.flat();
+    let flat = if w.flat() { w.flat_taps() } else { Vec::new() };
     for_each_channel(&mut cols[..channels * taps * ld], channels, taps * ld, threads, |c, rows| {
         for (t, row) in rows.chunks_mut(ld).enumerate() {
             let tap = w.tap(t);
-            if flat {
+            if let Some(ft) = flat.get(t) {
                 for (j, part) in row.chunks_mut(gl).enumerate() {
-                    w.unfold_plane(tap, &image[j * sample + c * il..j * sample + (c + 1) * il], part);
+                    ft.unfold(&image[j * sample + c * il..j * sample + (c + 1) * il], part);
                 }
                 continue;
             }
@@ -395,46 +432,26 @@ fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, image: &mu
 
 /// [`col2im`] of a column matrix the caller owns and no longer needs: for a
 /// [`flat`](Window::flat) window the entries that read the padding are zeroed first,
-/// so that each tap of each image plane is added as one contiguous run ([`fold_flat`]);
+/// so that each tap of each image plane is added as one contiguous run ([`FlatTap::fold`]);
 /// the padding entries land, as zeros, on pixels of neighbouring rows.
 fn col2im_scratch<C: Acc>(w: &Window, channels: usize, cols: &mut [C], nb: usize, image: &mut [C], sample: usize, threads: usize) {
     let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
     if !w.flat() || il == 0 || nb == 0 {
         return col2im(w, channels, cols, nb, image, sample, threads);
     }
-    let (width, lines) = (w.grid[2], w.grid[1]);
+    let flat = w.flat_taps();
     let ld = nb * gl;
     for_each_channel(&mut cols[..channels * taps * ld], channels * taps, ld, threads, |ct, row| {
-        let tap = w.tap(ct % taps);
-        let (r1, r2) = (w.inside(1, tap[1]), w.inside(2, tap[2]));
-        if r2.0 == 0 && r2.1 == width {
-            return;
-        }
-        // Line k of the row is line k % grid[1] of its slab.
-        for line in row.chunks_mut(width).enumerate().filter(|(k, _)| (r1.0..r1.1).contains(&(k % lines))).map(|(_, l)| l) {
-            line[..r2.0].fill(C::ZERO);
-            line[r2.1..].fill(C::ZERO);
+        row.chunks_mut(gl).for_each(|part| flat[ct % taps].zero_padding_columns(part));
+    });
+    let cols = &*cols;
+    for_each_plane(nb, channels, il, image, sample, threads, |j, c, img| {
+        img.fill(C::ZERO);
+        for (t, ft) in flat.iter().enumerate() {
+            let row = (c * taps + t) * ld + j * gl;
+            ft.fold(&cols[row..row + gl], img);
         }
     });
-    fold_flat(w, channels, cols, nb, image, sample, threads);
-}
-
-/// [`col2im`] for a [`flat`](Window::flat) window whose padding entries are zero.
-fn fold_flat<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, image: &mut [C], sample: usize, threads: usize) {
-    let (il, gl, taps) = (w.image_len(), w.grid_len(), w.taps());
-    let ld = nb * gl;
-    let fold_plane = |j: usize, c: usize, img: &mut [C]| {
-        img.fill(C::ZERO);
-        for t in 0..taps {
-            let row = &cols[(c * taps + t) * ld + j * gl..(c * taps + t) * ld + (j + 1) * gl];
-            w.flat_runs(w.tap(t), |at, (first, last, src)| {
-                for (p, &v) in img[src..src + (last - first)].iter_mut().zip(&row[at + first..at + last]) {
-                    *p = p.add(v);
-                }
-            });
-        }
-    };
-    for_each_plane(nb, channels, il, image, sample, threads, fold_plane);
 }
 
 /// Runs `f(j, c, plane)` for the `channels` planes of `il` elements of each of `nb`
