@@ -126,6 +126,12 @@ pub unsafe fn gemm(dtype: DType, s: GemmShape, alpha: f64, a: Matrix, b: Matrix,
 /// Most rows of a block for which a column-major B goes through [`reoriented`].
 const REORIENT_MAX_ROWS: usize = 256;
 
+/// Least ratio `k / m` for which a column-major B goes through [`reoriented`]: its
+/// gain scales with `k * n` (B's slow packing), its cost with `m * n` (adding the
+/// column-major result into C). At [32, 128] x [128, 512] (ratio 4) the two broke even
+/// (47 us either way); at [32, 2048] x [2048, 144] (ratio 64) it took 0.2-0.27 ms against 0.39-0.53.
+const REORIENT_MIN_DEPTH_RATIO: usize = 8;
+
 /// Block (`rows`, `cols`) of batch entry `i` of `C = alpha * A @ B + beta * C` through
 /// the `gemm` crate, single-threaded (the caller's [`schedule`] splits work over threads).
 /// `gemm::gemm` computes `dst = alpha' * dst + beta' * lhs @ rhs`, reading dst only when
@@ -134,7 +140,7 @@ const REORIENT_MAX_ROWS: usize = 256;
 unsafe fn packed<T: Scalar>(i: usize, rows: Range<usize>, cols: Range<usize>, k: usize, alpha: T, a: Matrix, b: Matrix, beta: T, c: Matrix) {
     let (m, n) = (rows.len(), cols.len());
     let (ap, bp, cp) = (a.elem::<T>(i, rows.start, 0), b.elem::<T>(i, 0, cols.start), c.elem::<T>(i, rows.start, cols.start));
-    if c.col_stride == 1 && b.row_stride == 1 && b.col_stride != 1 && m <= REORIENT_MAX_ROWS && m * n * k >= 1 << 14 {
+    if c.col_stride == 1 && b.row_stride == 1 && b.col_stride != 1 && m <= REORIENT_MAX_ROWS && k >= REORIENT_MIN_DEPTH_RATIO * m && m * n * k >= 1 << 14 {
         // SAFETY: forwarded contract.
         return unsafe { reoriented(m, n, k, alpha, (ap, a.row_stride, a.col_stride), (bp, b.col_stride), beta, (cp, c.row_stride)) };
     }
@@ -155,8 +161,9 @@ trait Scalar: 'static + Copy + PartialEq + Default + std::ops::Add<Output = Self
 impl<T: 'static + Copy + PartialEq + Default + std::ops::Add<Output = T> + std::ops::Mul<Output = T>> Scalar for T {}
 
 /// `C (m x n, row stride ldc, unit column stride) = alpha * A @ B + beta * C` for a B
-/// stored column by column (`B[l, q]` at `b + q * ldb`, as `x @ W^T` in `nn.Linear`
-/// and `gy @ columns^T` in a convolution's weight gradient) and few rows.
+/// stored column by column (`B[l, q]` at `b + q * ldb`, as `gy @ columns^T` in a
+/// convolution's weight gradient, or `x @ W^T` in `nn.Linear` with many input
+/// features), few rows and a long inner dimension.
 ///
 /// Why: `gemm` packs its left operand in its column-major frame; with a row-major C
 /// that operand is B^T, and a column-major B makes that packing a strided gather
@@ -365,9 +372,10 @@ mod tests {
 
     #[test]
     fn column_major_b_with_few_rows_is_reoriented_and_matches_naive() {
-        // x @ W^T as nn.Linear forms it: B column-major, C row-major, m small enough for
-        // `reoriented`; A row-major (copied m-contiguous) and column-major (used in place).
-        let (m, n, k) = (24usize, 72usize, 40usize);
+        // x @ W^T as nn.Linear forms it: B column-major, C row-major, m small and k long
+        // enough for `reoriented`; A row-major (copied m-contiguous) and column-major (in place).
+        let (m, n, k) = (8usize, 72usize, 80usize);
+        assert!(k >= REORIENT_MIN_DEPTH_RATIO * m && m <= REORIENT_MAX_ROWS && m * n * k >= 1 << 14);
         let (av, bv, cv) = (values(m * k, 7), values(k * n, 8), values(m * n, 9));
         let b_at = |l: usize, q: usize| bv[q * k + l];
         for a_row_major in [true, false] {
