@@ -180,9 +180,17 @@ unsafe fn reoriented<T: Scalar>(m: usize, n: usize, k: usize, alpha: T, (ap, ars
         let (lhs, lhs_cs) = if ars == 1 {
             (ap, acs)
         } else {
-            let mut at = Vec::with_capacity(m * k);
-            for l in 0..k {
-                at.extend((0..m).map(|r| *ap.offset(r as isize * ars + l as isize * acs)));
+            // Eight rows at a time: eight sequential read streams along k, and each
+            // write lands eight contiguous elements (a row at a time would gather with stride k).
+            let mut at = vec![T::default(); m * k];
+            for r0 in (0..m).step_by(8) {
+                let rb = 8.min(m - r0);
+                for l in 0..k {
+                    let dst = &mut at[l * m + r0..l * m + r0 + rb];
+                    for (i, v) in dst.iter_mut().enumerate() {
+                        *v = *ap.offset((r0 + i) as isize * ars + l as isize * acs);
+                    }
+                }
             }
             copied = at;
             (copied.as_ptr(), m as isize)
