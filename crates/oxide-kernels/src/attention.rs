@@ -44,7 +44,6 @@
 //! has one writer and a fixed summation order, so results do not depend on
 //! the thread count.
 
-use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -182,7 +181,7 @@ fn for_tasks(tasks: usize, threads: usize, f: impl Fn(usize) + Sync + Send) {
     if threads <= 1 || tasks <= 1 {
         (0..tasks).for_each(f);
     } else {
-        (0..tasks).into_par_iter().for_each(f);
+        crate::iter::for_each_task(tasks, f);
     }
 }
 

@@ -2,7 +2,6 @@
 //! device-to-device `copy_`, `clone` and `contiguous`).
 
 use crate::error::{Error, Result};
-use rayon::prelude::*;
 
 use crate::iter::GRAIN;
 use crate::layout::Layout;
@@ -33,7 +32,7 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
             let (a, b) = (t * chunk, ((t + 1) * chunk).min(bytes));
             std::ptr::copy_nonoverlapping(s.get().add(a), d.get().add(a), b - a)
         };
-        if tasks <= 1 { part(0) } else { (0..tasks).into_par_iter().for_each(part) }
+        if tasks <= 1 { part(0) } else { crate::iter::for_each_task(tasks, part) }
         return Ok(());
     }
     // SAFETY: forwarded caller contract.
@@ -120,7 +119,7 @@ unsafe fn strided<T: Copy>(l: &Layout<2>, tasks: usize, dst: *mut u8, src: *cons
         run(0, units);
     } else {
         let chunk = units.div_ceil(tasks);
-        (0..tasks).into_par_iter().for_each(|t| run(t * chunk, ((t + 1) * chunk).min(units)));
+        crate::iter::for_each_task(tasks, |t| run(t * chunk, ((t + 1) * chunk).min(units)));
     }
 }
 

@@ -71,7 +71,7 @@ fn schedule(s: GemmShape, part: impl Fn(usize, Range<usize>, Range<usize>) + Syn
         let len = if by_cols { s.n } else { s.m };
         let chunk = len.div_ceil(threads).next_multiple_of(16);
         for b in 0..s.batch {
-            (0..len.div_ceil(chunk)).into_par_iter().for_each(|p| {
+            crate::iter::for_each_task(len.div_ceil(chunk), |p| {
                 let r = p * chunk..((p + 1) * chunk).min(len);
                 if by_cols { part(b, 0..s.m, r) } else { part(b, r, 0..s.n) }
             });

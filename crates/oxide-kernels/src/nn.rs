@@ -8,7 +8,6 @@
 //! (PyTorch's opmath types); `half_to_float` outputs are float32 while the
 //! input is half.
 
-use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -37,7 +36,7 @@ fn for_rows(rows: usize, dim: usize, threads: usize, f: impl Fn(std::ops::Range<
         return;
     }
     let per = rows.div_ceil(tasks);
-    (0..tasks).into_par_iter().for_each(|t| f(t * per..((t + 1) * per).min(rows)));
+    crate::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(rows)));
 }
 
 /// Loads row `r` (`dst.len()` elements, `inner` apart) of a `[outer, dim, inner]` tensor.

@@ -84,7 +84,7 @@ fn ranges(count: usize, work_per_item: usize, threads: usize, f: impl Fn(Range<u
     } else {
         let tasks = threads.min(count);
         let per = count.div_ceil(tasks);
-        (0..tasks).into_par_iter().for_each(|t| f(t * per..((t + 1) * per).min(count)));
+        crate::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(count)));
     }
 }
 

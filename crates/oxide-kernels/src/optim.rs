@@ -13,7 +13,6 @@
 //! tensors are staged through float32 blocks of [`BLOCK`] elements. Tensors of
 //! [`GRAIN`] elements or more are split over the rayon pool.
 
-use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -97,7 +96,7 @@ fn blocks(n: usize, threads: usize, f: impl Fn(usize, usize) + Sync) {
     }
     let count = n.div_ceil(BLOCK);
     let per = count.div_ceil(threads);
-    (0..threads).into_par_iter().for_each(|t| {
+    crate::iter::for_each_task(threads, |t| {
         let (b0, b1) = (t * per, ((t + 1) * per).min(count));
         if b0 < b1 {
             let start = b0 * BLOCK;

@@ -13,7 +13,6 @@
 //! Accumulation types follow PyTorch: float16/bfloat16 accumulate in float,
 //! integers in int64, `var`/`std` (Welford) in double.
 
-use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -121,6 +120,45 @@ pub(crate) trait Reducer: Sync {
     fn finish(&self, s: Self::State, count: usize) -> [Self::Out; 2];
 }
 
+/// `xs` summed in 32 independent lanes: vectorisable, enough dependency chains to
+/// hide the add latency (two 512-bit or four 256-bit registers of float32), and
+/// pairwise-ish for accuracy. The lanes are combined by a separate sequential loop:
+/// an in-place halving tree over the same array made LLVM vectorise the main loop
+/// two floats wide (perf: `vmovsd` + `vaddps xmm`). Not inlined, so that the
+/// caller's context cannot change that codegen (see [`extremum_lanes`]).
+#[inline(never)]
+fn sum_lanes<A: Num>(xs: &[A]) -> A {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    {
+        // SAFETY (both casts): A is the slice's element type, checked by its dtype.
+        if A::DTYPE == DType::F32 {
+            let t = crate::lanes::avx2::sum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            return A::from_f64(t as f64);
+        }
+        if A::DTYPE == DType::F64 {
+            let t = crate::lanes::avx2::sum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            return A::from_f64(t);
+        }
+    }
+    let mut lanes = [A::ZERO; 32];
+    let chunks = xs.chunks_exact(32);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let c: &[A; 32] = c.try_into().expect("chunks_exact(32)");
+        for j in 0..32 {
+            lanes[j] = lanes[j].add(c[j]);
+        }
+    }
+    let mut t = A::ZERO;
+    for &l in &lanes {
+        t = t.add(l);
+    }
+    for &x in rest {
+        t = t.add(x);
+    }
+    t
+}
+
 /// Sum and mean (`mean` divides by the count at the end, as CPU's sum-then-divide does).
 struct Sum<A> {
     mean: bool,
@@ -146,28 +184,7 @@ impl<A: Num> Reducer for Sum<A> {
             xs.iter().for_each(|&x| self.step(s, x, 0));
             return;
         }
-        // 32 independent lanes: vectorisable, enough dependency chains to hide the
-        // add latency (four 256-bit registers of float32), and pairwise-ish for accuracy.
-        let mut lanes = [A::ZERO; 32];
-        let chunks = xs.chunks_exact(32);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for j in 0..32 {
-                lanes[j] = lanes[j].add(c[j]);
-            }
-        }
-        let mut w = 32;
-        while w > 1 {
-            w /= 2;
-            for j in 0..w {
-                lanes[j] = lanes[j].add(lanes[j + w]);
-            }
-        }
-        let mut t = lanes[0];
-        for &x in rest {
-            t = t.add(x);
-        }
-        *s = s.add(t);
+        *s = s.add(sum_lanes(xs));
     }
     #[inline(always)]
     fn step_lanes(&self, states: &mut [A], xs: &[A], _: i64) {
@@ -268,8 +285,24 @@ impl<A: Num> Reducer for Extremum<A> {
 /// comparisons, and whether any element is NaN (the caller then returns a NaN, as
 /// PyTorch's amax does). 32 lanes and a branch-free select vectorise; the NaN flag
 /// is an OR of self-comparisons.
-#[inline(always)]
+///
+/// Not inlined on purpose: inlined into `fold_range`, LLVM kept the lanes on the
+/// stack and chained the NaN masks (`korw`), at half the speed of this function
+/// compiled on its own (perf, 1000x10000 float32 `amax(1)`).
+#[inline(never)]
 fn extremum_lanes<A: Num, const MAX: bool>(xs: &[A]) -> (A, bool) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    {
+        // SAFETY (both casts): A is the slice's element type, checked by its dtype.
+        if A::DTYPE == DType::F32 {
+            let (v, nan) = crate::lanes::avx2::extremum_f32::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            return (A::from_f64(v as f64), nan);
+        }
+        if A::DTYPE == DType::F64 {
+            let (v, nan) = crate::lanes::avx2::extremum_f64::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            return (A::from_f64(v), nan);
+        }
+    }
     let mut lanes = [xs[0]; 32];
     let mut nans = [false; 32];
     let chunks = xs.chunks_exact(32);
@@ -587,14 +620,11 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                     let offs = sp.kept.offsets_at(koffs, j);
                     let tasks = it.tasks_for(nr);
                     let chunk = nr.div_ceil(tasks);
-                    let parts: Vec<Result<R::State>> = (0..tasks)
-                        .into_par_iter()
-                        .map(|t| {
-                            let mut s = r.init();
-                            // SAFETY: forwarded contract.
-                            unsafe { fold_range(r, &sp.reduced, offs[input], t * chunk, ((t + 1) * chunk).min(nr), &mut s) }.map(|_| s)
-                        })
-                        .collect();
+                    let parts: Vec<Result<R::State>> = crate::iter::map_tasks(tasks, |t| {
+                        let mut s = r.init();
+                        // SAFETY: forwarded contract.
+                        unsafe { fold_range(r, &sp.reduced, offs[input], t * chunk, ((t + 1) * chunk).min(nr), &mut s) }.map(|_| s)
+                    });
                     let mut s = r.init();
                     for p in parts {
                         match p {
@@ -683,7 +713,7 @@ impl TensorIter {
             return f(0, n);
         }
         let chunk = n.div_ceil(tasks);
-        (0..tasks).into_par_iter().for_each(|t| f(t * chunk, ((t + 1) * chunk).min(n)));
+        crate::iter::for_each_task(tasks, |t| f(t * chunk, ((t + 1) * chunk).min(n)));
     }
 }
 

@@ -198,7 +198,7 @@ fn for_line_ranges(count: usize, tasks: usize, f: impl Fn(usize, usize) + Sync) 
         return;
     }
     let chunk = count.div_ceil(tasks);
-    (0..tasks).into_par_iter().for_each(|t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)));
+    crate::iter::for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)));
 }
 
 /// The first (in line order) index outside `[0, size)`, as an error.

@@ -5,7 +5,6 @@
 //! `!(b > v)` for the right) as CPU PyTorch writes them, so a NaN value lands
 //! after every boundary and NaN boundaries compare as CPU's do.
 
-use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -121,7 +120,7 @@ unsafe fn search_typed<T: Element + PartialOrd>(
         return;
     }
     let chunk = nvalues.div_ceil(tasks);
-    (0..tasks).into_par_iter().for_each(|t| run((t * chunk).min(nvalues), ((t + 1) * chunk).min(nvalues)));
+    crate::iter::for_each_task(tasks, |t| run((t * chunk).min(nvalues), ((t + 1) * chunk).min(nvalues)));
 }
 
 #[cfg(test)]

@@ -113,7 +113,7 @@ unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: 
     }
     let tasks = tasks.min(rows);
     let chunk = rows.div_ceil(tasks);
-    (0..tasks).into_par_iter().for_each(|t| do_rows((t * chunk).min(rows), ((t + 1) * chunk).min(rows)));
+    crate::iter::for_each_task(tasks, |t| do_rows((t * chunk).min(rows), ((t + 1) * chunk).min(rows)));
 }
 
 /// Sorts one row of `len` elements at `row`, writing the permutation to `idx`.
