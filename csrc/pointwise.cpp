@@ -156,17 +156,19 @@ namespace {
 // operands through PyTorch's CPU kernels and copy the result back. That is a
 // CPU fallback, counted (and refused under OXIDE_FALLBACK=error) like one, as
 // "aten::<op> (complex)".
-bool complex_on_cpu(at::TensorIteratorBase& iter, const std::string& op, int32_t id, const c10::Scalar* scalar) {
+bool complex_on_cpu(at::TensorIteratorBase& iter, const char* op_name, int32_t id, const c10::Scalar* scalar) {
   bool complex = false;
-  bool native = oxide_pointwise_complex_supported(id);
+  bool native_dtypes = true;
   for (int k = 0; k < iter.ntensors(); ++k) {
     const auto t = iter.dtype(k);
     complex |= at::isComplexType(t);
-    native &= !at::isComplexType(t) || t == at::kComplexFloat || t == at::kComplexDouble;
+    native_dtypes &= !at::isComplexType(t) || t == at::kComplexFloat || t == at::kComplexDouble;
   }
-  if (!complex || native) {
+  // Real operands (every call on the hot path) return before any lookup or string work.
+  if (!complex || (native_dtypes && oxide_pointwise_complex_supported(id))) {
     return false;
   }
+  const std::string op = op_name;
   const std::string name = "aten::" + op + " (complex)";
   switch (oxide_fallback_record(name.c_str())) {
     case OXIDE_FALLBACK_ERROR:

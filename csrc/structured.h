@@ -13,6 +13,7 @@
 
 #include "oxide.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
@@ -27,8 +28,18 @@
 
 namespace oxide::structured {
 
+// Allocates directly from the device allocator, as CPU's structured kernels call
+// empty_cpu: going through at::empty cost a dispatcher round trip and a second
+// device guard per output, a measurable part of a small op's overhead. The
+// wrapper's guard has already made options.device() current, which is where
+// the allocator allocates.
 inline at::Tensor create_out(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
-  return strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+  TORCH_INTERNAL_ASSERT(options.device().type() == c10::DeviceType::PrivateUse1);
+  const auto dtype = c10::typeMetaToScalarType(options.dtype());
+  const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+  return strides.empty()
+             ? at::detail::empty_generic(sizes, device_allocator(), keys, dtype, options.memory_format_opt())
+             : at::detail::empty_strided_generic(sizes, strides, device_allocator(), keys, dtype);
 }
 
 inline void resize_out(const at::Tensor& out, c10::IntArrayRef sizes, c10::IntArrayRef strides,

@@ -546,7 +546,7 @@ unsafe fn fold_range<R: Reducer>(r: &R, red: &TensorIter, base: isize, start: us
     let input: Operand = red.operands[0];
     let stride = red.inner_stride(0);
     let direct = input.dtype == R::In::DTYPE && stride == std::mem::size_of::<R::In>() as isize;
-    let mut buf = vec![R::In::from_i64(0); if direct { 0 } else { BLOCK }];
+    let mut buf = vec![R::In::from_i64(0); if direct { 0 } else { BLOCK.min(end - start) }];
     let mut index = start as i64;
     let mut result = Ok(());
     red.for_each_row_in(start, end, |offs, len| {

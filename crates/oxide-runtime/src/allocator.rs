@@ -16,7 +16,9 @@
 //!   asynchronous runtime will defer the block's return to the cache until
 //!   an event recorded on each such stream completes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::memory::{round_up, DeviceMemory};
@@ -85,7 +87,7 @@ struct Block {
 /// The caching allocator of one device.
 pub struct CachingAllocator {
     memory: DeviceMemory,
-    active: HashMap<usize, Block>,
+    active: FxHashMap<usize, Block>,
     /// Cached free blocks ordered by (stream, size, ptr) for best-fit lookup.
     cached: BTreeSet<(StreamId, usize, usize)>,
     stats: DeviceStats,
@@ -93,7 +95,7 @@ pub struct CachingAllocator {
 
 impl CachingAllocator {
     pub(crate) fn new(memory: DeviceMemory) -> CachingAllocator {
-        CachingAllocator { memory, active: HashMap::new(), cached: BTreeSet::new(), stats: DeviceStats::default() }
+        CachingAllocator { memory, active: FxHashMap::default(), cached: BTreeSet::new(), stats: DeviceStats::default() }
     }
 
     /// The underlying device memory.

@@ -46,6 +46,10 @@ pub struct Streams {
     device: usize,
     next_created: AtomicI64,
     next_pool: AtomicI64,
+    /// The default stream's counters, outside the map: nearly every launch goes to
+    /// it, and this way it costs no lock or hash lookup.
+    default: Arc<StreamState>,
+    /// Every other stream that has been used.
     states: Mutex<HashMap<StreamId, Arc<StreamState>>>,
 }
 
@@ -55,6 +59,7 @@ impl Streams {
             device,
             next_created: AtomicI64::new(POOL_SIZE + 1),
             next_pool: AtomicI64::new(0),
+            default: Arc::default(),
             states: Mutex::new(HashMap::new()),
         }
     }
@@ -78,6 +83,9 @@ impl Streams {
     ///
     /// Errors: [`Error::InvalidStream`] for an id this device never handed out.
     pub fn state(&self, id: StreamId) -> Result<Arc<StreamState>> {
+        if id == DEFAULT_STREAM {
+            return Ok(self.default.clone());
+        }
         if !self.is_valid(id) {
             return Err(Error::InvalidStream { device: self.device, stream: id });
         }
@@ -88,7 +96,13 @@ impl Streams {
     /// `cudaLaunchKernel`: enqueue `work` on stream `id` and return its
     /// sequence number. Inline execution: `work` has finished on return.
     pub fn launch<R>(&self, id: StreamId, work: impl FnOnce() -> R) -> Result<(u64, R)> {
-        let state = self.state(id)?;
+        let other;
+        let state = if id == DEFAULT_STREAM {
+            &self.default
+        } else {
+            other = self.state(id)?;
+            &other
+        };
         let seq = state.submitted.fetch_add(1, Ordering::AcqRel) + 1;
         let out = work();
         state.completed.fetch_max(seq, Ordering::AcqRel);
@@ -114,7 +128,7 @@ impl Streams {
     /// `cudaDeviceSynchronize`: wait for every stream of the device.
     pub fn synchronize_all(&self) -> Result<()> {
         let ids: Vec<StreamId> = self.states.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
-        ids.into_iter().try_for_each(|id| self.synchronize(id))
+        std::iter::once(DEFAULT_STREAM).chain(ids).try_for_each(|id| self.synchronize(id))
     }
 }
 
