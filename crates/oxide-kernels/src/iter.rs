@@ -380,6 +380,35 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
 mod tests {
     use super::*;
 
+    #[test]
+    fn tasks_run_once_each_and_keep_their_thread_across_calls() {
+        use std::sync::Mutex;
+        let threads = rayon::current_num_threads();
+        for tasks in [0, 1, 2, threads, threads + 3] {
+            let runs = |_: ()| {
+                let seen = Mutex::new(vec![]);
+                for_each_task(tasks, |t| seen.lock().unwrap().push((t, rayon::current_thread_index())));
+                let mut seen = seen.into_inner().unwrap();
+                seen.sort();
+                seen
+            };
+            let (first, second) = (runs(()), runs(()));
+            assert_eq!(first.iter().map(|p| p.0).collect::<Vec<_>>(), (0..tasks).collect::<Vec<_>>());
+            if (2..=threads).contains(&tasks) {
+                // Broadcast from outside the pool: task t on pool thread t, every call.
+                assert!(first.iter().all(|&(t, th)| th == Some(t)), "{first:?}");
+                assert_eq!(first, second);
+            }
+            assert_eq!(map_tasks(tasks, |t| t * 10), (0..tasks).map(|t| t * 10).collect::<Vec<_>>());
+        }
+        // Nested inside the pool, tasks are work-stolen and still each run once.
+        let nested = Mutex::new(vec![]);
+        rayon::scope(|s| s.spawn(|_| for_each_task(threads.max(2), |t| nested.lock().unwrap().push(t))));
+        let mut nested = nested.into_inner().unwrap();
+        nested.sort();
+        assert_eq!(nested, (0..threads.max(2)).collect::<Vec<_>>());
+    }
+
     fn op<T>(p: &mut [T], dtype: DType) -> Operand {
         Operand { ptr: p.as_mut_ptr() as *mut u8, dtype }
     }

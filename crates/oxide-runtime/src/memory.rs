@@ -184,6 +184,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn device_range_starts_on_a_huge_page_and_is_usable() {
+        let mut m = DeviceMemory::reserve(0, 8 << 20).unwrap();
+        assert_eq!(m.base() % HUGE_PAGE, 0);
+        assert!(m.raw <= m.base() && m.base() + m.capacity() <= m.raw + m.mapped);
+        let p = m.malloc(4 << 20).unwrap();
+        // SAFETY: p..p + 4 MiB was just allocated inside the mapping.
+        unsafe {
+            std::ptr::write_bytes(p as *mut u8, 7, 4 << 20);
+            assert_eq!(*((p + (4 << 20) - 1) as *const u8), 7);
+        }
+        m.free(p).unwrap();
+    }
+
+    #[test]
     fn malloc_free_coalesce_and_lookup() {
         let mut m = DeviceMemory::reserve(0, 1 << 20).unwrap();
         let a = m.malloc(100).unwrap();
