@@ -113,140 +113,81 @@ pub(crate) fn max<F: Float>(x: &[F]) -> F {
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
-    /// `sum(xs)` in four 8-wide float32 accumulators (32 lanes), combined in a fixed order.
-    #[inline]
-    pub(crate) fn sum_f32(xs: &[f32]) -> f32 {
-        let n = xs.len() / 32 * 32;
-        let p = xs.as_ptr();
-        // SAFETY: AVX2 is enabled at compile time; every load reads 8 floats below `n`.
-        unsafe {
-            let (mut a0, mut a1, mut a2, mut a3) = (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
-            let mut i = 0;
-            while i < n {
-                a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p.add(i)));
-                a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p.add(i + 8)));
-                a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p.add(i + 16)));
-                a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p.add(i + 24)));
-                i += 32;
-            }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-            let mut t = 0f32;
-            for &l in &lanes {
-                t += l;
-            }
-            for &x in &xs[n..] {
-                t += x;
-            }
-            t
-        }
-    }
-
-    /// `sum(xs)` in four 4-wide float64 accumulators (16 lanes), combined in a fixed order.
-    #[inline]
-    pub(crate) fn sum_f64(xs: &[f64]) -> f64 {
-        let n = xs.len() / 16 * 16;
-        let p = xs.as_ptr();
-        // SAFETY: AVX2 is enabled at compile time; every load reads 4 doubles below `n`.
-        unsafe {
-            let (mut a0, mut a1, mut a2, mut a3) = (_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd());
-            let mut i = 0;
-            while i < n {
-                a0 = _mm256_add_pd(a0, _mm256_loadu_pd(p.add(i)));
-                a1 = _mm256_add_pd(a1, _mm256_loadu_pd(p.add(i + 4)));
-                a2 = _mm256_add_pd(a2, _mm256_loadu_pd(p.add(i + 8)));
-                a3 = _mm256_add_pd(a3, _mm256_loadu_pd(p.add(i + 12)));
-                i += 16;
-            }
-            let mut lanes = [0f64; 4];
-            _mm256_storeu_pd(lanes.as_mut_ptr(), _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
-            let mut t = 0f64;
-            for &l in &lanes {
-                t += l;
-            }
-            for &x in &xs[n..] {
-                t += x;
-            }
-            t
-        }
-    }
-
-    /// The largest (`MAX`) or smallest element of a non-empty `xs`, ignoring NaN, and
-    /// whether any element is NaN. `vmaxps(v, m)` returns `m` when `v` is NaN, so
-    /// NaNs are counted apart: an unordered compare of two vectors is true where
-    /// either holds a NaN.
-    #[inline]
-    pub(crate) fn extremum_f32<const MAX: bool>(xs: &[f32]) -> (f32, bool) {
-        let n = xs.len() / 32 * 32;
-        let p = xs.as_ptr();
-        // SAFETY: AVX2 is enabled at compile time; every load reads 8 floats below `n`.
-        unsafe {
-            let pick = |a: __m256, b: __m256| if MAX { _mm256_max_ps(a, b) } else { _mm256_min_ps(a, b) };
-            let first = _mm256_set1_ps(xs[0]);
-            let (mut m0, mut m1, mut m2, mut m3) = (first, first, first, first);
-            let mut nan = _mm256_setzero_ps();
-            let mut i = 0;
-            while i < n {
-                let (v0, v1) = (_mm256_loadu_ps(p.add(i)), _mm256_loadu_ps(p.add(i + 8)));
-                let (v2, v3) = (_mm256_loadu_ps(p.add(i + 16)), _mm256_loadu_ps(p.add(i + 24)));
-                m0 = pick(v0, m0);
-                m1 = pick(v1, m1);
-                m2 = pick(v2, m2);
-                m3 = pick(v3, m3);
-                let u = _mm256_or_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v0, v1), _mm256_cmp_ps::<_CMP_UNORD_Q>(v2, v3));
-                nan = _mm256_or_ps(nan, u);
-                i += 32;
-            }
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), pick(pick(m0, m1), pick(m2, m3)));
-            let mut any_nan = _mm256_movemask_ps(nan) != 0;
-            let mut best = lanes[0];
-            for &v in lanes[1..].iter().chain(&xs[n..]) {
-                any_nan |= v.is_nan();
-                if if MAX { v > best } else { v < best } {
-                    best = v;
+    /// One element type's loops: `$w` lanes per 256-bit vector, and the type's intrinsics.
+    macro_rules! row_reductions {
+        ($t:ty, $w:literal, $sum:ident, $extremum:ident, $v:ty, $zero:ident, $set1:ident, $load:ident, $store:ident,
+         $add:ident, $max:ident, $min:ident, $or:ident, $cmp:ident, $movemask:ident) => {
+            /// `sum(xs)` in four vector accumulators, combined in a fixed order.
+            #[inline]
+            pub(crate) fn $sum(xs: &[$t]) -> $t {
+                let n = xs.len() / (4 * $w) * (4 * $w);
+                let p = xs.as_ptr();
+                // SAFETY: AVX2 is enabled at compile time; every load reads one vector below `n`.
+                unsafe {
+                    let (mut a0, mut a1, mut a2, mut a3) = ($zero(), $zero(), $zero(), $zero());
+                    let mut i = 0;
+                    while i < n {
+                        a0 = $add(a0, $load(p.add(i)));
+                        a1 = $add(a1, $load(p.add(i + $w)));
+                        a2 = $add(a2, $load(p.add(i + 2 * $w)));
+                        a3 = $add(a3, $load(p.add(i + 3 * $w)));
+                        i += 4 * $w;
+                    }
+                    let mut lanes = [0 as $t; $w];
+                    $store(lanes.as_mut_ptr(), $add($add(a0, a1), $add(a2, a3)));
+                    let mut t = 0 as $t;
+                    for &l in lanes.iter().chain(&xs[n..]) {
+                        t += l;
+                    }
+                    t
                 }
             }
-            (best, any_nan)
-        }
-    }
 
-    /// [`extremum_f32`] for float64.
-    #[inline]
-    pub(crate) fn extremum_f64<const MAX: bool>(xs: &[f64]) -> (f64, bool) {
-        let n = xs.len() / 16 * 16;
-        let p = xs.as_ptr();
-        // SAFETY: AVX2 is enabled at compile time; every load reads 4 doubles below `n`.
-        unsafe {
-            let pick = |a: __m256d, b: __m256d| if MAX { _mm256_max_pd(a, b) } else { _mm256_min_pd(a, b) };
-            let first = _mm256_set1_pd(xs[0]);
-            let (mut m0, mut m1, mut m2, mut m3) = (first, first, first, first);
-            let mut nan = _mm256_setzero_pd();
-            let mut i = 0;
-            while i < n {
-                let (v0, v1) = (_mm256_loadu_pd(p.add(i)), _mm256_loadu_pd(p.add(i + 4)));
-                let (v2, v3) = (_mm256_loadu_pd(p.add(i + 8)), _mm256_loadu_pd(p.add(i + 12)));
-                m0 = pick(v0, m0);
-                m1 = pick(v1, m1);
-                m2 = pick(v2, m2);
-                m3 = pick(v3, m3);
-                let u = _mm256_or_pd(_mm256_cmp_pd::<_CMP_UNORD_Q>(v0, v1), _mm256_cmp_pd::<_CMP_UNORD_Q>(v2, v3));
-                nan = _mm256_or_pd(nan, u);
-                i += 16;
-            }
-            let mut lanes = [0f64; 4];
-            _mm256_storeu_pd(lanes.as_mut_ptr(), pick(pick(m0, m1), pick(m2, m3)));
-            let mut any_nan = _mm256_movemask_pd(nan) != 0;
-            let mut best = lanes[0];
-            for &v in lanes[1..].iter().chain(&xs[n..]) {
-                any_nan |= v.is_nan();
-                if if MAX { v > best } else { v < best } {
-                    best = v;
+            /// The largest (`MAX`) or smallest element of a non-empty `xs`, ignoring NaN,
+            /// and whether any element is NaN. `vmaxps(v, m)` returns `m` when `v` is NaN,
+            /// so NaNs are counted apart: an unordered compare of two vectors is true where
+            /// either holds a NaN.
+            #[inline]
+            pub(crate) fn $extremum<const MAX: bool>(xs: &[$t]) -> ($t, bool) {
+                let n = xs.len() / (4 * $w) * (4 * $w);
+                let p = xs.as_ptr();
+                // SAFETY: AVX2 is enabled at compile time; every load reads one vector below `n`.
+                unsafe {
+                    let pick = |a: $v, b: $v| if MAX { $max(a, b) } else { $min(a, b) };
+                    let first = $set1(xs[0]);
+                    let (mut m0, mut m1, mut m2, mut m3) = (first, first, first, first);
+                    let mut nan = $zero();
+                    let mut i = 0;
+                    while i < n {
+                        let (v0, v1) = ($load(p.add(i)), $load(p.add(i + $w)));
+                        let (v2, v3) = ($load(p.add(i + 2 * $w)), $load(p.add(i + 3 * $w)));
+                        m0 = pick(v0, m0);
+                        m1 = pick(v1, m1);
+                        m2 = pick(v2, m2);
+                        m3 = pick(v3, m3);
+                        nan = $or(nan, $or($cmp::<_CMP_UNORD_Q>(v0, v1), $cmp::<_CMP_UNORD_Q>(v2, v3)));
+                        i += 4 * $w;
+                    }
+                    let mut lanes = [0 as $t; $w];
+                    $store(lanes.as_mut_ptr(), pick(pick(m0, m1), pick(m2, m3)));
+                    let mut any_nan = $movemask(nan) != 0;
+                    let mut best = lanes[0];
+                    for &v in lanes[1..].iter().chain(&xs[n..]) {
+                        any_nan |= v.is_nan();
+                        if if MAX { v > best } else { v < best } {
+                            best = v;
+                        }
+                    }
+                    (best, any_nan)
                 }
             }
-            (best, any_nan)
-        }
+        };
     }
+
+    row_reductions!(f32, 8, sum_f32, extremum_f32, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+        _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, _mm256_or_ps, _mm256_cmp_ps, _mm256_movemask_ps);
+    row_reductions!(f64, 4, sum_f64, extremum_f64, __m256d, _mm256_setzero_pd, _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd,
+        _mm256_add_pd, _mm256_max_pd, _mm256_min_pd, _mm256_or_pd, _mm256_cmp_pd, _mm256_movemask_pd);
 }
 
 #[cfg(test)]
