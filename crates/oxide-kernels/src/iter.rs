@@ -192,43 +192,37 @@ impl TensorIter {
     }
 }
 
-/// Runs `f(t)` for every task `t` in `0..tasks`, in parallel on the rayon pool.
+/// Runs `f(t)` for every task `t` in `0..tasks`, in parallel.
 ///
-/// Called from outside the pool with at most one task per pool thread, task `t`
-/// always runs on pool thread `t` (`rayon::broadcast`). A kernel that splits a
-/// tensor the same way on every call then has each thread read the same part every
-/// time, which stays in that core's caches between calls. With work stealing the
-/// parts went to the threads at random, and a 40 MB reduction ran at DRAM speed
-/// where CPU PyTorch (OpenMP's static schedule: thread `t` always takes part `t`)
-/// reused its cached half. Inside the pool (a nested split), or with more tasks
-/// than threads, the tasks are work-stolen as usual.
+/// With at most one task per thread, from outside the pools, the tasks go to the
+/// kernel thread team ([`crate::team`]): task 0 on the calling thread, task `t`
+/// on team worker `t`, the same worker on every call. A kernel that splits a
+/// tensor the same way on every call then has each thread read the same part
+/// every time, which stays in that core's caches between calls (with work
+/// stealing the parts went to threads at random, and a 40 MB reduction ran at
+/// DRAM speed where CPU PyTorch, with OpenMP's static schedule, reused its cached
+/// half). Inside a team task (a nested split) the tasks run serially on the
+/// calling thread, since every team thread already has a task. Otherwise (more
+/// tasks than threads, or a call from a rayon thread) they are work-stolen on
+/// rayon's pool.
 pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
     match tasks {
         0 => {}
         1 => f(0),
-        _ if rayon::current_thread_index().is_none() && tasks <= rayon::current_num_threads() => {
-            rayon::broadcast(|ctx| {
-                if ctx.index() < tasks {
-                    f(ctx.index())
-                }
-            });
-        }
+        _ if crate::team::in_team() => (0..tasks).for_each(&f),
+        _ if rayon::current_thread_index().is_none() && crate::team::run(tasks, &f) => {}
         _ => (0..tasks).into_par_iter().for_each(|t| f(t)),
     }
 }
 
 /// [`for_each_task`] collecting each task's result, in task order.
 pub fn map_tasks<T: Send>(tasks: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    match tasks {
-        0 => vec![],
-        1 => vec![f(0)],
-        _ if rayon::current_thread_index().is_none() && tasks <= rayon::current_num_threads() => {
-            let mut out: Vec<(usize, T)> = rayon::broadcast(|ctx| (ctx.index() < tasks).then(|| (ctx.index(), f(ctx.index())))).into_iter().flatten().collect();
-            out.sort_by_key(|(t, _)| *t);
-            out.into_iter().map(|(_, v)| v).collect()
-        }
-        _ => (0..tasks).into_par_iter().map(|t| f(t)).collect(),
-    }
+    let slots: Vec<std::sync::Mutex<Option<T>>> = (0..tasks).map(|_| std::sync::Mutex::new(None)).collect();
+    for_each_task(tasks, |t| {
+        let v = f(t);
+        *slots[t].lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+    });
+    slots.into_iter().map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every task ran")).collect()
 }
 
 /// Loads `n` elements of `dtype` at `src` (byte stride `stride`) into `dst`, converted to `T`.
@@ -387,7 +381,7 @@ mod tests {
         for tasks in [0, 1, 2, threads, threads + 3] {
             let runs = |_: ()| {
                 let seen = Mutex::new(vec![]);
-                for_each_task(tasks, |t| seen.lock().unwrap().push((t, rayon::current_thread_index())));
+                for_each_task(tasks, |t| seen.lock().unwrap().push((t, format!("{:?}", std::thread::current().id()))));
                 let mut seen = seen.into_inner().unwrap();
                 seen.sort();
                 seen
@@ -395,8 +389,12 @@ mod tests {
             let (first, second) = (runs(()), runs(()));
             assert_eq!(first.iter().map(|p| p.0).collect::<Vec<_>>(), (0..tasks).collect::<Vec<_>>());
             if (2..=threads).contains(&tasks) {
-                // Broadcast from outside the pool: task t on pool thread t, every call.
-                assert!(first.iter().all(|&(t, th)| th == Some(t)), "{first:?}");
+                // On the team: task 0 on the caller, task t on the same worker every call.
+                assert_eq!(first[0].1, format!("{:?}", std::thread::current().id()));
+                let mut ids: Vec<_> = first.iter().map(|p| p.1.clone()).collect();
+                ids.sort();
+                ids.dedup();
+                assert_eq!(ids.len(), tasks, "each task on its own thread: {first:?}");
                 assert_eq!(first, second);
             }
             assert_eq!(map_tasks(tasks, |t| t * 10), (0..tasks).map(|t| t * 10).collect::<Vec<_>>());

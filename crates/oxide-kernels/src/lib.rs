@@ -55,6 +55,7 @@ pub mod scan;
 pub mod scatter;
 pub mod search;
 pub mod sort;
+pub mod team;
 pub mod unique;
 
 pub use dtype::{DType, Element};

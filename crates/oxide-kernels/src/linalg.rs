@@ -1,7 +1,7 @@
 //! Batched strided GEMM, `C = alpha * A @ B + beta * C`, on the `gemm` crate
 //! (BLIS-style packed micro-kernels, AVX-512 through its `x86-v4` feature, chosen by
 //! runtime CPU feature detection), single-threaded per call; products of at least
-//! [`SPLIT_MACS`] multiply-adds are split over rayon: whole batch entries when there
+//! [`SPLIT_MACS`] multiply-adds are split over threads (`iter::for_each_task`): whole batch entries when there
 //! are at least as many as threads, else the output's columns (or rows, when it is
 //! taller than wide) in one block per thread. Splitting ourselves rather than with
 //! `gemm::Parallelism::Rayon` keeps small products on one thread: the crate's own
@@ -18,8 +18,6 @@
 //! `beta == 0` means C is not read, so NaN in uninitialised memory is ignored.
 
 use std::ops::Range;
-
-use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -65,7 +63,9 @@ fn schedule(s: GemmShape, part: impl Fn(usize, Range<usize>, Range<usize>) + Syn
     if threads <= 1 || macs.saturating_mul(s.batch) < SPLIT_MACS {
         (0..s.batch).for_each(|b| part(b, 0..s.m, 0..s.n));
     } else if s.batch >= threads || macs < SPLIT_MACS {
-        (0..s.batch).into_par_iter().for_each(|b| part(b, 0..s.m, 0..s.n));
+        // Whole batch entries, in one contiguous run per thread.
+        let per = s.batch.div_ceil(threads);
+        crate::iter::for_each_task(s.batch.div_ceil(per), |p| (p * per..((p + 1) * per).min(s.batch)).for_each(|b| part(b, 0..s.m, 0..s.n)));
     } else {
         let by_cols = s.n >= s.m;
         let len = if by_cols { s.n } else { s.m };

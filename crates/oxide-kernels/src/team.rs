@@ -1,0 +1,342 @@
+//! The kernel thread team: fork/join of a few tasks with the launching thread
+//! taking part, and workers that spin briefly before sleeping.
+//!
+//! Why not `rayon::broadcast` for this: from a thread outside rayon's pool it
+//! queues the tasks for the pool and puts the caller to sleep on a condition
+//! variable, and idle pool threads sleep within microseconds. Every split kernel
+//! then paid for waking two pool threads and, at the end, the caller: on these
+//! virtual machines about 25-30 us per call, so a 65536-element `add_` took 36 us
+//! where the serial loop takes 10, and a [32, 128] x [128, 512] GEMM 50 us where
+//! the `gemm` crate alone needs 24. OpenMP, which CPU PyTorch uses, avoids both
+//! costs: the master thread runs part 0 itself and the other threads spin-wait
+//! between parallel regions (libgomp spins for up to `GOMP_SPINCOUNT` polls before
+//! sleeping). This team does the same.
+//!
+//! Shape: `threads - 1` workers (`threads` = rayon's pool size, so the split sizes
+//! kernels compute from `rayon::current_num_threads()` still match). Task 0 runs on
+//! the launching thread, task `t >= 1` on worker `t`, the same worker on every
+//! call, as OpenMP's static schedule does: a kernel that splits a tensor the same
+//! way every time finds its part in the same core's caches. A worker spins for
+//! [`SPIN`] after its last task, then parks until it is given another.
+//!
+//! One launch runs at a time: a thread that launches while another thread's launch
+//! runs waits for it (both would compete for the same cores anyway). A launch with
+//! more tasks than the team has threads is refused and the caller uses rayon
+//! instead. A task that launches again (a nested split) is refused too and runs its
+//! sub-tasks serially: every thread of the team already has a task. No thread
+//! waits for the launch lock while holding it, so launches cannot deadlock.
+
+use std::any::Any;
+use std::cell::{Cell, UnsafeCell};
+use std::hint::spin_loop;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Mutex, OnceLock};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+/// How long an idle worker (or a launcher waiting for its workers) polls before
+/// sleeping. Long enough to bridge the gap between two kernels of a training step
+/// launched from Python (a few to tens of microseconds), short enough that a worker
+/// left idle gives its core back within a fraction of a millisecond.
+pub const SPIN: Duration = Duration::from_micros(500);
+
+/// Polls between two reads of the clock while spinning.
+const POLLS_PER_CLOCK_READ: u32 = 64;
+
+/// The type-erased task function of the current launch. Its lifetime is the
+/// launch's: [`run`] does not return before every worker is done with it.
+type Job = *const (dyn Fn(usize) + Sync + 'static);
+
+struct Worker {
+    /// Number of the last launch this worker was given a task in (0: none yet).
+    ticket: AtomicU64,
+    /// Set while the worker sleeps (or is about to), so a launcher knows to unpark it.
+    parked: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+struct Team {
+    /// Launch serialisation; holds the number of the last launch.
+    launch: Mutex<u64>,
+    /// Written by the launcher (holding `launch`) before it publishes tickets,
+    /// read by workers after they see their ticket change.
+    job: UnsafeCell<Option<Job>>,
+    /// Workers of the current launch that have not finished their task.
+    pending: AtomicUsize,
+    /// The first panic of a worker's task in the current launch.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Set while the launcher sleeps waiting for `pending` to reach 0.
+    launcher_parked: AtomicBool,
+    launcher: Mutex<Option<Thread>>,
+    /// Worker `t` (task `t`) is `workers[t - 1]`.
+    workers: Box<[Worker]>,
+}
+
+// SAFETY: `job` is written only by the thread holding `launch`, before the
+// Release store of the tickets that hand it to workers, and read by a worker
+// only after the Acquire load of its ticket and before its `pending` decrement,
+// which the next writer waits for.
+unsafe impl Sync for Team {}
+
+thread_local! {
+    /// True on team workers, and on a launcher while it runs task 0.
+    static IN_TEAM: Cell<bool> = const { Cell::new(false) };
+}
+
+static TEAM: OnceLock<Option<&'static Team>> = OnceLock::new();
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked_child() {
+    // The workers do not exist in a forked child; a launch there must not wait for them.
+    FORKED.store(true, Relaxed);
+}
+
+/// The team, started on first use; `None` when there is only one thread.
+fn team() -> Option<&'static Team> {
+    *TEAM.get_or_init(|| {
+        let threads = rayon::current_num_threads();
+        if threads < 2 {
+            return None;
+        }
+        let workers = (1..threads).map(|_| Worker { ticket: AtomicU64::new(0), parked: AtomicBool::new(false), thread: OnceLock::new() }).collect();
+        let team: &'static Team = Box::leak(Box::new(Team {
+            launch: Mutex::new(0),
+            job: UnsafeCell::new(None),
+            pending: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+            launcher_parked: AtomicBool::new(false),
+            launcher: Mutex::new(None),
+            workers,
+        }));
+        for t in 1..threads {
+            let spawned = thread::Builder::new().name(format!("oxide-team-{t}")).spawn(move || work(team, t));
+            match spawned {
+                Ok(handle) => {
+                    let _ = team.workers[t - 1].thread.set(handle.thread().clone());
+                }
+                // No team without all its workers (a launch would wait for the missing one).
+                Err(_) => return None,
+            }
+        }
+        // SAFETY: registers a plain function that stores to an atomic.
+        unsafe { libc_atfork(mark_forked_child) };
+        Some(team)
+    })
+}
+
+/// `pthread_atfork(NULL, NULL, child)`, declared here to avoid a `libc` dependency for one call.
+unsafe fn libc_atfork(child: extern "C" fn()) {
+    extern "C" {
+        fn pthread_atfork(prepare: Option<extern "C" fn()>, parent: Option<extern "C" fn()>, child: Option<extern "C" fn()>) -> i32;
+    }
+    // SAFETY: forwarded.
+    unsafe { pthread_atfork(None, None, Some(child)) };
+}
+
+/// Number of threads a launch can use (launcher included); 1 without a team.
+pub fn size() -> usize {
+    team().map_or(1, |t| t.workers.len() + 1)
+}
+
+/// True on a team worker, or on a launcher while it runs its own task.
+pub fn in_team() -> bool {
+    IN_TEAM.with(|c| c.get())
+}
+
+/// Spins until `done()` or [`SPIN`] has passed; returns whether `done()` held.
+#[inline]
+fn spin_until(done: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..POLLS_PER_CLOCK_READ {
+            if done() {
+                return true;
+            }
+            spin_loop();
+        }
+        if start.elapsed() >= SPIN {
+            return done();
+        }
+    }
+}
+
+fn work(team: &'static Team, t: usize) {
+    IN_TEAM.with(|c| c.set(true));
+    let me = &team.workers[t - 1];
+    let mut seen = 0u64;
+    loop {
+        if !spin_until(|| me.ticket.load(Acquire) != seen) {
+            me.parked.store(true, SeqCst);
+            while me.ticket.load(SeqCst) == seen {
+                thread::park();
+            }
+            me.parked.store(false, Relaxed);
+        }
+        seen = me.ticket.load(Acquire);
+        // SAFETY: see `impl Sync for Team`; the job outlives this task (the
+        // launcher waits for `pending` to reach 0 before returning).
+        let job = unsafe { (*team.job.get()).expect("a ticket is published with its job") };
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(t) })) {
+            team.panic.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(payload);
+        }
+        if team.pending.fetch_sub(1, SeqCst) == 1 && team.launcher_parked.load(SeqCst) {
+            if let Some(l) = team.launcher.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                l.unpark();
+            }
+        }
+    }
+}
+
+/// Runs `f(t)` for every `t` in `0..tasks` on the team, `f(0)` on the calling
+/// thread, and returns `true` once all have finished. Returns `false` without
+/// running anything when the team cannot take the launch: more tasks than
+/// [`size`], no team, a call from inside a task (a nested launch), or a forked
+/// child. A launch from another thread that is running is waited for. A panic in any task is resumed on the
+/// caller after all tasks have finished.
+pub fn run(tasks: usize, f: &(dyn Fn(usize) + Sync)) -> bool {
+    if tasks < 2 || in_team() || FORKED.load(Relaxed) {
+        return false;
+    }
+    let Some(team) = team() else { return false };
+    if tasks > team.workers.len() + 1 {
+        return false;
+    }
+    let mut launch = team.launch.lock().unwrap_or_else(|e| e.into_inner());
+    *launch += 1;
+    let ticket = *launch;
+    // SAFETY: erases `f`'s lifetime; it is used only until `pending` reaches 0 below.
+    let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(f) };
+    // SAFETY: we hold `launch`, and every worker of the previous launch has finished.
+    unsafe { *team.job.get() = Some(job) };
+    team.pending.store(tasks - 1, SeqCst);
+    for w in &team.workers[..tasks - 1] {
+        w.ticket.store(ticket, SeqCst);
+        if w.parked.load(SeqCst) {
+            if let Some(th) = w.thread.get() {
+                th.unpark();
+            }
+        }
+    }
+    IN_TEAM.with(|c| c.set(true));
+    let own = catch_unwind(AssertUnwindSafe(|| f(0)));
+    IN_TEAM.with(|c| c.set(false));
+    if !spin_until(|| team.pending.load(Acquire) == 0) {
+        *team.launcher.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread::current());
+        team.launcher_parked.store(true, SeqCst);
+        while team.pending.load(SeqCst) != 0 {
+            thread::park();
+        }
+        team.launcher_parked.store(false, SeqCst);
+    }
+    // SAFETY: every worker is done with the job.
+    unsafe { *team.job.get() = None };
+    let worker_panic = team.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(launch);
+    if let Err(payload) = own {
+        resume_unwind(payload);
+    }
+    if let Some(payload) = worker_panic {
+        resume_unwind(payload);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_task_runs_once_on_its_own_thread_and_nested_launches_run_serially() {
+        let n = size();
+        if n < 2 {
+            eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
+            return;
+        }
+        let names = Mutex::new(vec![String::new(); n]);
+        for _ in 0..3 {
+            let count = AtomicUsize::new(0);
+            let nested = AtomicUsize::new(0);
+            assert!(run(n, &|t| {
+                count.fetch_add(1, SeqCst);
+                names.lock().unwrap()[t] = thread::current().name().unwrap_or("").to_string();
+                assert!(in_team());
+                // A nested launch is refused (the caller then loops serially).
+                assert!(!run(2, &|_| {}));
+                nested.fetch_add(1, SeqCst);
+            }));
+            assert_eq!(count.load(SeqCst), n);
+            assert_eq!(nested.load(SeqCst), n);
+        }
+        let names = names.into_inner().unwrap();
+        for (t, name) in names.iter().enumerate().skip(1) {
+            assert_eq!(name, &format!("oxide-team-{t}"));
+        }
+        assert!(!in_team());
+        assert!(!run(n + 1, &|_| {}), "more tasks than threads must be refused");
+        // Workers that have gone to sleep are woken.
+        thread::sleep(SPIN * 4);
+        let count = AtomicUsize::new(0);
+        assert!(run(n, &|_| {
+            count.fetch_add(1, SeqCst);
+        }));
+        assert_eq!(count.load(SeqCst), n);
+    }
+
+    #[test]
+    fn a_panicking_task_reaches_the_launcher_after_all_tasks_finish_and_the_team_stays_usable() {
+        let n = size();
+        if n < 2 {
+            eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
+            return;
+        }
+        for bad in [0, n - 1] {
+            let finished = AtomicUsize::new(0);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                run(n, &|t| {
+                    if t == bad {
+                        panic!("task {t} fails");
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                    finished.fetch_add(1, SeqCst);
+                })
+            }));
+            let msg = r.expect_err("the panic is resumed").downcast::<String>().map(|s| *s).unwrap_or_default();
+            assert_eq!(msg, format!("task {bad} fails"));
+            assert_eq!(finished.load(SeqCst), n - 1, "the other tasks ran to the end before the panic was resumed");
+        }
+        let count = AtomicUsize::new(0);
+        assert!(run(n, &|_| {
+            count.fetch_add(1, SeqCst);
+        }));
+        assert_eq!(count.load(SeqCst), n);
+    }
+
+    #[test]
+    fn concurrent_launchers_take_turns_on_the_team() {
+        let n = size();
+        if n < 2 {
+            eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
+            return;
+        }
+        let active = AtomicUsize::new(0);
+        let ran = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for _ in 0..500 {
+                        assert!(run(n, &|_| {
+                            let before = active.fetch_add(1, SeqCst);
+                            assert!(before < n, "two launches shared the team");
+                            spin_loop();
+                            active.fetch_sub(1, SeqCst);
+                            ran.fetch_add(1, SeqCst);
+                        }));
+                    }
+                });
+            }
+        });
+        assert_eq!(ran.load(SeqCst), 1500 * n, "every launch waited for its turn and ran all its tasks");
+    }
+}
