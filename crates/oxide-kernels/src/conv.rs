@@ -48,11 +48,11 @@
 
 use std::borrow::Cow;
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::GRAIN;
+use std::sync::Mutex;
+
+use crate::iter::{for_each_chunk_mut, map_tasks, try_for_each_chunk_mut, GRAIN};
 use crate::linalg::{gemm, GemmShape, Matrix, SPLIT_MACS};
 use crate::math::Num;
 
@@ -338,7 +338,7 @@ fn tasks_for(work: usize, threads: usize) -> usize {
 }
 
 /// Runs `f(channel, chunk)` for the `channels` consecutive chunks of `per_channel`
-/// elements of `data`, split over rayon tasks when the work is large.
+/// elements of `data`, split over tasks when the work is large.
 fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_channel: usize, threads: usize, f: impl Fn(usize, &mut [C]) + Sync) {
     if per_channel == 0 {
         return;
@@ -348,10 +348,7 @@ fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_channel: usize
         data.chunks_mut(per_channel).enumerate().for_each(|(c, chunk)| f(c, chunk));
         return;
     }
-    let per_task = channels.div_ceil(tasks);
-    data.par_chunks_mut(per_task * per_channel).enumerate().for_each(|(t, part)| {
-        part.chunks_mut(per_channel).enumerate().for_each(|(c, chunk)| f(t * per_task + c, chunk));
-    });
+    for_each_chunk_mut(data, per_channel, tasks, f);
 }
 
 /// Unfolds `nb` images into one column matrix `cols` `(channels * taps, nb * grid_len)`,
@@ -468,7 +465,7 @@ fn for_each_plane<C: Send>(nb: usize, channels: usize, il: usize, image: &mut [C
     if tasks_for(nb * channels * il, threads) <= 1 {
         planes.into_iter().enumerate().for_each(|(k, img)| f(k / channels, k % channels, img));
     } else {
-        planes.into_par_iter().enumerate().for_each(|(k, img)| f(k / channels, k % channels, img));
+        for_each_chunk_mut(&mut planes, 1, threads, |k, img| f(k / channels, k % channels, &mut *img[0]));
     }
 }
 
@@ -802,7 +799,7 @@ fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C],
     if plan.tasks <= 1 {
         run(0, y)
     } else {
-        y.par_chunks_mut(plan.per_task * ys).enumerate().try_for_each(|(t, part)| run(t * plan.per_task, part))
+        try_for_each_chunk_mut(y, plan.per_task * ys, plan.tasks, |t, part| run(t * plan.per_task, part))
     }
 }
 
@@ -849,19 +846,18 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
         return run(0, gx, gw);
     }
     let want_gw = gw.is_some();
-    let parts: Vec<Option<&mut [C]>> = match gx {
-        Some(gx) => gx.chunks_mut(plan.per_task * xs).map(Some).collect(),
-        None => (0..plan.tasks).map(|_| None).collect(),
+    let parts: Vec<Mutex<Option<&mut [C]>>> = match gx {
+        Some(gx) => gx.chunks_mut(plan.per_task * xs).map(|p| Mutex::new(Some(p))).collect(),
+        None => (0..plan.tasks).map(|_| Mutex::new(None)).collect(),
     };
-    let partials = parts
-        .into_par_iter()
-        .enumerate()
-        .map(|(t, part)| {
-            let mut partial = if want_gw { vec![C::ZERO; wl] } else { Vec::new() };
-            run(t, part, want_gw.then_some(&mut partial[..]))?;
-            Ok(partial)
-        })
-        .collect::<Result<Vec<Vec<C>>>>()?;
+    let partials = map_tasks(plan.tasks, |t| {
+        let part = parts.get(t).and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let mut partial = if want_gw { vec![C::ZERO; wl] } else { Vec::new() };
+        run(t, part, want_gw.then_some(&mut partial[..]))?;
+        Ok(partial)
+    })
+    .into_iter()
+    .collect::<Result<Vec<Vec<C>>>>()?;
     if let Some(gw) = gw {
         for p in &partials {
             gw.iter_mut().zip(p).for_each(|(a, &b)| *a = a.add(b));
@@ -1018,7 +1014,7 @@ impl Unfold {
     }
 }
 
-/// Runs `f(n, src_n, dst_n)` for every image `n`: samples over rayon tasks when
+/// Runs `f(n, src_n, dst_n)` for every image `n`: samples over tasks when
 /// there are at least as many samples as threads, else one after the other with
 /// `f` splitting channels (it receives the threads it may use).
 fn per_sample<C: Acc>(batch: usize, src: &[C], dst: &mut [C], threads: usize, f: impl Fn(&[C], &mut [C], usize) + Sync) {
@@ -1027,7 +1023,7 @@ fn per_sample<C: Acc>(batch: usize, src: &[C], dst: &mut [C], threads: usize, f:
     }
     let (ss, ds) = (src.len() / batch, dst.len() / batch);
     if threads > 1 && batch >= threads {
-        dst.par_chunks_mut(ds).enumerate().for_each(|(n, d)| f(&src[n * ss..(n + 1) * ss], d, 1));
+        for_each_chunk_mut(dst, ds, threads, |n, d| f(&src[n * ss..(n + 1) * ss], d, 1));
     } else {
         dst.chunks_mut(ds).enumerate().for_each(|(n, d)| f(&src[n * ss..(n + 1) * ss], d, threads));
     }

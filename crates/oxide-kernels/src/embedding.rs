@@ -132,13 +132,13 @@ macro_rules! real {
 }
 real!(f32, f64);
 
-/// Runs `f(row, chunk)` over the `rows` chunks of `per_row` elements of `data`, over rayon above the grain size.
+/// Runs `f(row, chunk)` over the `rows` chunks of `per_row` elements of `data`, over threads above the grain size.
 fn for_rows<X: Send>(data: &mut [X], per_row: usize, threads: usize, f: impl Fn(usize, &mut [X]) + Sync + Send) {
     if per_row == 0 || data.is_empty() {
         return;
     }
     if threads > 1 && data.len() > GRAIN {
-        data.par_chunks_mut(per_row).enumerate().for_each(|(r, c)| f(r, c));
+        crate::iter::for_each_chunk_mut(data, per_row, threads, f);
     } else {
         data.chunks_mut(per_row).enumerate().for_each(|(r, c)| f(r, c));
     }

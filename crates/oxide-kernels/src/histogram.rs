@@ -6,8 +6,6 @@
 //! in task order) and converts once; CPU counts in the input's dtype, which
 //! only differs where a float16/bfloat16 bin exceeds 2048/256 elements.
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::GRAIN;
@@ -191,7 +189,7 @@ unsafe fn histc_typed<T: BinFloat>(n: usize, input: usize, stride: isize, edges:
     };
     let tasks = if threads <= 1 { 1 } else { (n / GRAIN).clamp(1, threads) };
     let chunk = n.div_ceil(tasks).max(1);
-    let partial: Vec<Vec<i64>> = if tasks <= 1 { vec![count(0, n)] } else { (0..tasks).into_par_iter().map(|t| count((t * chunk).min(n), ((t + 1) * chunk).min(n))).collect() };
+    let partial: Vec<Vec<i64>> = if tasks <= 1 { vec![count(0, n)] } else { crate::iter::map_tasks(tasks, |t| count((t * chunk).min(n), ((t + 1) * chunk).min(n))) };
     for b in 0..bins {
         let total: i64 = partial.iter().map(|p| p[b]).sum();
         // SAFETY: caller contract; b < bins.

@@ -225,6 +225,62 @@ pub fn map_tasks<T: Send>(tasks: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T>
     slots.into_iter().map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every task ran")).collect()
 }
 
+/// [`for_each_task`] for fallible tasks: every task runs to its end or its first
+/// error, and the error of the lowest-numbered failing task is returned.
+pub fn try_for_each_task<E: Send>(tasks: usize, f: impl Fn(usize) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+    map_tasks(tasks, f).into_iter().collect()
+}
+
+/// `f(i)` for every `i` in `0..count`, results in order, with the indices dealt out
+/// to at most `tasks` tasks in contiguous runs (so each thread takes one run, as
+/// `at::parallel_for` does, rather than one task per index).
+pub fn map_in_runs<R: Send>(count: usize, tasks: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let per = count.div_ceil(tasks.clamp(1, count.max(1))).max(1);
+    map_tasks(count.div_ceil(per), |t| (t * per..((t + 1) * per).min(count)).map(&f).collect::<Vec<R>>()).into_iter().flatten().collect()
+}
+
+/// A raw pointer that tasks may share; each task touches a disjoint part of what it points to.
+struct SharedMut<T>(*mut T);
+// SAFETY: used only by the chunk helpers below, whose tasks write disjoint ranges
+// of a slice borrowed mutably for the duration of the call.
+unsafe impl<T: Send> Send for SharedMut<T> {}
+unsafe impl<T: Send> Sync for SharedMut<T> {}
+impl<T> SharedMut<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+/// Calls `f(i, chunk)` for every `size`-element chunk `i` of `data` (the last may be
+/// shorter), the chunks dealt out to at most `tasks` tasks in contiguous runs; a
+/// task stops at its first error, and the error of the lowest-numbered failing task
+/// is returned. `size == 0` calls nothing.
+pub fn try_for_each_chunk_mut<T: Send, E: Send>(data: &mut [T], size: usize, tasks: usize, f: impl Fn(usize, &mut [T]) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+    if size == 0 || data.is_empty() {
+        return Ok(());
+    }
+    let (len, chunks) = (data.len(), data.len().div_ceil(size));
+    let per = chunks.div_ceil(tasks.clamp(1, chunks));
+    let base = SharedMut(data.as_mut_ptr());
+    try_for_each_task(chunks.div_ceil(per), |t| {
+        for i in t * per..((t + 1) * per).min(chunks) {
+            let (start, end) = (i * size, ((i + 1) * size).min(len));
+            // SAFETY: chunk i is [start, end) of `data`, disjoint from every other chunk,
+            // and `data` is borrowed mutably until every task has finished.
+            f(i, unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) })?;
+        }
+        Ok(())
+    })
+}
+
+/// [`try_for_each_chunk_mut`] for infallible `f`.
+pub fn for_each_chunk_mut<T: Send>(data: &mut [T], size: usize, tasks: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let _ = try_for_each_chunk_mut::<T, ()>(data, size, tasks, |i, c| {
+        f(i, c);
+        Ok(())
+    });
+}
+
 /// Loads `n` elements of `dtype` at `src` (byte stride `stride`) into `dst`, converted to `T`.
 ///
 /// # Safety
@@ -373,6 +429,30 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunk_and_run_helpers_cover_every_index_once_in_order() {
+        for (len, size, tasks) in [(0, 3, 2), (10, 3, 1), (10, 3, 2), (10, 3, 8), (7, 7, 2), (5, 0, 2), (100, 1, 3)] {
+            let mut data = vec![0usize; len];
+            for_each_chunk_mut(&mut data, size, tasks, |i, c| {
+                assert!(c.len() <= size && !c.is_empty());
+                c.iter_mut().for_each(|v| *v += i + 1);
+            });
+            let want: Vec<usize> = if size == 0 { vec![0; len] } else { (0..len).map(|j| j / size + 1).collect() };
+            assert_eq!(data, want, "len {len} size {size} tasks {tasks}");
+            assert_eq!(map_in_runs(len, tasks, |i| i * 2), (0..len).map(|i| i * 2).collect::<Vec<_>>());
+        }
+        // The lowest-numbered failing chunk's error wins; earlier chunks still ran.
+        let mut data = vec![0u8; 40];
+        let r = try_for_each_chunk_mut(&mut data, 4, 2, |i, c| {
+            c.fill(1);
+            if i == 3 || i == 7 { Err(i) } else { Ok(()) }
+        });
+        assert_eq!(r, Err(3));
+        assert!(data[..16].iter().all(|&v| v == 1));
+        assert_eq!(try_for_each_task(3, |t| if t > 0 { Err(t) } else { Ok(()) }), Err(1));
+        assert_eq!(try_for_each_task::<()>(3, |_| Ok(())), Ok(()));
+    }
 
     #[test]
     fn tasks_run_once_each_and_keep_their_thread_across_calls() {

@@ -18,15 +18,13 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::{load, store};
 use crate::lanes::{dot_f64, sq_dev_f64, sum_f64};
 use crate::math::Float;
 
-/// A raw pointer that may cross into rayon tasks; tasks write disjoint elements.
+/// A raw pointer that may cross into parallel tasks; tasks write disjoint elements.
 #[derive(Clone, Copy)]
 struct Ptr(*mut u8);
 // SAFETY: tasks touch disjoint elements (contract of the public functions).
@@ -271,7 +269,7 @@ unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, 
     let partial: Vec<(Vec<f64>, Vec<f64>)> = if threads <= 1 || chunks <= 1 || count * len < 32768 {
         (0..chunks).map(run).collect()
     } else {
-        (0..chunks).into_par_iter().with_min_len(chunks.div_ceil(threads)).map(run).collect()
+        crate::iter::map_in_runs(chunks, threads, run)
     };
     if want_params {
         let (mut dw, mut db) = (vec![0.0; sh.c], vec![0.0; sh.c]);

@@ -23,8 +23,6 @@
 //! (adaptive windows). Backward passes scatter-add in output order, one plane
 //! per task, so results are deterministic.
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::GRAIN;
@@ -218,7 +216,7 @@ fn parallel_rows(rows: usize, work: usize, threads: usize, f: impl Fn(usize, usi
         return f(0, rows);
     }
     let chunk = rows.div_ceil(tasks);
-    (0..tasks).into_par_iter().try_for_each(|t| f((t * chunk).min(rows), ((t + 1) * chunk).min(rows)))
+    crate::iter::try_for_each_task(tasks, |t| f((t * chunk).min(rows), ((t + 1) * chunk).min(rows)))
 }
 
 /// Max pooling forward: for each of `planes` planes, the maximum of every

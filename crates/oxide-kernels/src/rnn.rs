@@ -29,8 +29,6 @@
 //! accumulated per fixed chunk of rows and combined in row order, so results do
 //! not depend on the thread count.
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::{load, store};
@@ -126,7 +124,7 @@ fn chunks<R: Send>(batch: usize, row_elems: usize, threads: usize, f: impl Fn(us
     if threads <= 1 || count <= 1 || batch * row_elems < GRAIN {
         (0..count).map(run).collect()
     } else {
-        (0..count).into_par_iter().with_min_len(count.div_ceil(threads)).map(run).collect()
+        crate::iter::map_in_runs(count, threads, run)
     }
 }
 

@@ -19,8 +19,6 @@
 //!   integer including uint64), ties take the later index and NaN sticks
 //!   (`cummax_cummin_helper`).
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::{load, store, BLOCK, GRAIN};
@@ -92,7 +90,7 @@ fn for_line_ranges(count: usize, n: usize, threads: usize, f: impl Fn(usize, usi
         return f(0, count);
     }
     let chunk = count.div_ceil(tasks);
-    (0..tasks).into_par_iter().try_for_each(|t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)))
+    crate::iter::try_for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)))
 }
 
 fn check_real(op: &'static str, dtype: DType) -> Result<()> {

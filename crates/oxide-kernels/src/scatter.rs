@@ -17,8 +17,6 @@
 //! elements of each range, then each range writes from its prefix offset
 //! (the stream-compaction scheme CUDA's kernel uses).
 
-use rayon::prelude::*;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::iter::{TensorIter, GRAIN};
@@ -318,7 +316,7 @@ pub unsafe fn masked_scatter(it: &TensorIter, source: *const u8, source_len: usi
         });
         n
     };
-    let counts: Vec<usize> = if tasks <= 1 { vec![count(0)] } else { (0..tasks).into_par_iter().map(count).collect() };
+    let counts: Vec<usize> = if tasks <= 1 { vec![count(0)] } else { crate::iter::map_tasks(tasks, count) };
     let total: usize = counts.iter().sum();
     if total > source_len {
         return Err(Error::InvalidValue { op: "masked_scatter", reason: "Number of elements of source < number of ones in mask".into() });
@@ -345,7 +343,7 @@ pub unsafe fn masked_scatter(it: &TensorIter, source: *const u8, source_len: usi
     if tasks <= 1 {
         write(0);
     } else {
-        (0..tasks).into_par_iter().for_each(write);
+        crate::iter::for_each_task(tasks, write);
     }
     Ok(())
 }
