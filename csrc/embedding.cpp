@@ -14,7 +14,9 @@
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_embedding_bag_backward_native.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
@@ -140,6 +142,25 @@ at::Tensor dense_backward(T grad_, T indices_, T offset2bag_, T bag_size_, T max
   return grad_weight;
 }
 
+// aten::embedding_dense_backward (nn.Embedding's weight gradient) is the bag
+// gradient above with one bag per index in sum mode: the Rust kernel sums the
+// gradient rows into each weight row in index order (deterministic, split over
+// weight rows), leaves padding_idx's row zero, and with scale_grad_by_freq
+// divides each row by its index's count in the batch, as CPU does. Before, the
+// gradient went through index_add_ -> index_put_(accumulate=True), whose
+// device path materialises the linear offsets of the whole weight (2.4 ms for
+// a 2048 x 256 weight and 512 indices against about 0.1 ms here).
+at::Tensor embedding_dense_backward(T grad_output, T indices_, c10::SymInt num_weights, c10::SymInt padding_idx,
+                                    bool scale_grad_by_freq) {
+  TORCH_CHECK(indices_.scalar_type() == at::kLong || indices_.scalar_type() == at::kInt,
+              "embedding_backward: expected indices of dtype Long or Int, got ", indices_.scalar_type());
+  const int64_t n = indices_.numel();
+  const auto grad = grad_output.reshape({n, grad_output.size(-1)});
+  const auto lopt = indices_.options().dtype(at::kLong);
+  return dense_backward(grad, indices_, at::arange(n, lopt), at::ones({n}, lopt), at::Tensor(), std::move(num_weights),
+                        scale_grad_by_freq, 0, std::nullopt, padding_idx.guard_int(__FILE__, __LINE__));
+}
+
 at::Tensor per_sample_weights_backward(T grad_, T weight_, T indices_, T /*offsets*/, T offset2bag_, int64_t mode,
                                        int64_t padding_idx) {
   TORCH_CHECK(mode == 0, "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
@@ -170,6 +191,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_embedding_bag_backward", TORCH_FN(at::native::_embedding_bag_backward_symint));
   m.impl("_embedding_bag_dense_backward", TORCH_FN(dense_backward));
   m.impl("_embedding_bag_per_sample_weights_backward", TORCH_FN(per_sample_weights_backward));
+  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
 }
 
 } // namespace oxide

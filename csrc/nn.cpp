@@ -1,4 +1,4 @@
-// softmax / log_softmax and nll_loss / nll_loss2d, forward and backward; embedding's backward.
+// softmax / log_softmax and nll_loss / nll_loss2d, forward and backward.
 //
 // The softmax and nll_loss (1-d) operators are structured: PyTorch's meta
 // functions check arguments and size the outputs, and the impl classes here
@@ -15,8 +15,6 @@
 #include <ATen/ops/_softmax_meta.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/ones_like.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/ops/nll_loss_backward_meta.h>
 #include <ATen/ops/nll_loss_forward_meta.h>
 
@@ -218,32 +216,9 @@ at::Tensor nll_loss2d_backward(T grad_output, T self, T target, OptT weight, int
   return nll_loss2d_backward_out(grad_output, self, target, weight, reduction, ignore_index, total_weight, grad_input);
 }
 
-// embedding's weight gradient: the rows of grad_output summed into the rows their
-// indices name (index_add_, serial and deterministic), skipping padding_idx, each
-// divided by its index's frequency in the batch when scale_grad_by_freq is set.
-at::Tensor embedding_dense_backward(T grad_output, T indices, int64_t num_weights, int64_t padding_idx,
-                                   bool scale_grad_by_freq) {
-  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
-              "embedding_backward: expected indices of dtype Long or Int, got ", indices.scalar_type());
-  const int64_t dim = grad_output.size(-1);
-  at::Tensor idx = indices.reshape(-1).to(at::kLong);
-  at::Tensor rows = grad_output.reshape({idx.numel(), dim});
-  if (padding_idx >= 0) {
-    const auto keep = (idx != padding_idx).nonzero().squeeze(1);
-    idx = idx.index_select(0, keep);
-    rows = rows.index_select(0, keep);
-  }
-  if (scale_grad_by_freq) {
-    const auto counts = at::zeros({num_weights}, grad_output.options()).index_add_(0, idx, at::ones_like(rows.select(1, 0)));
-    rows = rows / counts.index_select(0, idx).unsqueeze(1);
-  }
-  return at::zeros({num_weights, dim}, grad_output.options()).index_add_(0, idx, rows);
-}
-
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
   OXIDE_STRUCTURED(m, Softmax, "_softmax", "", "_softmax.out", int64_t, bool);
   OXIDE_STRUCTURED(m, LogSoftmax, "_log_softmax", "", "_log_softmax.out", int64_t, bool);
   OXIDE_STRUCTURED(m, SoftmaxBackward, "_softmax_backward_data", "", "_softmax_backward_data.out", T, int64_t,

@@ -780,6 +780,26 @@ def test_embedding_backward(scale, padding_idx):
     compare(lambda t: F.embedding(idx.to(t.device), t, padding_idx=padding_idx, scale_grad_by_freq=scale), w)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_embedding_backward_many_repeats_int32_indices_and_empty(dtype):
+    # Enough rows and repeats that the weight-row split runs on several threads.
+    w = randn(50, 40, dtype=dtype)
+    idx = torch.randint(0, 50, (16, 64), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
+    g = torch.randn(16, 64, 40, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(dtype)
+    # Half-precision rows are summed in float and rounded once (CUDA's accumulation
+    # type); CPU's index_add_ rounds after every add, so the oracle for bfloat16 is
+    # CPU's float32 gradient rounded to bfloat16.
+    ref_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
+    wr = w.detach().to(ref_dtype).requires_grad_()
+    F.embedding(idx, wr, padding_idx=7).backward(g.to(ref_dtype))
+    wo = w.detach().to("oxide").requires_grad_()
+    F.embedding(idx.to("oxide"), wo, padding_idx=7).backward(g.to("oxide"))
+    assert wo.grad.dtype == dtype
+    torch.testing.assert_close(wo.grad.cpu(), wr.grad.to(dtype), atol=0, rtol=0 if dtype == torch.float64 else 8e-3)
+    assert (wo.grad[7] == 0).all()
+    compare(lambda t: F.embedding(torch.zeros(0, 3, dtype=torch.long, device=t.device), t), randn(5, 4, dtype=dtype))
+
+
 # ---------------------------------------------------------------------------------------
 # Padding and upsampling
 # ---------------------------------------------------------------------------------------

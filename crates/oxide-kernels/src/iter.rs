@@ -201,17 +201,32 @@ impl TensorIter {
 /// every time, which stays in that core's caches between calls (with work
 /// stealing the parts went to threads at random, and a 40 MB reduction ran at
 /// DRAM speed where CPU PyTorch, with OpenMP's static schedule, reused its cached
-/// half). Inside a team task (a nested split) the tasks run serially on the
-/// calling thread, since every team thread already has a task. Otherwise (more
-/// tasks than threads, or a call from a rayon thread) they are work-stolen on
-/// rayon's pool.
+/// half). With more tasks than threads, every team thread takes the next
+/// unclaimed task until none is left (OpenMP's dynamic schedule), which evens
+/// out tasks of unequal cost such as causal attention's row blocks. Inside a
+/// team task (a nested split) the tasks run serially on the calling thread,
+/// since every team thread already has a task. From a rayon thread they are
+/// work-stolen on rayon's pool.
 pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
     match tasks {
         0 => {}
         1 => f(0),
         _ if crate::team::in_team() => (0..tasks).for_each(&f),
-        _ if rayon::current_thread_index().is_none() && crate::team::run(tasks, &f) => {}
-        _ => (0..tasks).into_par_iter().for_each(|t| f(t)),
+        _ if rayon::current_thread_index().is_some() => (0..tasks).into_par_iter().for_each(|t| f(t)),
+        _ if tasks <= crate::team::size() && crate::team::run(tasks, &f) => {}
+        _ => {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let claim = |_: usize| loop {
+                let t = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if t >= tasks {
+                    break;
+                }
+                f(t);
+            };
+            if !crate::team::run(crate::team::size(), &claim) {
+                claim(0);
+            }
+        }
     }
 }
 
@@ -461,7 +476,11 @@ mod tests {
         for tasks in [0, 1, 2, threads, threads + 3] {
             let runs = |_: ()| {
                 let seen = Mutex::new(vec![]);
-                for_each_task(tasks, |t| seen.lock().unwrap().push((t, format!("{:?}", std::thread::current().id()))));
+                for_each_task(tasks, |t| {
+                    // More tasks than threads still run on the team (dynamic schedule), not on rayon's pool.
+                    assert!(rayon::current_thread_index().is_none());
+                    seen.lock().unwrap().push((t, format!("{:?}", std::thread::current().id())))
+                });
                 let mut seen = seen.into_inner().unwrap();
                 seen.sort();
                 seen
