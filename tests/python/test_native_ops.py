@@ -563,7 +563,7 @@ BINARY_INPLACE_PARAMS = [pytest.param(n, kw, lk, rk, id=op_id(n, kw))
                          for n, kw, lk, rk in BINARY if hasattr(torch.Tensor, n + "_")]
 SCALARS = {  # Python scalars per rhs kind (int, negative int, float, bool)
     "any": [3, -2, 2.5, True], "nonzero": [3, -2, 2.5, True],
-    "exponent": [2, 3, 0.5, -1], "shift": [1, 3],
+    "exponent": [2, 3, 0.5, -1, -0.5, -2], "shift": [1, 3],
 }
 PROMOTIONS = [
     (torch.int64, torch.float32), (torch.int32, torch.float64), (torch.float32, torch.float64),
