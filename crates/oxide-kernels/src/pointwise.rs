@@ -253,6 +253,10 @@ family! {
     // Activations (the stubs of PyTorch's ATen/native/Activation.h); formulas as torch.nn.functional documents them.
     // s[0] = 0: exact GELU, x * Phi(x); s[0] = 1: the tanh approximation (Hendrycks & Gimpel 2016).
     gelu = |x, s, c| if s[0] == F::ZERO { gelu_erf(x[0]) } else { gelu_tanh(x[0]).0 };
+    // gelu's two forms as ops of their own, picked once per call (`PointwiseOp::run`), so
+    // that each loop holds one formula and vectorises.
+    gelu_exact = |x, s, c| gelu_erf(x[0]);
+    gelu_tanh_approx = |x, s, c| gelu_tanh(x[0]).0;
     silu = |x, s, c| x[0] * x[0].sigmoid();
     mish = |x, s, c| x[0] * softplus(x[0], F::ONE, F::from_f64c(20.0)).tanh();
     // s = (beta, threshold): linear above threshold, for stability.
@@ -380,6 +384,8 @@ family! {
     lerp_scalar = |x, s, c| lerp(x[0], x[1], s[0]);
     // Activation backward: (grad_output, self) -> grad_input, scalars as in the forward op.
     gelu_backward = |x, s, c| x[0] * if s[0] == F::ZERO { gelu_erf_grad(x[1]) } else { gelu_tanh(x[1]).1 };
+    gelu_exact_backward = |x, s, c| x[0] * gelu_erf_grad(x[1]);
+    gelu_tanh_approx_backward = |x, s, c| x[0] * gelu_tanh(x[1]).1;
     silu_backward = |x, s, c| { let sg = x[1].sigmoid(); x[0] * sg * (F::ONE + x[1] * (F::ONE - sg)) };
     mish_backward = |x, s, c| {
         let t = softplus(x[1], F::ONE, F::from_f64c(20.0)).tanh();
@@ -582,6 +588,16 @@ impl PointwiseOp {
             };
             // SAFETY: forwarded contract.
             return unsafe { PointwiseOp::FloatUnary(op).run(it, Some(compute), ctx) };
+        }
+        if self == PointwiseOp::FloatUnary(FloatUnary::gelu) {
+            let op = if ctx.f[0] == 0.0 { FloatUnary::gelu_exact } else { FloatUnary::gelu_tanh_approx };
+            // SAFETY: forwarded contract.
+            return unsafe { PointwiseOp::FloatUnary(op).run(it, Some(compute), ctx) };
+        }
+        if self == PointwiseOp::FloatBinary(FloatBinary::gelu_backward) {
+            let op = if ctx.f[0] == 0.0 { FloatBinary::gelu_exact_backward } else { FloatBinary::gelu_tanh_approx_backward };
+            // SAFETY: forwarded contract.
+            return unsafe { PointwiseOp::FloatBinary(op).run(it, Some(compute), ctx) };
         }
         if self == PointwiseOp::RealBinary(RealBinary::div_trunc) && compute == DType::BF16 && it.strides.get(2).is_some_and(|s| s.iter().any(|&x| x != 0)) {
             // CPU rounds the bfloat16 quotient before truncating, except for a scalar
