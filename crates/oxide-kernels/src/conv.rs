@@ -47,11 +47,10 @@
 //! up to `threads` rayon tasks, each with its own buffers and weight gradient partial.
 
 use std::borrow::Cow;
+use std::sync::Mutex;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use std::sync::Mutex;
-
 use crate::iter::{for_each_chunk_mut, map_tasks, try_for_each_chunk_mut, GRAIN};
 use crate::linalg::{gemm, GemmShape, Matrix, SPLIT_MACS};
 use crate::math::Num;
