@@ -247,13 +247,26 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
-    #[test]
-    fn every_task_runs_once_on_its_own_thread_and_nested_launches_run_serially() {
+    /// The team's size, or `None` (test skipped, with the reason printed) on a one-thread pool.
+    fn team_size() -> Option<usize> {
         let n = size();
         if n < 2 {
             eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
-            return;
         }
+        (n >= 2).then_some(n)
+    }
+
+    fn assert_every_task_runs_once(n: usize) {
+        let count = AtomicUsize::new(0);
+        assert!(run(n, &|_| {
+            count.fetch_add(1, SeqCst);
+        }));
+        assert_eq!(count.load(SeqCst), n);
+    }
+
+    #[test]
+    fn every_task_runs_once_on_its_own_thread_and_nested_launches_run_serially() {
+        let Some(n) = team_size() else { return };
         let names = Mutex::new(vec![String::new(); n]);
         for _ in 0..3 {
             let count = AtomicUsize::new(0);
@@ -277,20 +290,12 @@ mod tests {
         assert!(!run(n + 1, &|_| {}), "more tasks than threads must be refused");
         // Workers that have gone to sleep are woken.
         thread::sleep(SPIN * 4);
-        let count = AtomicUsize::new(0);
-        assert!(run(n, &|_| {
-            count.fetch_add(1, SeqCst);
-        }));
-        assert_eq!(count.load(SeqCst), n);
+        assert_every_task_runs_once(n);
     }
 
     #[test]
     fn a_panicking_task_reaches_the_launcher_after_all_tasks_finish_and_the_team_stays_usable() {
-        let n = size();
-        if n < 2 {
-            eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
-            return;
-        }
+        let Some(n) = team_size() else { return };
         for bad in [0, n - 1] {
             let finished = AtomicUsize::new(0);
             let r = catch_unwind(AssertUnwindSafe(|| {
@@ -306,20 +311,12 @@ mod tests {
             assert_eq!(msg, format!("task {bad} fails"));
             assert_eq!(finished.load(SeqCst), n - 1, "the other tasks ran to the end before the panic was resumed");
         }
-        let count = AtomicUsize::new(0);
-        assert!(run(n, &|_| {
-            count.fetch_add(1, SeqCst);
-        }));
-        assert_eq!(count.load(SeqCst), n);
+        assert_every_task_runs_once(n);
     }
 
     #[test]
     fn concurrent_launchers_take_turns_on_the_team() {
-        let n = size();
-        if n < 2 {
-            eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
-            return;
-        }
+        let Some(n) = team_size() else { return };
         let active = AtomicUsize::new(0);
         let ran = AtomicUsize::new(0);
         thread::scope(|s| {
