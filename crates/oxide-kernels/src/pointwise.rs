@@ -227,22 +227,12 @@ family! {
     round_decimals = |x, s, c| if s[1] != F::ZERO { (x[0] / s[0]).round_even() * s[0] } else { (x[0] * s[0]).round_even() / s[0] };
     // s = (nan, posinf, neginf) replacements, already defaulted to the dtype's limits.
     nan_to_num = |x, s, c| if x[0].is_nan() { s[0] } else if x[0] == F::infinity() { s[1] } else if x[0] == -F::infinity() { s[2] } else { x[0] };
-    // tensor ** scalar for float16: plain pow (CPU special-cases float, double and bfloat16 only).
-    pow_scalar_plain = |x, s, c| x[0].pow(s[0]).unwrap_or(F::ZERO);
-    // tensor ** scalar (s[0]) with PyTorch's special cases (sqrt for 0.5 keeps sqrt(-inf) = NaN).
-    pow_scalar = |x, s, c| {
-        let e = s[0];
-        if e == F::from_f64c(0.5) { x[0].sqrt() }
-        else if e == F::from_f64c(2.0) { x[0] * x[0] }
-        else if e == F::from_f64c(3.0) { x[0] * x[0] * x[0] }
-        else if e == F::from_f64c(-0.5) { F::ONE / x[0].sqrt() }
-        else if e == F::from_f64c(-1.0) { F::ONE / x[0] }
-        else if e == F::from_f64c(-2.0) { F::ONE / (x[0] * x[0]) }
-        else { x[0].pow(e).unwrap_or(F::ZERO) }
-    };
-    // The special exponents of pow_scalar as ops of their own, picked once per call
-    // (`PointwiseOp::run`): a per-element choice that can fall through to libm's
-    // powf keeps the loop scalar (x ** 3 ran 6x slower than x * x * x).
+    // tensor ** scalar (s[0]) through pow; float16 always (CPU special-cases float, double
+    // and bfloat16 only), the other float types for exponents without a special case.
+    pow_scalar = |x, s, c| x[0].pow(s[0]).unwrap_or(F::ZERO);
+    // PyTorch's special exponents of tensor ** scalar (sqrt for 0.5 keeps sqrt(-inf) = NaN),
+    // one op each, picked once per call (`PointwiseOp::run`): a per-element choice that can
+    // fall through to libm's powf keeps the loop scalar (x ** 3 ran 6x slower than x * x * x).
     pow_scalar_square = |x, s, c| x[0] * x[0];
     pow_scalar_cube = |x, s, c| x[0] * x[0] * x[0];
     pow_scalar_sqrt = |x, s, c| x[0].sqrt();
@@ -574,10 +564,10 @@ impl PointwiseOp {
         }
         if self == PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) && matches!(compute, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
             // CPU special-cases exponents for float, double and bfloat16, not for float16.
-            // The exponent as pow_scalar compares it: in the compute type (float for the half types).
+            // The exponent in the compute type (float for the half types), as CPU compares it.
             let e = if compute == DType::F64 { ctx.f[0] } else { ctx.f[0] as f32 as f64 };
             let op = match e {
-                _ if compute == DType::F16 => FloatUnary::pow_scalar_plain,
+                _ if compute == DType::F16 => FloatUnary::pow_scalar,
                 0.5 => FloatUnary::pow_scalar_sqrt,
                 2.0 => FloatUnary::pow_scalar_square,
                 3.0 => FloatUnary::pow_scalar_cube,
