@@ -105,6 +105,17 @@ def test_max_pool2d_other_dtypes(dtype):
     check(lambda x: F.max_pool2d(x, 2, return_indices=True), make((2, 3, 7, 6), dtype), "channels_last")
 
 
+@pytest.mark.parametrize("shape, args", [
+    ((3, 70, 9, 9), (3, 2, 1)),  # 25 outputs a plane: blocks of 20 planes, the last one partial
+    ((1, 2, 50, 51), (2, 2, 0)),  # 625 outputs a plane: two blocks a plane, the second partial
+    ((64, 32, 8, 8), (2, 2, 0)),  # the demo CNN's pool
+], ids=str)
+def test_max_pool2d_blocks(shape, args):
+    # The kernel walks several whole planes, or part of one, per block of outputs.
+    check(lambda x: F.max_pool2d(x, *args, return_indices=True), make(shape, nan=True))
+    check(lambda x: F.max_pool2d(x, *args, return_indices=True), make(shape, torch.int32))
+
+
 def test_max_pool_nan_and_ties():
     x = torch.tensor([[[[1.0, math.nan, 3.0, math.nan, 3.0, 3.0, -math.inf, -math.inf]]]])
     check(lambda x: F.max_pool2d(x, (1, 2), return_indices=True), x)

@@ -484,12 +484,17 @@ fn gather<'a, C: Acc>(src: &'a [C], sample: usize, rows: usize, plane: usize, nb
     buf
 }
 
-/// The inverse of [`gather`]: writes the matrix `m` `(rows, nb * plane)` back into the samples.
-fn scatter<C: Acc>(m: &[C], rows: usize, plane: usize, nb: usize, dst: &mut [C], sample: usize) {
+/// The inverse of [`gather`]: writes the matrix `m` `(rows, nb * plane)` back into the
+/// samples, plus `bias[r]` on row `r` when given (the copy is the pass that adds it).
+fn scatter<C: Acc>(m: &[C], rows: usize, plane: usize, nb: usize, dst: &mut [C], sample: usize, bias: Option<&[C]>) {
     for r in 0..rows {
         for j in 0..nb {
             let from = (r * nb + j) * plane;
-            dst[j * sample + r * plane..j * sample + (r + 1) * plane].copy_from_slice(&m[from..from + plane]);
+            let (to, src) = (&mut dst[j * sample + r * plane..j * sample + (r + 1) * plane], &m[from..from + plane]);
+            match bias {
+                Some(b) => to.iter_mut().zip(src).for_each(|(d, &v)| *d = v.add(b[r])),
+                None => to.copy_from_slice(src),
+            }
         }
     }
 }
@@ -509,36 +514,50 @@ fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], sample: usiz
 }
 
 /// `a (m x k) @ src (k x nb * plane)` written as `m` planes of each of `nb` samples,
-/// sample `j` at `dst[j * sample]`: straight into `dst` for one sample, else through
-/// `out` and [`scatter`].
+/// sample `j` at `dst[j * sample]`, plus `bias[r]` on plane `r` when given: straight
+/// into `dst` for one sample, else through `out` and [`scatter`].
 #[allow(clippy::too_many_arguments)]
-fn product_to_samples<C: Acc>(m: usize, k: usize, a: (&[C], usize, usize), src: &[C], plane: usize, nb: usize, dst: &mut [C], sample: usize, out: &mut Vec<C>) -> Result<()> {
+fn product_to_samples<C: Acc>(m: usize, k: usize, a: (&[C], usize, usize), src: &[C], plane: usize, nb: usize, dst: &mut [C], sample: usize, out: &mut Vec<C>, bias: Option<&[C]>) -> Result<()> {
     if nb == 1 {
-        return product(m, plane, k, a, (src, plane, 1), 0.0, &mut dst[..m * plane], plane);
+        let dst = &mut dst[..m * plane];
+        product(m, plane, k, a, (src, plane, 1), 0.0, dst, plane)?;
+        if let Some(b) = bias {
+            add_bias(dst, plane, b);
+        }
+        return Ok(());
     }
     let cn = nb * plane;
     out.resize(m * cn, C::ZERO);
     product(m, cn, k, a, (src, cn, 1), 0.0, out, cn)?;
-    scatter(out, m, plane, nb, dst, sample);
+    scatter(out, m, plane, nb, dst, sample, bias);
     Ok(())
+}
+
+/// Adds `bias[k % bias.len()]` to the `k`-th run of `plane` elements of `y`.
+fn add_bias<C: Acc>(y: &mut [C], plane: usize, bias: &[C]) {
+    for (k, row) in y.chunks_mut(plane.max(1)).enumerate() {
+        let bv = bias[k % bias.len()];
+        row.iter_mut().for_each(|v| *v = v.add(bv));
+    }
 }
 
 /// The compute types: float32, float64 and the integers (wrapping, as C++).
 trait Acc: Num + Send + Sync {
-    /// The sum of `values` (the bias gradient).
-    fn total(values: impl Iterator<Item = Self>) -> Self;
+    /// The sum of every element of `planes` (the bias gradient).
+    fn total<'a>(planes: impl Iterator<Item = &'a [Self]>) -> Self;
 }
 macro_rules! acc {
     (float: $($t:ty),*; int: $($i:ty),*) => {
         $(impl Acc for $t {
-            // Summed in double: cheap, and close to any order of summation CPU uses.
-            fn total(values: impl Iterator<Item = Self>) -> Self {
-                values.map(|v| v as f64).sum::<f64>() as $t
+            // Summed in double (close to any order of summation CPU uses), in
+            // independent lanes so that the loop vectorises.
+            fn total<'a>(planes: impl Iterator<Item = &'a [Self]>) -> Self {
+                planes.map(crate::lanes::sum_f64).sum::<f64>() as $t
             }
         })*
         $(impl Acc for $i {
-            fn total(values: impl Iterator<Item = Self>) -> Self {
-                values.fold(0, <$i>::wrapping_add)
+            fn total<'a>(planes: impl Iterator<Item = &'a [Self]>) -> Self {
+                planes.flatten().fold(0, |a, &v| <$i>::wrapping_add(a, v))
             }
         })*
     };
@@ -667,11 +686,18 @@ impl Plan {
         let (kk, gl) = (ic * win.taps(), win.grid_len().max(1));
         let batch = cv.batch.max(1);
         let chunk = TARGET_COLUMNS.div_ceil(gl).min(COLUMNS_BUDGET / (kk * gl).max(1)).clamp(1, batch);
+        let per_task = batch.div_ceil(threads.clamp(1, batch));
         // `linalg::gemm` splits a product over threads only from SPLIT_MACS
         // multiply-adds; below that, splitting samples is the parallelism there is.
         let small = gc * kk * chunk * gl < SPLIT_MACS;
-        if threads > 1 && small && batch > 1 {
-            let per_task = batch.div_ceil(threads.min(batch));
+        // Above it, the GEMM would split a product wider than tall into column blocks
+        // anyway, each thread packing the whole weight; splitting samples instead costs
+        // no more packing and lets every task do its own im2col, scatter and col2im
+        // without a fork and join per step (the digits CNN's 8x8 maps: 2x faster). A
+        // taller product (ResNet's 2x2 and 4x4 stages: a big weight, few columns) is
+        // split by rows, each thread packing half the weight, which sample tasks cannot do.
+        let wide = per_task * gl >= gc;
+        if threads > 1 && batch > 1 && (small || wide) {
             Plan { chunk: chunk.min(per_task), per_task, tasks: batch.div_ceil(per_task), inner: 1 }
         } else {
             Plan { chunk, per_task: batch, tasks: 1, inner: threads }
@@ -709,7 +735,8 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
         if !cv.transposed {
             // y[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(x[:, g]) (kk x nb*L).
             let src = columns(&win, ic, &x[g * ic * il..], xs, nb, direct, cols, threads);
-            product_to_samples(gc, kk, (wgt, kk, 1), src, gl, nb, &mut y[g * gc * gl..], ys, out)?;
+            let bg = bias.map(|b| &b[g * gc..(g + 1) * gc]);
+            product_to_samples(gc, kk, (wgt, kk, 1), src, gl, nb, &mut y[g * gc * gl..], ys, out, bg)?;
         } else {
             // y[:, g] = col2im(W[g]^T (kk x gc) @ x[:, g] (gc x nb*L)).
             let xg = gather(&x[g * gc * gl..], xs, gc, gl, nb, mat);
@@ -723,12 +750,8 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
             }
         }
     }
-    if let Some(b) = bias {
-        let plane = if cv.transposed { il } else { gl };
-        for (k, row) in y.chunks_mut(plane.max(1)).enumerate() {
-            let bv = b[k % cv.out_channels];
-            row.iter_mut().for_each(|v| *v = v.add(bv));
-        }
+    if let (Some(b), true) = (bias, cv.transposed) {
+        add_bias(y, il, b);
     }
     Ok(())
 }
@@ -769,7 +792,7 @@ fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<
             let src = columns(&win, ic, &gy[g * ic * il..], ys, nb, direct, cols, threads);
             if let Some(gx) = gx.as_deref_mut() {
                 // gx[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(gy[:, g]) (kk x nb*L): a convolution.
-                product_to_samples(gc, kk, (&w[wr.clone()], kk, 1), src, gl, nb, &mut gx[g * gc * gl..], xs, out)?;
+                product_to_samples(gc, kk, (&w[wr.clone()], kk, 1), src, gl, nb, &mut gx[g * gc * gl..], xs, out, None)?;
             }
             if let Some(gw) = gw.as_deref_mut() {
                 // gW[g] (gc x kk) += x[:, g] (gc x nb*L) @ im2col(gy[:, g])^T (nb*L x kk).
@@ -810,7 +833,7 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
         let plane = ys / cv.out_channels.max(1);
         let threads = if yl > GRAIN { threads } else { 1 };
         for_each_channel(gb, cv.out_channels, 1, threads, |c, v| {
-            v[0] = C::total((0..cv.batch).flat_map(|n| &gy[n * ys + c * plane..n * ys + (c + 1) * plane]).copied());
+            v[0] = C::total((0..cv.batch).map(|n| &gy[n * ys + c * plane..n * ys + (c + 1) * plane]));
         });
     }
     if let Some(gw) = gw.as_deref_mut() {
