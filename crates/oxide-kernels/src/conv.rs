@@ -41,10 +41,11 @@
 //! Batching and parallelism: consecutive samples share one GEMM, their columns
 //! side by side (`(C * K, nb * L)`), about [`TARGET_COLUMNS`] columns per product
 //! and at most [`COLUMNS_BUDGET`] column elements; operands and results on the
-//! column side are gathered and scattered around the product ([`Plan`]). When a
-//! product is large enough [`crate::linalg::gemm`] splits it over threads and
-//! im2col/col2im split channels over rayon; otherwise (few channels, depthwise) samples are split over
-//! up to `threads` rayon tasks, each with its own buffers and weight gradient partial.
+//! column side are gathered and scattered around the product ([`Plan`]). Samples
+//! are split over up to `threads` tasks, each with its own buffers and weight
+//! gradient partial, when the products are small or at least as wide as tall;
+//! otherwise (a large weight, few columns) [`crate::linalg::gemm`] splits each
+//! product over threads and im2col/col2im split channels.
 
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -670,7 +671,7 @@ const TARGET_COLUMNS: usize = 2048;
 const COLUMNS_BUDGET: usize = 1 << 23;
 
 /// How a batch is cut: `chunk` consecutive samples share each GEMM; samples are
-/// split into `tasks` rayon tasks of `per_task` samples, each given `inner` threads.
+/// split into `tasks` tasks of `per_task` samples, each given `inner` threads.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     chunk: usize,
