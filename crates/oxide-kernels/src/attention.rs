@@ -49,6 +49,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::math::Float;
 use crate::random::BitSource;
+use crate::scratch::{self, Plain};
 
 /// Query rows per task and per tile.
 pub const BLOCK_Q: usize = 64;
@@ -505,6 +506,27 @@ unsafe fn load_row<T: Element, C: Float>(op: &Operand, b: usize, h: usize, i: us
     }
 }
 
+/// Writes `src` as columns `0..src.len()` of row `i` of head (b, h) of `op`, converted to `T`.
+///
+/// # Safety
+/// Those elements lie in writable memory of type `T` nothing else accesses meanwhile.
+#[inline]
+unsafe fn store_row<T: Element, C: Float>(op: &Operand, b: usize, h: usize, i: usize, src: &[C]) {
+    // SAFETY: caller contract.
+    let base = unsafe { (op.ptr as *mut T).offset(op.offset(b, h, i, 0)) };
+    let cs = op.strides[3] as isize;
+    for (j, &x) in src.iter().enumerate() {
+        // SAFETY: caller contract. The unit-stride case is its own loop so that it vectorises.
+        unsafe {
+            if cs == 1 {
+                base.add(j).write_unaligned(T::from_f64(x.to_f64()));
+            } else {
+                base.offset(j as isize * cs).write_unaligned(T::from_f64(x.to_f64()));
+            }
+        }
+    }
+}
+
 /// Per-task copies of one key block `j0 .. j0 + nk` of (b, kv head), in the
 /// layouts the tile products read as their B operand. Buffers are allocated
 /// zeroed and only the `nk` keys / `E` features are rewritten, so padding
@@ -631,109 +653,138 @@ pub unsafe fn forward(a: &Attention, out: Operand, lse: *mut u8) -> Result<()> {
     Ok(())
 }
 
-unsafe fn forward_typed<T: Element, C: Float>(a: &Attention, out: Operand, lse: usize) {
+unsafe fn forward_typed<T: Element, C: Float + Plain>(a: &Attention, out: Operand, lse: usize) {
     let d = a.dims;
     let q_blocks = d.len_q.div_ceil(BLOCK_Q);
     let tasks = d.batch * d.heads_q * q_blocks;
     if tasks == 0 {
         return;
     }
-    let keep = Keep::new(a.dropout);
-    let scale = C::from_f64c(a.scale);
     let (e_n, ev_n) = (d.dim_qk, d.dim_v);
-    let (ep, evp, kp) = (padded(e_n), padded(ev_n), padded(BLOCK_K));
+    let (kp, k_blocks) = (padded(BLOCK_K), d.len_kv.div_ceil(BLOCK_K));
+    let (kt_len, v_len) = (e_n * kp, BLOCK_K * padded(ev_n));
+    let blocks = d.batch * d.heads_kv * k_blocks;
     // Every query block of a head reads every key block, so the key and value
     // tiles are converted and laid out (K transposed) once per call, not once
     // per query block: at L = 1024 that repacking cost more than the products.
-    let k_blocks = d.len_kv.div_ceil(BLOCK_K);
-    let (kt_len, v_len) = (e_n * kp, BLOCK_K * evp);
-    let blocks = d.batch * d.heads_kv * k_blocks;
-    let mut kt_all = vec![C::ZERO; blocks * kt_len];
-    let mut v_all = vec![C::ZERO; blocks * v_len];
-    {
-        let (kt_addr, v_addr) = (kt_all.as_mut_ptr() as usize, v_all.as_mut_ptr() as usize);
-        for_tasks(blocks, a.threads, |n| {
-            let (bh, kb) = (n / k_blocks, n % k_blocks);
-            let (b, hk) = (bh / d.heads_kv, bh % d.heads_kv);
-            let j0 = kb * BLOCK_K;
-            let mut tile = KeyTile::<C>::new(&d);
-            // SAFETY: forward's contract; block n of each buffer belongs to this task.
-            unsafe {
-                tile.load::<T>(a, b, hk, j0, BLOCK_K.min(d.len_kv - j0), Layouts { k: false, v: true, vt: false });
-                std::ptr::copy_nonoverlapping(tile.kt.as_ptr(), (kt_addr as *mut C).add(n * kt_len), kt_len);
-                std::ptr::copy_nonoverlapping(tile.v.as_ptr(), (v_addr as *mut C).add(n * v_len), v_len);
-            }
-        });
-    }
-    for_tasks(tasks, a.threads, |t| {
-        let (bh, qb) = (t / q_blocks, t % q_blocks);
-        let (b, h) = (bh / d.heads_q, bh % d.heads_q);
-        let hk = h / d.group();
-        let i0 = qb * BLOCK_Q;
-        let nq = BLOCK_Q.min(d.len_q - i0);
-        // Scaled query rows [nq][ep] (the A operand of S = Q K^T).
-        let mut q = vec![C::ZERO; nq * ep];
-        for r in 0..nq {
-            let row = &mut q[r * ep..r * ep + e_n];
+    // Every element of both buffers is written below, so reused scratch will do.
+    scratch::with::<C, _>(blocks * kt_len, |kt_all| {
+        scratch::with::<C, _>(blocks * v_len, |v_all| {
+            let (kt_addr, v_addr) = (kt_all.as_mut_ptr() as usize, v_all.as_mut_ptr() as usize);
+            for_tasks(blocks, a.threads, |n| {
+                let (bh, kb) = (n / k_blocks, n % k_blocks);
+                let (b, hk) = (bh / d.heads_kv, bh % d.heads_kv);
+                let j0 = kb * BLOCK_K;
+                let mut tile = KeyTile::<C>::new(&d);
+                // SAFETY: forward's contract; block n of each buffer belongs to this task.
+                unsafe {
+                    tile.load::<T>(a, b, hk, j0, BLOCK_K.min(d.len_kv - j0), Layouts { k: false, v: true, vt: false });
+                    std::ptr::copy_nonoverlapping(tile.kt.as_ptr(), (kt_addr as *mut C).add(n * kt_len), kt_len);
+                    std::ptr::copy_nonoverlapping(tile.v.as_ptr(), (v_addr as *mut C).add(n * v_len), v_len);
+                }
+            });
+            let (kt_all, v_all) = (&*kt_all, &*v_all);
             // SAFETY: forward's contract.
-            unsafe { load_row::<T, C>(&a.query, b, h, i0 + r, row) };
-            row.iter_mut().for_each(|x| *x = *x * scale);
-        }
-        // Unnormalised output [nq][evp], running max and sum per row.
-        let mut o = vec![C::ZERO; nq * evp];
-        let mut m = vec![-C::infinity(); nq];
-        let mut l = vec![C::ZERO; nq];
-        // Scores, then probabilities, of the current tile: [nq][kp].
-        let mut s = vec![C::ZERO; nq * kp];
-        let mut drop = vec![C::ZERO; BLOCK_K];
-        let kend = key_end(a, i0, nq);
-        let mut j0 = 0;
-        while j0 < kend {
-            let nk = BLOCK_K.min(kend - j0);
-            let blk = (b * d.heads_kv + hk) * k_blocks + j0 / BLOCK_K;
-            let (kt, v) = (&kt_all[blk * kt_len..(blk + 1) * kt_len], &v_all[blk * v_len..(blk + 1) * v_len]);
-            gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, kt, kp, &mut s, kp, false);
-            for r in 0..nq {
-                let i = i0 + r;
-                let srow = &mut s[r * kp..r * kp + nk];
-                // SAFETY: forward's contract.
-                unsafe { mask_scores::<T, C>(a, b, h, i, j0, srow) };
-                let block_max = row_max(srow);
-                let m_new = if block_max > m[r] { block_max } else { m[r] };
-                if m_new == -C::infinity() {
-                    // Every key so far is masked: this tile adds nothing to the row.
-                    srow.fill(C::ZERO);
-                    continue;
-                }
-                let alpha = (m[r] - m_new).exp();
-                srow.iter_mut().for_each(|x| *x = (*x - m_new).exp());
-                l[r] = l[r] * alpha + row_sum(srow);
-                m[r] = m_new;
-                if alpha != C::ONE {
-                    o[r * evp..(r + 1) * evp].iter_mut().for_each(|x| *x = *x * alpha);
-                }
-                if let Some(k) = &keep {
-                    let drop = &mut drop[..nk];
-                    k.row(((b * d.heads_q + h) * d.len_q + i) as u64 * d.len_kv as u64 + j0 as u64, drop);
-                    srow.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
-                }
-            }
-            gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, v, evp, &mut o, evp, true);
-            j0 += nk;
-        }
-        for r in 0..nq {
-            let row = (b * d.heads_q + h) * d.len_q + i0 + r;
-            let (value, inv) = if l[r] > C::ZERO { (m[r] + l[r].ln(), C::ONE / l[r]) } else { (-C::infinity(), C::ZERO) };
-            // SAFETY: row `row` of lse and of out belongs to this task only.
-            unsafe {
-                (lse as *mut C).add(row).write(value);
-                for e in 0..ev_n {
-                    out.store::<T, C>(b, h, i0 + r, e, o[r * evp + e] * inv);
-                }
-            }
-        }
+            for_tasks(tasks, a.threads, |t| unsafe { forward_block::<T, C>(a, out, lse, kt_all, v_all, t) });
+        })
     });
 }
+
+/// Task `t` of [`forward_typed`]: one block of query rows of one (batch, head)
+/// against the packed key/value tiles.
+///
+/// # Safety
+/// As [`forward`]; rows of this block of `out` and `lse` belong to this task only.
+unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: usize, kt_all: &[C], v_all: &[C], t: usize) {
+    let d = a.dims;
+    let q_blocks = d.len_q.div_ceil(BLOCK_Q);
+    let keep = Keep::new(a.dropout);
+    let scale = C::from_f64c(a.scale);
+    let (e_n, ev_n) = (d.dim_qk, d.dim_v);
+    let (ep, evp, kp, k_blocks) = (padded(e_n), padded(ev_n), padded(BLOCK_K), d.len_kv.div_ceil(BLOCK_K));
+    let (kt_len, v_len) = (e_n * kp, BLOCK_K * evp);
+    let (bh, qb) = (t / q_blocks, t % q_blocks);
+    let (b, h) = (bh / d.heads_q, bh % d.heads_q);
+    let hk = h / d.group();
+    let i0 = qb * BLOCK_Q;
+    let nq = BLOCK_Q.min(d.len_q - i0);
+    // Scaled query rows [nq][ep] (the A operand of S = Q K^T).
+    let mut q = vec![C::ZERO; nq * ep];
+    for r in 0..nq {
+        let row = &mut q[r * ep..r * ep + e_n];
+        // SAFETY: forward's contract.
+        unsafe { load_row::<T, C>(&a.query, b, h, i0 + r, row) };
+        row.iter_mut().for_each(|x| *x = *x * scale);
+    }
+    // Unnormalised output [nq][evp], running max and sum per row; per tile, each
+    // row's new maximum and the factor rescaling its old sum and output.
+    let mut o = vec![C::ZERO; nq * evp];
+    let (mut m, mut l) = (vec![-C::infinity(); nq], vec![C::ZERO; nq]);
+    let (mut m_new, mut alpha) = (vec![C::ZERO; nq], vec![C::ONE; nq]);
+    // Scores, then probabilities, of the current tile: [nq][kp].
+    let mut s = vec![C::ZERO; nq * kp];
+    let mut drop = vec![C::ZERO; BLOCK_K];
+    let kend = key_end(a, i0, nq);
+    let mut j0 = 0;
+    while j0 < kend {
+        let nk = BLOCK_K.min(kend - j0);
+        let blk = (b * d.heads_kv + hk) * k_blocks + j0 / BLOCK_K;
+        let (kt, v) = (&kt_all[blk * kt_len..(blk + 1) * kt_len], &v_all[blk * v_len..(blk + 1) * v_len]);
+        gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, kt, kp, &mut s, kp, false);
+        // The online softmax in passes over the tile's rows (maxima, then
+        // exponentials, then sums), so that no row's exponentials wait for a
+        // reduction: one row at a time ran at a fraction of the exp loop's throughput.
+        for r in 0..nq {
+            let srow = &mut s[r * kp..r * kp + nk];
+            // SAFETY: forward's contract.
+            unsafe { mask_scores::<T, C>(a, b, h, i0 + r, j0, srow) };
+            let block_max = row_max(srow);
+            m_new[r] = if block_max > m[r] { block_max } else { m[r] };
+        }
+        for r in 0..nq {
+            let (srow, mr) = (&mut s[r * kp..r * kp + nk], m_new[r]);
+            if mr == -C::infinity() {
+                // Every key so far is masked: this tile adds nothing to the row.
+                srow.fill(C::ZERO);
+            } else {
+                srow.iter_mut().for_each(|x| *x = (*x - mr).exp());
+            }
+        }
+        for r in 0..nq {
+            if m_new[r] == -C::infinity() {
+                alpha[r] = C::ONE;
+                continue;
+            }
+            let srow = &mut s[r * kp..r * kp + nk];
+            alpha[r] = (m[r] - m_new[r]).exp();
+            l[r] = l[r] * alpha[r] + row_sum(srow);
+            m[r] = m_new[r];
+            if alpha[r] != C::ONE {
+                let ar = alpha[r];
+                o[r * evp..(r + 1) * evp].iter_mut().for_each(|x| *x = *x * ar);
+            }
+            if let Some(k) = &keep {
+                let drop = &mut drop[..nk];
+                k.row(((b * d.heads_q + h) * d.len_q + i0 + r) as u64 * d.len_kv as u64 + j0 as u64, drop);
+                srow.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
+            }
+        }
+        gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, v, evp, &mut o, evp, true);
+        j0 += nk;
+    }
+    for r in 0..nq {
+        let row = (b * d.heads_q + h) * d.len_q + i0 + r;
+        let (value, inv) = if l[r] > C::ZERO { (m[r] + l[r].ln(), C::ONE / l[r]) } else { (-C::infinity(), C::ZERO) };
+        let orow = &mut o[r * evp..r * evp + ev_n];
+        orow.iter_mut().for_each(|x| *x = *x * inv);
+        // SAFETY: row `row` of lse and of out belongs to this task only.
+        unsafe {
+            (lse as *mut C).add(row).write(value);
+            store_row::<T, C>(&out, b, h, i0 + r, orow);
+        }
+    }
+}
+
 /// Backward pass: from `grad_out` (`[B, Hq, L, Ev]`), the forward's `out`
 /// and `lse`, writes the requested [`Grads`] (strided, type `a.dtype`;
 /// dK/dV/dQ/dbias are overwritten, not accumulated). The dropout source

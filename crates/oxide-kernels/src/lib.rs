@@ -53,6 +53,7 @@ pub mod reduce;
 pub mod rnn;
 pub mod scan;
 pub mod scatter;
+pub(crate) mod scratch;
 pub mod search;
 pub mod sort;
 pub mod team;
