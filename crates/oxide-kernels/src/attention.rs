@@ -527,6 +527,23 @@ unsafe fn store_row<T: Element, C: Float>(op: &Operand, b: usize, h: usize, i: u
     }
 }
 
+/// Writes rows `0..nk` of `dk` and `dv`, each given as (buffer, row stride, row
+/// length), as keys `j0 .. j0 + nk` of (b, kv head `hk`) of the key and value
+/// gradients that `g` asks for.
+///
+/// # Safety
+/// As [`store_row`] for every row written.
+unsafe fn store_kv_rows<T: Element, C: Float>(g: &Grads, b: usize, hk: usize, j0: usize, nk: usize, dk: (&[C], usize, usize), dv: (&[C], usize, usize)) {
+    for jj in 0..nk {
+        for (grad, (buf, ld, len)) in [(&g.key, dk), (&g.value, dv)] {
+            if let Some(op) = grad {
+                // SAFETY: caller contract.
+                unsafe { store_row::<T, C>(op, b, hk, j0 + jj, &buf[jj * ld..jj * ld + len]) };
+            }
+        }
+    }
+}
+
 /// Per-task copies of one key block `j0 .. j0 + nk` of (b, kv head), in the
 /// layouts the tile products read as their B operand. Buffers are allocated
 /// zeroed and only the `nk` keys / `E` features are rewritten, so padding
@@ -988,23 +1005,16 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                     }
                 }
                 // SAFETY: keys j0 .. j0 + nk of (b, hk) belong to this task.
-                unsafe {
-                    for jj in 0..nk {
-                        if let Some(gk) = &g.key {
-                            (0..e_n).for_each(|e| gk.store::<T, C>(b, hk, j0 + jj, e, dk[jj * ep + e]));
-                        }
-                        if let Some(gv) = &g.value {
-                            (0..ev_n).for_each(|e| gv.store::<T, C>(b, hk, j0 + jj, e, dv[jj * evp + e]));
-                        }
-                    }
-                }
+                unsafe { store_kv_rows::<T, C>(&g, b, hk, j0, nk, (&dk, ep, e_n), (&dv, evp, ev_n)) };
             }
             if let Some(gq) = &g.query {
                 for (hl, h) in heads.enumerate() {
                     for i in 0..d.len_q {
                         let at = (hl * q_blocks + i / BLOCK_Q) * BLOCK_Q * ep + (i % BLOCK_Q) * ep;
+                        let row = &mut dq[at..at + e_n];
+                        row.iter_mut().for_each(|x| *x = *x * scale);
                         // SAFETY: the rows of the group's heads of (b) belong to this task.
-                        (0..e_n).for_each(|e| unsafe { gq.store::<T, C>(b, h, i, e, dq[at + e] * scale) });
+                        unsafe { store_row::<T, C>(gq, b, h, i, row) };
                     }
                 }
             }
@@ -1041,16 +1051,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                 }
             }
             // SAFETY: keys j0 .. j0 + nk of (b, hk) belong to this task.
-            unsafe {
-                for jj in 0..nk {
-                    if let Some(gk) = &g.key {
-                        (0..e_n).for_each(|e| gk.store::<T, C>(b, hk, j0 + jj, e, dk[jj * ep + e]));
-                    }
-                    if let Some(gv) = &g.value {
-                        (0..ev_n).for_each(|e| gv.store::<T, C>(b, hk, j0 + jj, e, dv[jj * evp + e]));
-                    }
-                }
-            }
+            unsafe { store_kv_rows::<T, C>(&g, b, hk, j0, nk, (&dk, ep, e_n), (&dv, evp, ev_n)) };
         });
     }
 
@@ -1094,7 +1095,9 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                 }
                 if let Some(gq) = &g.query {
                     for r in 0..nq {
-                        (0..e_n).for_each(|e| gq.store::<T, C>(b, h, i0 + r, e, dq[r * ep + e] * scale));
+                        let row = &mut dq[r * ep..r * ep + e_n];
+                        row.iter_mut().for_each(|x| *x = *x * scale);
+                        store_row::<T, C>(gq, b, h, i0 + r, row);
                     }
                 }
             }
