@@ -7,7 +7,7 @@
 ``transformers``, an LSTM/GRU sequence model) runs the same training step (forward,
 loss, backward, optimizer step) from the same weights on oxide and on the CPU, with the
 same ``torch.get_num_threads()``. Each side runs its repetitions as one block after its
-own warm-up step (see ``ops.py`` for why blocks, not interleaving). Reported: median
+own ``WARMUP`` steps (see ``ops.py`` for why blocks, not interleaving). Reported: median
 seconds per step on each device, the ratio oxide/CPU (lower is better; target <= 1.3,
 <= 1.0 for the demo epoch), the peak oxide memory allocated during the steps
 (``torch.oxide.max_memory_allocated``; CPU PyTorch keeps no allocator statistics, so
@@ -109,9 +109,15 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# Warm-up steps per side before timing: the first steps still fault in fresh pages
+# on both devices (oxide's page faults fell to zero only from the fourth step).
+WARMUP = 3
+
+
 def _time(step, model, opt, dev, reps: int) -> List[float]:
     sync = torch.oxide.synchronize if dev == "oxide" else (lambda: None)
-    step(model, opt, dev)  # warm-up
+    for _ in range(WARMUP):
+        step(model, opt, dev)
     sync()
     times = []
     for _ in range(reps):
