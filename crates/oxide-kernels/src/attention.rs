@@ -733,11 +733,11 @@ unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
         unsafe { load_row::<T, C>(&a.query, b, h, i0 + r, row) };
         row.iter_mut().for_each(|x| *x = *x * scale);
     }
-    // Unnormalised output [nq][evp], running max and sum per row; per tile, each
-    // row's new maximum and the factor rescaling its old sum and output.
+    // Unnormalised output [nq][evp], running max and sum per row, and each row's
+    // maximum including the current tile.
     let mut o = vec![C::ZERO; nq * evp];
     let (mut m, mut l) = (vec![-C::infinity(); nq], vec![C::ZERO; nq]);
-    let (mut m_new, mut alpha) = (vec![C::ZERO; nq], vec![C::ONE; nq]);
+    let mut m_new = vec![C::ZERO; nq];
     // Scores, then probabilities, of the current tile: [nq][kp].
     let mut s = vec![C::ZERO; nq * kp];
     let mut drop = vec![C::ZERO; BLOCK_K];
@@ -769,16 +769,15 @@ unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
         }
         for r in 0..nq {
             if m_new[r] == -C::infinity() {
-                alpha[r] = C::ONE;
                 continue;
             }
             let srow = &mut s[r * kp..r * kp + nk];
-            alpha[r] = (m[r] - m_new[r]).exp();
-            l[r] = l[r] * alpha[r] + row_sum(srow);
+            // The factor rescaling the row's old sum and output to the new maximum.
+            let alpha = (m[r] - m_new[r]).exp();
+            l[r] = l[r] * alpha + row_sum(srow);
             m[r] = m_new[r];
-            if alpha[r] != C::ONE {
-                let ar = alpha[r];
-                o[r * evp..(r + 1) * evp].iter_mut().for_each(|x| *x = *x * ar);
+            if alpha != C::ONE {
+                o[r * evp..(r + 1) * evp].iter_mut().for_each(|x| *x = *x * alpha);
             }
             if let Some(k) = &keep {
                 let drop = &mut drop[..nk];
