@@ -109,9 +109,11 @@ def test_max_pool2d_other_dtypes(dtype):
     ((3, 70, 9, 9), (3, 2, 1)),  # 25 outputs a plane: blocks of 20 planes, the last one partial
     ((1, 2, 50, 51), (2, 2, 0)),  # 625 outputs a plane: two blocks a plane, the second partial
     ((64, 32, 8, 8), (2, 2, 0)),  # the demo CNN's pool
+    ((1, 1, 600, 600), (2, 1, 0)),  # 599^2 windows x 4 taps: over the table limit, one window at a time
 ], ids=str)
 def test_max_pool2d_blocks(shape, args):
-    # The kernel walks several whole planes, or part of one, per block of outputs.
+    # The kernel walks several whole planes, or part of one, per block of outputs; a
+    # geometry whose tap table would be too large takes the one-window-at-a-time loop.
     check(lambda x: F.max_pool2d(x, *args, return_indices=True), make(shape, nan=True))
     check(lambda x: F.max_pool2d(x, *args, return_indices=True), make(shape, torch.int32))
 

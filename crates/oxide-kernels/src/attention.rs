@@ -515,14 +515,16 @@ unsafe fn store_row<T: Element, C: Float>(op: &Operand, b: usize, h: usize, i: u
     // SAFETY: caller contract.
     let base = unsafe { (op.ptr as *mut T).offset(op.offset(b, h, i, 0)) };
     let cs = op.strides[3] as isize;
-    for (j, &x) in src.iter().enumerate() {
-        // SAFETY: caller contract. The unit-stride case is its own loop so that it vectorises.
-        unsafe {
-            if cs == 1 {
-                base.add(j).write_unaligned(T::from_f64(x.to_f64()));
-            } else {
-                base.offset(j as isize * cs).write_unaligned(T::from_f64(x.to_f64()));
-            }
+    if cs == 1 {
+        // The common contiguous row: a plain (vectorisable) conversion loop.
+        for (j, &x) in src.iter().enumerate() {
+            // SAFETY: caller contract.
+            unsafe { base.add(j).write_unaligned(T::from_f64(x.to_f64())) };
+        }
+    } else {
+        for (j, &x) in src.iter().enumerate() {
+            // SAFETY: caller contract.
+            unsafe { base.offset(j as isize * cs).write_unaligned(T::from_f64(x.to_f64())) };
         }
     }
 }
