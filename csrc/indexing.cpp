@@ -24,6 +24,7 @@
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/linspace_native.h>
 #include <ATen/ops/pow.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 namespace oxide {
@@ -201,12 +202,43 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   return masked_fill_scalar(self, mask, value.item());
 }
 
-// cat: the meta function checks shapes, dtypes and overlap and sizes the output;
-// each input is copied into its slice with the native strided copy.
+// cat: the meta function checks shapes, dtypes and overlap and sizes the output.
+// When the output and every input are contiguous, of one dtype and on the
+// output's device, one kernel interleaves the inputs' chunks
+// (`oxide_cat_contiguous`; `torch.stack` of per-step states in RNN layers
+// lands here); otherwise each input is copied into its slice with the native
+// strided copy.
+bool cat_contiguous(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor& out) {
+  if (!out.is_contiguous()) {
+    return false;
+  }
+  std::vector<const void*> srcs;
+  std::vector<size_t> bytes;
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < out.dim(); ++d) {
+    inner *= out.size(d);
+  }
+  for (const at::Tensor& t : tensors) {
+    if (t.dim() == 1 && t.numel() == 0) {
+      continue;  // legacy: skipped, as below
+    }
+    if (!t.is_contiguous() || t.scalar_type() != out.scalar_type() || t.device() != out.device()) {
+      return false;
+    }
+    srcs.push_back(t.const_data_ptr());
+    bytes.push_back(static_cast<size_t>(t.size(dim) * inner) * out.element_size());
+  }
+  const auto outer = static_cast<size_t>(c10::multiply_integers(out.sizes().begin(), out.sizes().begin() + dim));
+  const auto device = out.device().index();
+  OXIDE_CHECK(oxide_cat_contiguous(device, current_stream(device), srcs.size(), srcs.data(), bytes.data(), outer,
+                                   out.data_ptr(), at::get_num_threads()));
+  return true;
+}
+
 struct Cat : at::meta::structured_cat {
   void impl(const at::ITensorListRef& tensors, int64_t dim, int64_t /*valid*/, bool, bool, bool, at::MemoryFormat,
             const at::Tensor& out) {
-    if (out.numel() == 0) {
+    if (out.numel() == 0 || cat_contiguous(tensors, dim, out)) {
       return;
     }
     int64_t offset = 0;

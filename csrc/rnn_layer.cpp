@@ -28,16 +28,20 @@
 #include <torch/library.h>
 
 #include <ATen/ops/_thnn_fused_gru_cell.h>
+#include <ATen/ops/_thnn_fused_gru_cell_backward.h>
 #include <ATen/ops/_thnn_fused_lstm_cell.h>
+#include <ATen/ops/_thnn_fused_lstm_cell_backward_impl.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/gru_native.h>
-#include <ATen/ops/linear.h>
 #include <ATen/ops/lstm_native.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/sum.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 namespace oxide {
 namespace {
@@ -94,11 +98,22 @@ void check_args(const char* op, const at::Tensor& x, at::TensorList hx, const st
   }
 }
 
-// One direction of one layer over the whole sequence `x` [T, B, I]: returns
-// the outputs [T, B, H] and the final state(s). `h`, `c` ([B, H]) are the
-// initial states (`c` undefined for GRU).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at::Tensor& x, at::Tensor h,
-                                                            at::Tensor c, const Weights& w, bool reverse) {
+// The whole-sequence input projection x W_ih^T + bias as one 2-D GEMM over
+// all T * B rows: [T, B, G]. (at::linear on a 3-D input that is not
+// contiguous, such as a batch_first input, would broadcast W_ih into a bmm.)
+at::Tensor project(const at::Tensor& x, const at::Tensor& w_ih, const at::Tensor& bias) {
+  const auto rows = x.reshape({x.size(0) * x.size(1), x.size(2)});
+  const auto y = bias.defined() ? at::addmm(bias, rows, w_ih.t()) : at::mm(rows, w_ih.t());
+  return y.view({x.size(0), x.size(1), w_ih.size(0)});
+}
+
+// One direction of one layer over the whole sequence `x` [T, B, I], built
+// from differentiable at:: ops: returns the outputs [T, B, H] and the final
+// state(s). `h`, `c` ([B, H]) are the initial states (`c` undefined for GRU).
+// Runs when no gradient is wanted (inference, no_grad, frozen layers) and to
+// rebuild a differentiable graph for double backward (LayerFunction).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction_composite(Cell cell, const at::Tensor& x, at::Tensor h,
+                                                                      at::Tensor c, const Weights& w, bool reverse) {
   const int64_t T = x.size(0);
   // The whole-sequence input projection. The LSTM adds both biases here (the
   // cell only sums the two gate inputs); the GRU's b_hh must stay with the
@@ -107,7 +122,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at
   if (cell == Cell::LSTM && w.b_ih.defined()) {
     bias_ih = at::add(w.b_ih, w.b_hh);
   }
-  const auto igates = at::linear(x, w.w_ih, bias_ih).unbind(0);
+  const auto igates = project(x, w.w_ih, bias_ih).unbind(0);
   const auto w_hh_t = w.w_hh.t();
   std::vector<at::Tensor> outputs(T);
   for (int64_t s = 0; s < T; ++s) {
@@ -124,6 +139,194 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at
     outputs[t] = h;
   }
   return {at::stack(outputs, 0), h, c};
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// One direction of one layer as a single autograd node (what cuDNN's and
+// oneDNN's RNN layers are to CUDA and CPU). Built from the ops above, the
+// layer's graph has ~5 nodes per time step, and its backward runs two small
+// GEMMs per step plus a [4H, H] weight-gradient accumulation per step. Here
+// the backward runs per step only the fused cell backward and one
+// [B, G*H] x [G*H, H] GEMM (the hidden-state gradient), collects the gate
+// gradients of all steps, and computes the weight, bias and input gradients
+// as whole-sequence GEMMs and sums (backpropagation through time, Werbos 1990).
+//
+// Forward inputs: x [T, B, I], h0 [B, H], c0 [B, H] (undefined for GRU), the
+// weights (biases may be undefined), then `lstm` and `reverse`. Outputs:
+// (out [T, B, H], h_n [B, H]) plus c_n for LSTM. Saved: the inputs, `out`,
+// and per step the cell states (LSTM) and the fused cells' workspaces.
+struct LayerFunction : torch::autograd::Function<LayerFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h0,
+                               const at::Tensor& c0_in, const at::Tensor& w_ih, const at::Tensor& w_hh,
+                               const at::Tensor& b_ih_in, const at::Tensor& b_hh_in, bool lstm, bool has_bias,
+                               bool reverse) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    // Absent operands arrive as placeholders (see `run_direction`).
+    const at::Tensor c0 = lstm ? c0_in : at::Tensor();
+    const at::Tensor b_ih = has_bias ? b_ih_in : at::Tensor(), b_hh = has_bias ? b_hh_in : at::Tensor();
+    const int64_t T = x.size(0);
+    at::Tensor bias_ih = b_ih;
+    if (lstm && b_ih.defined()) {
+      bias_ih = at::add(b_ih, b_hh);
+    }
+    const auto igates = project(x, w_ih, bias_ih);
+    const auto w_hh_t = w_hh.t();
+    std::vector<at::Tensor> hs(T), cs(lstm ? T : 0), ws(T);
+    at::Tensor h = h0, c = c0;
+    for (int64_t s = 0; s < T; ++s) {
+      const int64_t t = reverse ? T - 1 - s : s;
+      if (lstm) {
+        auto r = at::_thnn_fused_lstm_cell(igates[t], at::mm(h, w_hh_t), c);
+        h = std::get<0>(r);
+        c = std::get<1>(r);
+        cs[t] = c;
+        ws[t] = std::get<2>(r);
+      } else {
+        const auto hgates = b_hh.defined() ? at::addmm(b_hh, h, w_hh_t) : at::mm(h, w_hh_t);
+        auto r = at::_thnn_fused_gru_cell(igates[t], hgates, h);
+        h = std::get<0>(r);
+        ws[t] = std::get<1>(r);
+      }
+      hs[t] = h;
+    }
+    auto out = at::stack(hs, 0);
+    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, lstm ? at::stack(cs, 0) : at::Tensor(),
+                            at::stack(ws, 0)});
+    ctx->saved_data["lstm"] = lstm;
+    ctx->saved_data["reverse"] = reverse;
+    if (lstm) {
+      return {out, h, c};
+    }
+    return {out, h};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4], &b_ih = saved[5],
+               &b_hh = saved[6], &out = saved[7], &cs = saved[8], &ws = saved[9];
+    const bool lstm = ctx->saved_data["lstm"].toBool();
+    const bool reverse = ctx->saved_data["reverse"].toBool();
+    if (at::GradMode::is_enabled()) {
+      return double_backward(ctx, saved, lstm, reverse, grads);
+    }
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    const int64_t T = x.size(0), B = x.size(1), I = x.size(2), H = h0.size(1);
+    const int64_t G = (lstm ? 4 : 3) * H;
+    const auto& g_out = grads[0];
+    // `gh`: the whole gradient reaching step t's hidden output (from h_n or the
+    // next step, plus the step's own output); `dc` the cell state's.
+    at::Tensor gh, dc = lstm ? grads[2] : at::Tensor();
+    std::vector<at::Tensor> d_ig(T), d_hg(lstm ? 0 : T);
+    for (int64_t s = 0; s < T; ++s) {
+      // Steps in reverse of the forward order; `prev` is the step that ran before t.
+      const int64_t t = reverse ? s : T - 1 - s;
+      const int64_t prev = reverse ? t + 1 : t - 1;
+      const bool first = prev < 0 || prev >= T;
+      if (s == 0) {
+        gh = at::add(grads[1], g_out[t]);
+      }
+      at::Tensor d_h_direct;
+      if (lstm) {
+        auto r = at::_thnn_fused_lstm_cell_backward_impl(gh, dc, first ? c0 : cs[prev], cs[t], ws[t], false);
+        d_ig[t] = std::get<0>(r);
+        dc = std::get<1>(r);
+      } else {
+        auto r = at::_thnn_fused_gru_cell_backward(gh, ws[t], false);
+        d_ig[t] = std::get<0>(r);
+        d_hg[t] = std::get<1>(r);
+        d_h_direct = std::get<2>(r);
+      }
+      const auto& d_rec = lstm ? d_ig[t] : d_hg[t];  // the gradient of this step's h x W_hh^T
+      if (lstm) {
+        gh = first ? at::mm(d_rec, w_hh) : at::addmm(g_out[prev], d_rec, w_hh);
+      } else {
+        gh = at::addmm(d_h_direct, d_rec, w_hh);
+        if (!first) {
+          gh.add_(g_out[prev]);
+        }
+      }
+    }
+    // Whole-sequence products: rows are (t, b) pairs.
+    const auto dIG = at::stack(d_ig, 0).view({T * B, G});
+    const auto dHG = lstm ? dIG : at::stack(d_hg, 0).view({T * B, G});
+    // The hidden state each step's recurrent product read.
+    const auto h_prev = reverse ? at::cat({out.slice(0, 1), h0.unsqueeze(0)}, 0)
+                                : at::cat({h0.unsqueeze(0), out.slice(0, 0, T - 1)}, 0);
+    at::Tensor dx, dw_ih, dw_hh, db_ih, db_hh;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::mm(dIG, w_ih).view({T, B, I});
+    }
+    if (ctx->needs_input_grad(3)) {
+      dw_ih = at::mm(dIG.t(), x.reshape({T * B, I}));
+    }
+    if (ctx->needs_input_grad(4)) {
+      dw_hh = at::mm(dHG.t(), h_prev.view({T * B, H}));
+    }
+    if (b_ih.defined() && (ctx->needs_input_grad(5) || (lstm && ctx->needs_input_grad(6)))) {
+      db_ih = dIG.sum(0);
+    }
+    if (b_hh.defined() && ctx->needs_input_grad(6)) {
+      db_hh = lstm ? db_ih : dHG.sum(0);  // the LSTM's two biases enter as one sum
+    }
+    return {dx, gh, lstm ? dc : at::Tensor(), dw_ih, dw_hh, db_ih, db_hh, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+
+  // create_graph=True: differentiate a graph rebuilt from differentiable ops
+  // (the composite layer) so that higher-order gradients are exact; the fused
+  // cell backward kernels have no derivative of their own.
+  static variable_list double_backward(AutogradContext* ctx, const variable_list& saved, bool lstm, bool reverse,
+                                       const variable_list& grads) {
+    const Weights w{saved[3], saved[4], saved[5], saved[6]};
+    auto [out, h, c] = run_direction_composite(lstm ? Cell::LSTM : Cell::GRU, saved[0], saved[1], saved[2], w, reverse);
+    variable_list outputs{out, h}, grad_outputs{grads[0], grads[1]};
+    if (lstm) {
+      outputs.push_back(c);
+      grad_outputs.push_back(grads[2]);
+    }
+    variable_list inputs;
+    std::vector<size_t> slots;
+    for (size_t i = 0; i < 7; ++i) {
+      if (saved[i].defined() && saved[i].requires_grad() && ctx->needs_input_grad(i)) {
+        inputs.push_back(saved[i]);
+        slots.push_back(i);
+      }
+    }
+    variable_list result(10);
+    if (inputs.empty()) {
+      return result;
+    }
+    const auto got = torch::autograd::grad(outputs, inputs, grad_outputs, /*retain_graph=*/true,
+                                           /*create_graph=*/true, /*allow_unused=*/true);
+    for (size_t k = 0; k < slots.size(); ++k) {
+      result[slots[k]] = got[k];
+    }
+    return result;
+  }
+};
+
+// One direction of one layer: a single autograd node when a gradient is
+// wanted, else the composite (nothing to save).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at::Tensor& x, const at::Tensor& h,
+                                                            const at::Tensor& c, const Weights& w, bool reverse) {
+  bool wants_grad = false;
+  if (at::GradMode::is_enabled()) {
+    for (const auto* t : {&x, &h, &c, &w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) {
+      wants_grad = wants_grad || (t->defined() && t->requires_grad());
+    }
+  }
+  if (!wants_grad || x.size(0) == 0) {
+    return run_direction_composite(cell, x, h, c, w, reverse);
+  }
+  const bool lstm = cell == Cell::LSTM;
+  const bool has_bias = w.b_ih.defined();
+  // Function::apply records every tensor argument's device and dtype, so an
+  // absent one (GRU's cell state, biases) travels as an empty placeholder.
+  const auto absent = [&](const at::Tensor& t) { return t.defined() ? t : at::empty({0}, x.options()); };
+  auto r = LayerFunction::apply(x, h, absent(c), w.w_ih, w.w_hh, absent(w.b_ih), absent(w.b_hh), lstm, has_bias,
+                                reverse);
+  return {r[0], r[1], lstm ? r[2] : at::Tensor()};
 }
 
 // The stacked layers: returns (output, h_n, c_n), c_n undefined for GRU.

@@ -40,6 +40,45 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
     Ok(())
 }
 
+/// Concatenation of contiguous parts into a contiguous output (the kernel
+/// behind `torch.cat` / `torch.stack` when every operand is contiguous).
+/// The output is `outer` rows; row `r` is part 0's `r`-th chunk of
+/// `parts[0].1` bytes, then part 1's, and so on (for `cat` along `dim`,
+/// `outer` is the product of the sizes before `dim` and a part's chunk is its
+/// size along `dim` times the inner sizes times the element size). Copies run
+/// on up to `threads` tasks when the output has at least [`GRAIN`] bytes per task.
+///
+/// # Safety
+/// Part `i` holds `outer * parts[i].1` readable bytes at `parts[i].0`; `dst`
+/// holds `outer * sum(parts[i].1)` writable bytes that overlap no part.
+pub unsafe fn cat_contiguous(outer: usize, parts: &[(*const u8, usize)], dst: *mut u8, threads: usize) {
+    let row: usize = parts.iter().map(|p| p.1).sum();
+    if outer == 0 || row == 0 {
+        return;
+    }
+    // Starting offset of each part within an output row.
+    let starts: Vec<usize> = parts.iter().scan(0, |acc, p| { let s = *acc; *acc += p.1; Some(s) }).collect();
+    let d = SendPtr(dst);
+    let srcs: Vec<SendPtr> = parts.iter().map(|p| SendPtr(p.0 as *mut u8)).collect();
+    let sizes: Vec<usize> = parts.iter().map(|p| p.1).collect();
+    // One unit of work = one part's chunk in one row: (row, part) in row-major order.
+    let units = outer * parts.len();
+    let copy = |u: usize| {
+        let (r, i) = (u / sizes.len(), u % sizes.len());
+        let n = sizes[i];
+        // SAFETY: within part i's r-th chunk and the output's row r (contract).
+        unsafe { std::ptr::copy_nonoverlapping(srcs[i].get().add(r * n), d.get().add(r * row + starts[i]), n) };
+    };
+    let tasks = (outer * row / GRAIN).clamp(1, threads.max(1)).min(units);
+    if tasks <= 1 {
+        (0..units).for_each(copy);
+    } else {
+        // Contiguous runs of units per task, balanced by count (parts of one cat
+        // are usually alike in size).
+        crate::iter::for_each_task(tasks, |t| (units * t / tasks..units * (t + 1) / tasks).for_each(copy));
+    }
+}
+
 /// Raw pointer that may cross into rayon tasks; each task writes a disjoint part.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut u8);
@@ -126,6 +165,25 @@ unsafe fn strided<T: Copy>(l: &Layout<2>, tasks: usize, dst: *mut u8, src: *cons
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cat_contiguous_interleaves_rows_serial_and_parallel() {
+        // cat of [outer, 2] and [outer, 3] u16 parts along dim 1, small and above GRAIN.
+        for outer in [0usize, 1, 5, 20_000] {
+            let a: Vec<u16> = (0..outer * 2).map(|k| k as u16).collect();
+            let b: Vec<u16> = (0..outer * 3).map(|k| (k as u16).wrapping_add(40_000)).collect();
+            let mut out = vec![0u16; outer * 5];
+            for threads in [1, 2] {
+                out.fill(0);
+                // SAFETY: sizes as documented.
+                unsafe { cat_contiguous(outer, &[(a.as_ptr() as *const u8, 4), (b.as_ptr() as *const u8, 6)], out.as_mut_ptr() as *mut u8, threads) };
+                for r in 0..outer {
+                    assert_eq!(&out[r * 5..r * 5 + 2], &a[r * 2..r * 2 + 2]);
+                    assert_eq!(&out[r * 5 + 2..r * 5 + 5], &b[r * 3..r * 3 + 3]);
+                }
+            }
+        }
+    }
 
     fn naive(shape: &[i64], ds: &[i64], ss: &[i64], off_s: usize, src: &[f32], dst: &mut [f32]) {
         let n: i64 = shape.iter().product();

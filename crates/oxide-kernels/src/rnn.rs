@@ -182,15 +182,17 @@ unsafe fn lstm_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ig
                 row(dt, hgates, r, &mut hg);
                 row(dt, cx, r, &mut c);
             }
-            for k in 0..4 * h {
-                gates[k] = gates[k] + hg[k] + bias[k];
-            }
+            // Iterators and slices of exactly `h` elements, not indexing into the
+            // Vecs: with indexing LLVM kept these loops scalar (bounds checks,
+            // and each store could alias the Vecs' pointers, so it reloaded them).
+            gates.iter_mut().zip(&hg).zip(&bias).for_each(|((g, a), b)| *g = *g + *a + *b);
             let (ifg, o) = gates.split_at_mut(3 * h);
             let (i_f, g) = ifg.split_at_mut(2 * h);
             i_f.iter_mut().for_each(|v| *v = v.sigmoid());
             g.iter_mut().for_each(|v| *v = v.tanh());
             o.iter_mut().for_each(|v| *v = v.sigmoid());
             let (i, f) = i_f.split_at(h);
+            let (c, hy_row) = (&mut c[..h], &mut hy_row[..h]);
             for j in 0..h {
                 // c now holds c' (the new cell state).
                 c[j] = f[j] * c[j] + i[j] * g[j];
@@ -260,6 +262,8 @@ unsafe fn lstm_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: 
             let (di, rest) = out.split_at_mut(h);
             let (df, rest) = rest.split_at_mut(h);
             let (dg, d_o) = rest.split_at_mut(h);
+            // Slices of exactly `h` elements so that the loop has no bounds checks.
+            let (o, d_o, dh, dcy, c, t) = (&o[..h], &mut d_o[..h], &dh[..h], &mut dcy[..h], &c[..h], &t[..h]);
             for j in 0..h {
                 let dc = dh[j] * o[j] * (one - t[j] * t[j]) + dcy[j];
                 di[j] = dc * g[j] * i[j] * (one - i[j]);
@@ -325,19 +329,21 @@ unsafe fn gru_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ins
                 row(dt, hgates, r, &mut hg);
                 row(dt, hx, r, &mut w[3 * h..4 * h]);
             }
-            for k in 0..3 * h {
-                ig[k] = ig[k] + bi[k];
-                hg[k] = hg[k] + bh[k];
-            }
+            ig.iter_mut().zip(&bi).for_each(|(g, b)| *g = *g + *b);
+            hg.iter_mut().zip(&bh).for_each(|(g, b)| *g = *g + *b);
             let (rs, rest) = w.split_at_mut(h);
             let (zs, rest) = rest.split_at_mut(h);
             let (ns, rest) = rest.split_at_mut(h);
             let (hxs, hns) = rest.split_at_mut(h);
+            // Slices of exactly `h` elements so that the loop has no bounds checks.
+            let (ir, iz, inn) = (&ig[..h], &ig[h..2 * h], &ig[2 * h..3 * h]);
+            let (hr, hz, hnn) = (&hg[..h], &hg[h..2 * h], &hg[2 * h..3 * h]);
+            let (hns, hy_row) = (&mut hns[..h], &mut hy_row[..h]);
             for j in 0..h {
-                let rg = (ig[j] + hg[j]).sigmoid();
-                let zg = (ig[h + j] + hg[h + j]).sigmoid();
-                let hn = hg[2 * h + j];
-                let n = (ig[2 * h + j] + rg * hn).tanh();
+                let rg = (ir[j] + hr[j]).sigmoid();
+                let zg = (iz[j] + hz[j]).sigmoid();
+                let hn = hnn[j];
+                let n = (inn[j] + rg * hn).tanh();
                 rs[j] = rg;
                 zs[j] = zg;
                 ns[j] = n;
@@ -403,17 +409,23 @@ unsafe fn gru_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: u
             let (zs, rest) = rest.split_at(h);
             let (ns, rest) = rest.split_at(h);
             let (hxs, hns) = rest.split_at(h);
+            // Slices of exactly `h` elements so that the loop has no bounds checks.
+            let (gi_r, rest) = gi.split_at_mut(h);
+            let (gi_z, gi_n) = rest.split_at_mut(h);
+            let (gh_r, rest) = gh.split_at_mut(h);
+            let (gh_z, gh_n) = rest.split_at_mut(h);
+            let (gi_n, gh_n, hns, dh) = (&mut gi_n[..h], &mut gh_n[..h], &hns[..h], &mut dh[..h]);
             for j in 0..h {
                 let (rg, zg, n) = (rs[j], zs[j], ns[j]);
                 let dn = dh[j] * (one - zg) * (one - n * n);
                 let dz = dh[j] * (hxs[j] - n) * zg * (one - zg);
                 let dr = dn * hns[j] * rg * (one - rg);
-                gi[j] = dr;
-                gi[h + j] = dz;
-                gi[2 * h + j] = dn;
-                gh[j] = dr;
-                gh[h + j] = dz;
-                gh[2 * h + j] = dn * rg;
+                gi_r[j] = dr;
+                gi_z[j] = dz;
+                gi_n[j] = dn;
+                gh_r[j] = dr;
+                gh_z[j] = dz;
+                gh_n[j] = dn * rg;
                 // dh[j] is not needed after this element: reuse it for grad_hx.
                 dh[j] = dh[j] * zg;
             }

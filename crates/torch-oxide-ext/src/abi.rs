@@ -388,6 +388,34 @@ pub unsafe extern "C" fn oxide_copy_strided(
     })
 }
 
+/// Concatenation of `count` contiguous device operands into the contiguous
+/// device operand `dst` (`torch.cat`): `dst` is `outer` rows, each made of
+/// part 0's next `part_bytes[0]` bytes, then part 1's, and so on. Enqueued on
+/// `stream` of `device`, on up to `threads` tasks.
+///
+/// # Safety
+/// `srcs` and `part_bytes` hold `count` values; part `i` holds
+/// `outer * part_bytes[i]` bytes of live device memory and `dst` their sum,
+/// overlapping no part.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_cat_contiguous(device: i32, stream: i64, count: usize, srcs: *const *const c_void, part_bytes: *const usize, outer: usize, dst: *mut c_void, threads: i32) -> i32 {
+    ffi(|| {
+        // SAFETY: the glue passes count-long arrays.
+        let (srcs, sizes) = unsafe {
+            if count == 0 { (&[][..], &[][..]) } else { (std::slice::from_raw_parts(srcs, count), std::slice::from_raw_parts(part_bytes, count)) }
+        };
+        let parts: Vec<(*const u8, usize)> = srcs.iter().zip(sizes).filter(|(_, &n)| n > 0).map(|(&p, &n)| (p as *const u8, n)).collect();
+        let mut operands: Vec<*const c_void> = vec![dst as *const c_void];
+        operands.extend(parts.iter().map(|p| p.0 as *const c_void));
+        let bytes = outer * parts.iter().map(|p| p.1).sum::<usize>();
+        launch(device, stream, bytes, &operands, || {
+            // SAFETY: see the function's contract.
+            unsafe { oxide_kernels::copy::cat_contiguous(outer, &parts, dst as *mut u8, threads.max(1) as usize) };
+            Ok::<(), oxide_kernels::Error>(())
+        })
+    })
+}
+
 /// Writes the `elem_size` bytes at `pattern` to every element of the strided
 /// device operand `dst` (`ndim` dimensions, strides in elements), enqueued on
 /// `stream` of `device`.
