@@ -6,8 +6,14 @@
 ``make demo`` over one epoch, torchvision ResNet-18, a small GPT-2 from
 ``transformers``, an LSTM/GRU sequence model) runs the same training step (forward,
 loss, backward, optimizer step) from the same weights on oxide and on the CPU, with the
-same ``torch.get_num_threads()``. Each side runs its repetitions as one block after its
-own ``WARMUP`` steps (see ``ops.py`` for why blocks, not interleaving). Reported: median
+same ``torch.get_num_threads()``. Each side runs its repetitions in ``ROUNDS`` blocks that
+alternate with the other side's (CPU block, pause, oxide block, pause, ...), each block
+after one warm-up step, the first after ``WARMUP``: blocks, not single alternating steps,
+because each side's worker threads keep spinning briefly after work (see ``ops.py``),
+and a ``PAUSE`` between blocks lets them go to sleep before the other side starts; the
+rounds spread both sides over the same stretch of time, so a slow phase of this shared
+machine (one side's step time drifted by up to 30% between runs a minute apart) lands
+on both sides instead of one. Reported: median
 seconds per step on each device, the ratio oxide/CPU (lower is better; target <= 1.3,
 <= 1.0 for the demo epoch), the peak oxide memory allocated during the steps
 (``torch.oxide.max_memory_allocated``; CPU PyTorch keeps no allocator statistics, so
@@ -114,9 +120,15 @@ def _peak_rss_mb() -> float:
 WARMUP = 3
 
 
-def _time(step, model, opt, dev, reps: int) -> List[float]:
+# Blocks per side, alternating with the other side's; seconds of idle between blocks
+# (libgomp's workers poll for a few milliseconds before sleeping, oxide's team 0.5 ms).
+ROUNDS = 3
+PAUSE = 0.05
+
+
+def _time(step, model, opt, dev, reps: int, warmup: int) -> List[float]:
     sync = torch.oxide.synchronize if dev == "oxide" else (lambda: None)
-    for _ in range(WARMUP):
+    for _ in range(warmup):
         step(model, opt, dev)
     sync()
     times = []
@@ -131,12 +143,19 @@ def _time(step, model, opt, dev, reps: int) -> List[float]:
 def run(name: str, reps: int) -> Dict[str, object]:
     model, step, make_opt, target = WORKLOADS[name]()
     model_o = copy.deepcopy(model).to("oxide")
+    opt_c, opt_o = make_opt(model.parameters()), make_opt(model_o.parameters())
     rss0 = _peak_rss_mb()
-    cpu_times = _time(step, model, make_opt(model.parameters()), "cpu", reps)
+    cpu_times = _time(step, model, opt_c, "cpu", 0, WARMUP)
     rss1 = _peak_rss_mb()
     torch.oxide.reset_peak_memory_stats()
     before = dict(torch.oxide.fallback_stats())
-    ox_times = _time(step, model_o, make_opt(model_o.parameters()), "oxide", reps)
+    ox_times = _time(step, model_o, opt_o, "oxide", 0, WARMUP)
+    for r in range(ROUNDS):
+        n = reps // ROUNDS + (r < reps % ROUNDS)
+        time.sleep(PAUSE)
+        cpu_times += _time(step, model, opt_c, "cpu", n, 1)
+        time.sleep(PAUSE)
+        ox_times += _time(step, model_o, opt_o, "oxide", n, 1)
     after = torch.oxide.fallback_stats()
     fell_back = sorted(op for op, n in after.items() if n != before.get(op, 0))
     cpu, ox = statistics.median(cpu_times), statistics.median(ox_times)
@@ -173,7 +192,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--only", default="", help="run the workloads whose name contains this text")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=9, help="timed steps per side, over all rounds")
     args = parser.parse_args(argv)
     torch.oxide.set_fallback_mode("silent")
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(),
