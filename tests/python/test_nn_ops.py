@@ -10,6 +10,7 @@ silently run on the CPU fallback fails it.
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16]
 
@@ -616,30 +617,31 @@ def test_recurrent_layer_float32_sequence_and_inference(kind):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
 
 
+GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
+
+
+class CountGemms(TorchDispatchMode):
+    """Counts the GEMM operators (``GEMMS``) dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.gemms = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in GEMMS:
+            self.gemms += 1
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_recurrent_layer_projects_the_whole_sequence_once(kind):
     """oxide's layer kernel is live: one input projection per layer for all T steps plus one
     hidden GEMM per step (ATen's composite would run two GEMMs per step)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.gemms = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func in GEMMS:
-                self.gemms += 1
-            return func(*args, **(kwargs or {}))
-
     layer = getattr(torch.nn, kind)(3, 4, num_layers=2).oxide()
     x = torch.randn(7, 2, 3, device="oxide")
-    with Count() as c:
+    with CountGemms() as c:
         layer(x)
     assert c.gemms == 2 * (1 + 7)
-
-
-GEMMS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
@@ -648,18 +650,6 @@ def test_recurrent_layer_backward_is_one_node_per_layer(kind):
     layer, and its backward runs one GEMM per step (the hidden-state gradient) plus three
     whole-sequence GEMMs (input, W_ih and W_hh gradients), where the per-step graph ran two GEMMs
     per step and accumulated W_hh's gradient step by step."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.gemms = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func in GEMMS:
-                self.gemms += 1
-            return func(*args, **(kwargs or {}))
-
     T = 7
     layer = getattr(torch.nn, kind)(3, 4, num_layers=2).oxide()
     x = torch.randn(T, 2, 3, device="oxide", requires_grad=True)
@@ -668,7 +658,7 @@ def test_recurrent_layer_backward_is_one_node_per_layer(kind):
     bottom = top.next_functions[0][0]  # layer 1's input is layer 0's output
     assert top.name().endswith("::LayerFunction>") and bottom.name().endswith("::LayerFunction>")
     assert all(type(f).__name__ == "AccumulateGrad" for f, _ in bottom.next_functions[3:])
-    with Count() as c:
+    with CountGemms() as c:
         out.sum().backward()
     assert c.gemms == 2 * (T + 3)
     assert x.grad is not None and all(p.grad is not None for p in layer.parameters())
