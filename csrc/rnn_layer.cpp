@@ -42,6 +42,8 @@
 #include <ATen/ops/sum.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 namespace oxide {
 namespace {
@@ -192,8 +194,15 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
       hs[t] = h;
     }
     auto out = at::stack(hs, 0);
-    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, b_ih, b_hh, out, lstm ? at::stack(cs, 0) : at::Tensor(),
-                            at::stack(ws, 0)});
+    // Saved: the inputs, the stacked cell states and workspaces, then the hidden
+    // state each step's recurrent product read (h0 first, in forward order), not
+    // `out` or h_n: like the composite's graph, the backward then does not
+    // depend on outputs the caller may modify in place.
+    variable_list saved{x, h0, c0, w_ih, w_hh, b_ih, b_hh, lstm ? at::stack(cs, 0) : at::Tensor(), at::stack(ws, 0)};
+    for (int64_t s = 0; s + 1 < T; ++s) {
+      saved.push_back(hs[reverse ? T - 1 - s : s]);
+    }
+    ctx->save_for_backward(saved);
     ctx->saved_data["lstm"] = lstm;
     ctx->saved_data["reverse"] = reverse;
     if (lstm) {
@@ -205,7 +214,7 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4], &b_ih = saved[5],
-               &b_hh = saved[6], &out = saved[7], &cs = saved[8], &ws = saved[9];
+               &b_hh = saved[6], &cs = saved[7], &ws = saved[8];
     const bool lstm = ctx->saved_data["lstm"].toBool();
     const bool reverse = ctx->saved_data["reverse"].toBool();
     if (at::GradMode::is_enabled()) {
@@ -252,8 +261,11 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
     const auto dIG = at::stack(d_ig, 0).view({T * B, G});
     const auto dHG = lstm ? dIG : at::stack(d_hg, 0).view({T * B, G});
     // The hidden state each step's recurrent product read.
-    const auto h_prev = reverse ? at::cat({out.slice(0, 1), h0.unsqueeze(0)}, 0)
-                                : at::cat({h0.unsqueeze(0), out.slice(0, 0, T - 1)}, 0);
+    std::vector<at::Tensor> read(T);  // in time order
+    for (int64_t s = 0; s < T; ++s) {
+      read[reverse ? T - 1 - s : s] = s == 0 ? h0 : saved[9 + s - 1];
+    }
+    const auto h_prev = at::stack(read, 0);
     at::Tensor dx, dw_ih, dw_hh, db_ih, db_hh;
     if (ctx->needs_input_grad(0)) {
       dx = at::mm(dIG, w_ih).view({T, B, I});
@@ -310,13 +322,24 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
 // wanted, else the composite (nothing to save).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at::Tensor& x, const at::Tensor& h,
                                                             const at::Tensor& c, const Weights& w, bool reverse) {
-  bool wants_grad = false;
+  bool wants_grad = false, forward_ad = false;
   if (at::GradMode::is_enabled()) {
     for (const auto* t : {&x, &h, &c, &w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) {
       wants_grad = wants_grad || (t->defined() && t->requires_grad());
+      forward_ad = forward_ad || (t->defined() && t->_fw_grad(/*level=*/0).defined());
     }
   }
-  if (!wants_grad || x.size(0) == 0) {
+  // The composite where the node cannot serve: nothing to differentiate; a
+  // functorch transform (torch.func.grad/vjp: C++ Functions are refused there);
+  // forward-mode AD (a C++ Function has no jvp); autocast (its casts inside the
+  // forward must be recorded in the graph, as the composite's are, or the
+  // backward would mix the cast and uncast dtypes).
+  // (functorch includes its dynamic-layer keys in this thread while a transform is active.)
+  const auto included = c10::impl::tls_local_dispatch_key_set().included_;
+  const bool functorch = included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
+                         included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
+  if (!wants_grad || forward_ad || functorch ||
+      at::autocast::is_autocast_enabled(c10::DeviceType::PrivateUse1)) {
     return run_direction_composite(cell, x, h, c, w, reverse);
   }
   const bool lstm = cell == Cell::LSTM;
@@ -340,6 +363,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layers(Cell cell, const char*
   TORCH_CHECK(input.dim() == 3, op, ": expected a 3-D input (", batch_first ? "[B, T, I]" : "[T, B, I]", "), got ",
               input.sizes());
   TORCH_CHECK(num_layers >= 1, op, ": num_layers must be at least 1, got ", num_layers);
+  TORCH_CHECK(input.size(batch_first ? 1 : 0) > 0, "Expected sequence length to be larger than 0 in RNN");
   TORCH_CHECK(h0.dim() == 3, op, ": expected a 3-D hidden state, got ", h0.sizes());
   const int64_t H = h0.size(2);
   auto x = batch_first ? input.transpose(0, 1) : input;

@@ -880,3 +880,53 @@ def test_upsample_2d(mode, kwargs, dtype):
 @pytest.mark.parametrize("shape,size", [((2, 3, 5), 9), ((1, 2, 3, 4, 2), (5, 3, 4))], ids=str)
 def test_upsample_nearest_1d_3d(shape, size):
     compare(lambda t: F.interpolate(t, size=size, mode="nearest"), randn(*shape))
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_layer_where_the_layer_node_steps_aside(kind):
+    """Where oxide's single layer node (LayerFunction) cannot serve, the composite runs and the
+    results match CPU: backward after a forward under autocast (the casts must be in the graph),
+    torch.func.grad (functorch refuses C++ autograd Functions). An empty sequence gets CPU's error;
+    a GRU output modified in place after the forward does not break the backward, as on CPU (the
+    node saves the per-step states, not its outputs)."""
+    torch.manual_seed(6)
+    layer_c = getattr(torch.nn, kind)(5, 7)
+    layer_o = getattr(torch.nn, kind)(5, 7)
+    layer_o.load_state_dict(layer_c.state_dict())
+    layer_o = layer_o.oxide()
+    x = randn(6, 3, 5)
+
+    grads = {}
+    for dev, layer in (("cpu", layer_c), ("oxide", layer_o)):
+        layer.zero_grad()
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out, _ = layer(x.to(dev))
+        out.float().sum().backward()
+        grads[dev] = [p.grad.cpu() for p in layer.parameters()]
+    for got, want in zip(grads["oxide"], grads["cpu"]):
+        torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)
+
+    def loss(layer, dev):
+        params = {n: p.detach() for n, p in layer.named_parameters()}
+        fn = lambda p: torch.func.functional_call(layer, p, (x.detach().to(dev),))[0].sum()  # noqa: E731
+        return torch.func.grad(fn)(params)
+
+    got, want = loss(layer_o, "oxide"), loss(layer_c, "cpu")
+    for name in want:
+        torch.testing.assert_close(got[name].cpu(), want[name], rtol=1e-4, atol=1e-5, msg=name)
+
+    with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0 in RNN"):
+        layer_o(torch.randn(0, 3, 5, device="oxide"))
+
+    if kind == "LSTM":
+        return  # CPU's oneDNN LSTM saves its output: modifying it in place is an error there too
+    layer_c.zero_grad()
+    layer_o.zero_grad()
+    for dev, layer in (("cpu", layer_c), ("oxide", layer_o)):
+        xd = x.detach().to(dev).requires_grad_()
+        out, hn = layer(xd)
+        out.add_(1)
+        (out.sum() + hn.sum()).backward()
+        grads[dev] = [xd.grad.cpu()] + [p.grad.cpu() for p in layer.parameters()]
+    for got, want in zip(grads["oxide"], grads["cpu"]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
