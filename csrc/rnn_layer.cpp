@@ -109,38 +109,60 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w_ih, const at::Tensor
   return y.view({x.size(0), x.size(1), w_ih.size(0)});
 }
 
-// One direction of one layer over the whole sequence `x` [T, B, I], built
-// from differentiable at:: ops: returns the outputs [T, B, H] and the final
-// state(s). `h`, `c` ([B, H]) are the initial states (`c` undefined for GRU).
-// Runs when no gradient is wanted (inference, no_grad, frozen layers) and to
-// rebuild a differentiable graph for double backward (LayerFunction).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction_composite(Cell cell, const at::Tensor& x, at::Tensor h,
-                                                                      at::Tensor c, const Weights& w, bool reverse) {
+// The time steps of one direction of one layer over the whole sequence `x`
+// [T, B, I] from the initial states `h`, `c` ([B, H]; `c` undefined for GRU):
+// per step (in time order) the hidden state, and with `keep` the cell state
+// (LSTM) and the fused cell's workspace; and the final states. Differentiable
+// at:: ops: under autograd they build the layer's per-step graph.
+struct Steps {
+  std::vector<at::Tensor> hs, cs, ws;
+  at::Tensor h, c;
+};
+
+Steps run_steps(Cell cell, const at::Tensor& x, at::Tensor h, at::Tensor c, const Weights& w, bool reverse, bool keep) {
   const int64_t T = x.size(0);
+  const bool lstm = cell == Cell::LSTM;
   // The whole-sequence input projection. The LSTM adds both biases here (the
   // cell only sums the two gate inputs); the GRU's b_hh must stay with the
   // hidden gates, where the reset gate scales it.
   at::Tensor bias_ih = w.b_ih;
-  if (cell == Cell::LSTM && w.b_ih.defined()) {
+  if (lstm && w.b_ih.defined()) {
     bias_ih = at::add(w.b_ih, w.b_hh);
   }
-  const auto igates = project(x, w.w_ih, bias_ih).unbind(0);
+  const auto igates = project(x, w.w_ih, bias_ih);
   const auto w_hh_t = w.w_hh.t();
-  std::vector<at::Tensor> outputs(T);
+  Steps st{std::vector<at::Tensor>(T), std::vector<at::Tensor>(keep && lstm ? T : 0),
+           std::vector<at::Tensor>(keep ? T : 0), {}, {}};
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
-    if (cell == Cell::LSTM) {
-      const auto hgates = at::mm(h, w_hh_t);
-      auto r = at::_thnn_fused_lstm_cell(igates[t], hgates, c);
-      h = std::get<0>(r);
-      c = std::get<1>(r);
+    at::Tensor workspace;
+    if (lstm) {
+      std::tie(h, c, workspace) = at::_thnn_fused_lstm_cell(igates[t], at::mm(h, w_hh_t), c);
+      if (keep) {
+        st.cs[t] = c;
+      }
     } else {
       const auto hgates = w.b_hh.defined() ? at::addmm(w.b_hh, h, w_hh_t) : at::mm(h, w_hh_t);
-      h = std::get<0>(at::_thnn_fused_gru_cell(igates[t], hgates, h));
+      std::tie(h, workspace) = at::_thnn_fused_gru_cell(igates[t], hgates, h);
     }
-    outputs[t] = h;
+    if (keep) {
+      st.ws[t] = workspace;
+    }
+    st.hs[t] = h;
   }
-  return {at::stack(outputs, 0), h, c};
+  st.h = h;
+  st.c = c;
+  return st;
+}
+
+// One direction of one layer from differentiable ops: the outputs [T, B, H]
+// and the final state(s). Runs where LayerFunction does not (see
+// `run_direction`) and rebuilds a differentiable graph for its double backward.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction_composite(Cell cell, const at::Tensor& x,
+                                                                      const at::Tensor& h, const at::Tensor& c,
+                                                                      const Weights& w, bool reverse) {
+  auto st = run_steps(cell, x, h, c, w, reverse, /*keep=*/false);
+  return {at::stack(st.hs, 0), st.h, st.c};
 }
 
 using torch::autograd::AutogradContext;
@@ -155,10 +177,9 @@ using torch::autograd::variable_list;
 // gradients of all steps, and computes the weight, bias and input gradients
 // as whole-sequence GEMMs and sums (backpropagation through time, Werbos 1990).
 //
-// Forward inputs: x [T, B, I], h0 [B, H], c0 [B, H] (undefined for GRU), the
-// weights (biases may be undefined), then `lstm` and `reverse`. Outputs:
-// (out [T, B, H], h_n [B, H]) plus c_n for LSTM. Saved: the inputs, `out`,
-// and per step the cell states (LSTM) and the fused cells' workspaces.
+// Forward inputs: x [T, B, I], h0 [B, H], c0 [B, H] (a placeholder for GRU),
+// the weights (placeholder biases without bias), then `lstm`, `has_bias` and
+// `reverse`. Outputs: (out [T, B, H], h_n [B, H]) plus c_n for LSTM.
 struct LayerFunction : torch::autograd::Function<LayerFunction> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h0,
                                const at::Tensor& c0_in, const at::Tensor& w_ih, const at::Tensor& w_hh,
@@ -169,36 +190,16 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
     const at::Tensor c0 = lstm ? c0_in : at::Tensor();
     const at::Tensor b_ih = has_bias ? b_ih_in : at::Tensor(), b_hh = has_bias ? b_hh_in : at::Tensor();
     const int64_t T = x.size(0);
-    at::Tensor bias_ih = b_ih;
-    if (lstm && b_ih.defined()) {
-      bias_ih = at::add(b_ih, b_hh);
-    }
-    const auto igates = project(x, w_ih, bias_ih);
-    const auto w_hh_t = w_hh.t();
-    std::vector<at::Tensor> hs(T), cs(lstm ? T : 0), ws(T);
-    at::Tensor h = h0, c = c0;
-    for (int64_t s = 0; s < T; ++s) {
-      const int64_t t = reverse ? T - 1 - s : s;
-      if (lstm) {
-        auto r = at::_thnn_fused_lstm_cell(igates[t], at::mm(h, w_hh_t), c);
-        h = std::get<0>(r);
-        c = std::get<1>(r);
-        cs[t] = c;
-        ws[t] = std::get<2>(r);
-      } else {
-        const auto hgates = b_hh.defined() ? at::addmm(b_hh, h, w_hh_t) : at::mm(h, w_hh_t);
-        auto r = at::_thnn_fused_gru_cell(igates[t], hgates, h);
-        h = std::get<0>(r);
-        ws[t] = std::get<1>(r);
-      }
-      hs[t] = h;
-    }
+    auto st = run_steps(lstm ? Cell::LSTM : Cell::GRU, x, h0, c0, Weights{w_ih, w_hh, b_ih, b_hh}, reverse,
+                        /*keep=*/true);
+    const auto& hs = st.hs;
     auto out = at::stack(hs, 0);
     // Saved: the inputs, the stacked cell states and workspaces, then the hidden
     // state each step's recurrent product read (h0 first, in forward order), not
     // `out` or h_n: like the composite's graph, the backward then does not
     // depend on outputs the caller may modify in place.
-    variable_list saved{x, h0, c0, w_ih, w_hh, b_ih, b_hh, lstm ? at::stack(cs, 0) : at::Tensor(), at::stack(ws, 0)};
+    variable_list saved{x, h0, c0, w_ih, w_hh, b_ih, b_hh, lstm ? at::stack(st.cs, 0) : at::Tensor(),
+                        at::stack(st.ws, 0)};
     for (int64_t s = 0; s + 1 < T; ++s) {
       saved.push_back(hs[reverse ? T - 1 - s : s]);
     }
@@ -206,9 +207,9 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
     ctx->saved_data["lstm"] = lstm;
     ctx->saved_data["reverse"] = reverse;
     if (lstm) {
-      return {out, h, c};
+      return {out, st.h, st.c};
     }
-    return {out, h};
+    return {out, st.h};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {

@@ -353,8 +353,8 @@ fn tap_table(g: &Geometry) -> Option<(Vec<u32>, usize)> {
 /// contiguous array and then compared with the block's running maxima, so that
 /// consecutive compare-and-selects belong to different windows and vectorise, instead
 /// of forming one window's chain of dependent compare-and-selects (measured: about 6
-/// cycles a tap, against about 2 here); whole-plane blocks keep small planes (a 2x2 pool of 8x8 maps: 16 outputs)
-/// from paying a block's overhead per plane.
+/// cycles a tap, against about 2 here); whole-plane blocks keep small planes (a 2x2
+/// pool of 8x8 maps: 16 outputs) from paying a block's overhead per plane.
 ///
 /// # Safety
 /// As [`max_pool`]; `table` is [`tap_table`]'s for the call's geometry.
