@@ -6,10 +6,14 @@
 the same data on an oxide device and on the CPU, with the same
 ``torch.get_num_threads()``. After a warm-up, each timed repetition runs the operator
 ``calls`` times and ends with ``torch.oxide.synchronize()`` (a no-op for the CPU);
-each side runs its repetitions as one block after its own warm-up: PyTorch's OpenMP
-workers and oxide's rayon workers keep spinning briefly after work, so interleaving
-single repetitions makes each side pay for the other's busy threads on these 2-core
-machines. A case
+each side runs its repetitions in ``ROUNDS`` blocks that alternate with the other
+side's, each block after its own warm-up and a 50 ms pause. Blocks rather than single
+alternating repetitions: PyTorch's OpenMP workers and oxide's team workers keep
+spinning briefly after work, so interleaving single repetitions makes each side pay
+for the other's busy threads on these 2-core machines. Rounds rather than one block
+per side: this shared machine drifts between slower and faster phases lasting seconds
+(one whole run measured CPU's per-call time at half its usual value), and one block
+per side could put a phase on one side only. A case
 reports the median time per call, the ratio oxide/CPU (lower is better) and, when the
 case has a target, whether the ratio meets it.
 
@@ -42,7 +46,7 @@ rather than refused or warned about.
 
 Writes ``ops.md`` (a Markdown table) and ``ops.json`` (every number, plus torch
 version, thread count, CPU model and date) into ``--out``. The whole run takes about
-two minutes on a 2-core machine.
+half a minute on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -207,6 +211,11 @@ def cases() -> List[Case]:
     return out
 
 
+# Alternating blocks of repetitions per side (see the module docstring); each side's
+# median is taken over all its repetitions (``reps`` rounded up to a multiple of this).
+ROUNDS = 3
+
+
 def _sync_oxide() -> None:
     torch.oxide.synchronize()
 
@@ -250,13 +259,15 @@ def run_case(case: Case) -> Result:
     matches = _matches(run_oxide(), run_cpu())
     oxide_s: List[float] = []
     cpu_s: List[float] = []
-    for run, sync, times in ((run_oxide, _sync_oxide, oxide_s), (run_cpu, _sync_cpu, cpu_s)):
-        for _ in range(case.warmup):
-            run()
-        sync()
-        time.sleep(0.05)  # let the other side's worker threads go idle
-        for _ in range(case.reps):
-            times.append(_time_rep(run, case.calls, sync))
+    per_round = -(-case.reps // ROUNDS)
+    for _ in range(ROUNDS):
+        for run, sync, times in ((run_oxide, _sync_oxide, oxide_s), (run_cpu, _sync_cpu, cpu_s)):
+            for _ in range(case.warmup):
+                run()
+            sync()
+            time.sleep(0.05)  # let the other side's worker threads go idle
+            for _ in range(per_round):
+                times.append(_time_rep(run, case.calls, sync))
     after = torch.oxide.fallback_stats()
     grown = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
 
