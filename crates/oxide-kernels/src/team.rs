@@ -73,9 +73,10 @@ struct Team {
     /// Written by the launcher (holding `launch`) before it publishes tickets,
     /// read by workers after they see their ticket change.
     job: UnsafeCell<Option<Job>>,
-    /// Workers of the current launch that have not finished their task.
+    /// Tasks of the current launch other than task 0 that have not finished, on
+    /// their workers or on the launcher (see [`claim`]).
     pending: AtomicUsize,
-    /// The first panic of a worker's task in the current launch.
+    /// The first panic of a task other than task 0 in the current launch.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Set while the launcher sleeps waiting for `pending` to reach 0.
     launcher_parked: AtomicBool,
