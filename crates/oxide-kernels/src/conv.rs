@@ -48,9 +48,7 @@
 //! otherwise (a large weight, few columns) [`crate::linalg::gemm`] splits each
 //! product over threads and im2col/col2im split channels.
 
-use std::any::Any;
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::sync::Mutex;
 
 use crate::dtype::{DType, Element};
@@ -512,7 +510,7 @@ fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], sample: usiz
     if direct {
         return &image[..rows * w.grid_len()];
     }
-    let cols = fit(cols, rows * nb * w.grid_len());
+    cols.resize(rows * nb * w.grid_len(), C::ZERO);
     im2col(w, channels, image, sample, nb, cols, threads);
     cols
 }
@@ -531,7 +529,7 @@ fn product_to_samples<C: Acc>(m: usize, k: usize, a: (&[C], usize, usize), src: 
         return Ok(());
     }
     let cn = nb * plane;
-    let out = fit(out, m * cn);
+    out.resize(m * cn, C::ZERO);
     product(m, cn, k, a, (src, cn, 1), 0.0, out, cn)?;
     scatter(out, m, plane, nb, dst, sample, bias);
     Ok(())
@@ -546,7 +544,7 @@ fn add_bias<C: Acc>(y: &mut [C], plane: usize, bias: &[C]) {
 }
 
 /// The compute types: float32, float64 and the integers (wrapping, as C++).
-trait Acc: Num + Send + Sync + 'static {
+trait Acc: Num + Send + Sync {
     /// The sum of every element of `planes` (the bias gradient).
     fn total<'a>(planes: impl Iterator<Item = &'a [Self]>) -> Self;
 }
@@ -728,10 +726,7 @@ impl Plan {
 }
 
 /// Reusable buffers of one task: the column matrix, a gathered operand and a product
-/// waiting to be scattered. A task takes its thread's kept buffers ([`Scratch::take`])
-/// and keeps them for the next call ([`Scratch::keep`]): a fresh column matrix per
-/// call (4.7 MB per two-sample chunk of a 64-channel 3x3 convolution on 32x32 maps)
-/// cost a page fault per 4 KiB and a zero fill every time.
+/// waiting to be scattered.
 struct Scratch<C> {
     cols: Vec<C>,
     mat: Vec<C>,
@@ -742,43 +737,6 @@ impl<C> Default for Scratch<C> {
     fn default() -> Self {
         Scratch { cols: Vec::new(), mat: Vec::new(), out: Vec::new() }
     }
-}
-
-/// Most bytes of buffers a thread keeps between calls; larger ones are freed.
-const KEEP_BYTES: usize = 32 << 20;
-
-thread_local! {
-    /// Each thread's kept [`Scratch`], at most one per compute type.
-    static KEPT: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
-}
-
-impl<C: Acc> Scratch<C> {
-    /// This thread's kept buffers of compute type `C`, or empty ones.
-    fn take() -> Scratch<C> {
-        let kept = KEPT.with(|k| {
-            let mut k = k.borrow_mut();
-            let i = k.iter().position(|b| b.is::<Scratch<C>>())?;
-            k.swap_remove(i).downcast::<Scratch<C>>().ok()
-        });
-        kept.map_or_else(Scratch::default, |b| *b)
-    }
-
-    /// Keeps the buffers for this thread's next call unless they exceed [`KEEP_BYTES`].
-    fn keep(self) {
-        let bytes = (self.cols.capacity() + self.mat.capacity() + self.out.capacity()) * std::mem::size_of::<C>();
-        if bytes <= KEEP_BYTES {
-            KEPT.with(|k| k.borrow_mut().push(Box::new(self)));
-        }
-    }
-}
-
-/// The first `n` elements of `v`, grown (zero-filled) only when it is shorter:
-/// callers overwrite what they use.
-fn fit<C: Acc>(v: &mut Vec<C>, n: usize) -> &mut [C] {
-    if v.len() < n {
-        v.resize(n, C::ZERO);
-    }
-    &mut v[..n]
 }
 
 /// Output of `nb` consecutive samples: `x` `(nb, C_in, *input)` into `y` `(nb, C_out, *output)`.
@@ -806,7 +764,7 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
             if direct {
                 product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, &mut yg[..kk * gl], gl)?;
             } else {
-                let cols = fit(cols, kk * cn);
+                cols.resize(kk * cn, C::ZERO);
                 product(kk, cn, gc, (wgt, 1, kk), (xg, cn, 1), 0.0, cols, cn)?;
                 col2im_scratch(&win, ic, cols, nb, yg, ys, threads);
             }
@@ -839,7 +797,7 @@ fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<
                 if direct {
                     product(kk, gl, gc, (&w[wr.clone()], 1, kk), (gyg, gl, 1), 0.0, &mut gxg[..kk * gl], gl)?;
                 } else {
-                    let cols = fit(cols, kk * cn);
+                    cols.resize(kk * cn, C::ZERO);
                     product(kk, cn, gc, (&w[wr.clone()], 1, kk), (gyg, cn, 1), 0.0, cols, cn)?;
                     col2im_scratch(&win, ic, cols, nb, gxg, xs, threads);
                 }
@@ -873,12 +831,11 @@ fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C],
     let (xs, ys) = (x.len() / cv.batch, y.len() / cv.batch);
     let plan = Plan::new(cv, threads, true);
     let run = |first: usize, part: &mut [C]| -> Result<()> {
-        let mut scratch = Scratch::take();
+        let mut scratch = Scratch::default();
         for (k, yc) in part.chunks_mut(plan.chunk * ys).enumerate() {
             let (n, nb) = (first + k * plan.chunk, yc.len() / ys);
             forward_chunk(cv, &x[n * xs..(n + nb) * xs], w, bias, yc, nb, &mut scratch, plan.inner)?;
         }
-        scratch.keep();
         Ok(())
     };
     if plan.tasks <= 1 {
@@ -914,7 +871,7 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
     }
     let plan = Plan::new(cv, threads, false);
     let run = |t: usize, mut part: Option<&mut [C]>, mut partial: Option<&mut [C]>| -> Result<()> {
-        let mut scratch = Scratch::take();
+        let mut scratch = Scratch::default();
         let first = t * plan.per_task;
         let count = plan.per_task.min(cv.batch - first);
         let mut j = 0;
@@ -925,7 +882,6 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
             backward_chunk(cv, &gy[n * ys..(n + nb) * ys], xc, w, gxc, partial.as_deref_mut(), nb, (xs, ys), &mut scratch, plan.inner)?;
             j += nb;
         }
-        scratch.keep();
         Ok(())
     };
     if plan.tasks <= 1 {

@@ -177,7 +177,7 @@ unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: Gro
             }
             // SAFETY: as above; mean/rstd hold n*g elements.
             unsafe {
-                if !direct || len == 0 {
+                if !direct {
                     write(dt, y, grp * len, dst);
                 }
                 write(stat_dt, mean, grp, &[m]);
