@@ -100,10 +100,13 @@ def test_exit_right_after_backward_does_not_abort():
     # without an active exception" (rc -6): in 1 to 7 of 20 runs of this script on the
     # 2-core CI machine before torch_oxide's exit drain, 0 of 50 after. It is a race, so
     # this test catches a regression only with some probability per run.
+    # The importing thread runs backward itself (see the next test), so this script turns
+    # the engine's device thread back on to keep exercising the drain.
     script = """
         import sys
         sys.setswitchinterval(2.0)
         import torch
+        torch.autograd.set_multithreading_enabled(True)
         x = torch.randn(64, 16, 8, 8, device="oxide", requires_grad=True)
         w = torch.randn(32, 16, 3, 3, device="oxide", requires_grad=True)
         y = torch.nn.functional.conv2d(x, w, padding=1)
@@ -114,3 +117,49 @@ def test_exit_right_after_backward_does_not_abort():
     for _ in range(6):
         out = run_python(script)
         assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+
+
+_BACKWARD_THREAD_SCRIPT = """
+    import threading, torch
+    x = torch.ones(3, device="oxide", requires_grad=True)
+    seen = []
+    y = x * 2
+    y.register_hook(lambda g: seen.append(threading.get_ident()))
+    y.sum().backward()
+    assert x.grad.cpu().tolist() == [2.0, 2.0, 2.0]
+    print(torch.autograd.is_multithreading_enabled(), seen[0] == threading.get_ident())
+"""
+
+
+@pytest.mark.parametrize("env, expected", [({}, "False True"), ({"OXIDE_AUTOGRAD_DEVICE_THREAD": "1"}, "True False")],
+                         ids=["default-caller", "engine-device-thread"])
+def test_which_thread_runs_an_oxide_backward(env, expected):
+    # Default: the importing thread runs oxide backward nodes itself (torch_oxide turns off
+    # the engine's multithreading there); OXIDE_AUTOGRAD_DEVICE_THREAD=1 keeps PyTorch's
+    # per-device engine thread.
+    out = run_python(_BACKWARD_THREAD_SCRIPT, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == expected
+
+
+def test_threads_other_than_the_importer_keep_the_engine_thread():
+    # The setting is thread-local: a new thread's oxide backward still runs, on PyTorch's
+    # default path, and gives the same gradient.
+    import threading
+
+    result = {}
+
+    def work():
+        x = torch.ones(3, device="oxide", requires_grad=True)
+        seen = []
+        y = x * 3
+        y.register_hook(lambda g: seen.append(threading.get_ident()))
+        y.sum().backward()
+        result.update(mt=torch.autograd.is_multithreading_enabled(), own=seen[0] == threading.get_ident(),
+                      grad=x.grad.cpu().tolist())
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert result == {"mt": True, "own": False, "grad": [3.0, 3.0, 3.0]}
+    assert not torch.autograd.is_multithreading_enabled()
