@@ -39,6 +39,15 @@ NATIVE_OPS = [
     # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
     "aten::_scaled_dot_product_fused_attention_overrideable",
     "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+    # foreach.cpp: the multi-tensor arithmetic torch.optim's foreach implementations call
+    "aten::_foreach_add_.Scalar", "aten::_foreach_add.Scalar", "aten::_foreach_add_.ScalarList",
+    "aten::_foreach_add_.List", "aten::_foreach_add.List", "aten::_foreach_mul_.Scalar",
+    "aten::_foreach_mul_.ScalarList", "aten::_foreach_mul.ScalarList", "aten::_foreach_mul_.List",
+    "aten::_foreach_mul_.Tensor", "aten::_foreach_div_.Scalar", "aten::_foreach_div_.ScalarList",
+    "aten::_foreach_div_.List", "aten::_foreach_lerp_.Scalar", "aten::_foreach_addcmul_.Scalar",
+    "aten::_foreach_addcmul.Scalar", "aten::_foreach_addcdiv_.Scalar", "aten::_foreach_addcdiv_.ScalarList",
+    "aten::_foreach_sqrt", "aten::_foreach_sqrt_", "aten::_foreach_neg", "aten::_foreach_abs",
+    "aten::_foreach_reciprocal_",
     # pointwise.cpp: complex-related native functions
     "aten::angle", "aten::angle.out", "aten::conj_physical.out",
 ]
