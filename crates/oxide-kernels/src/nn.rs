@@ -103,11 +103,31 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
         return Ok(());
     }
     let (src, dst) = (Ptr(input as *mut u8), Ptr(out));
+    // Rows along the last dimension of a float32/float64 tensor are read and written in
+    // place: the copies into and out of the row buffer were two of the five passes.
+    let direct = inner == 1 && in_dt == F::DTYPE && out_dt == F::DTYPE && input != out as *const u8;
     for_rows(outer * inner, dim, threads, |rows| {
         let (src, dst) = (src, dst);
-        let mut buf = vec![F::ZERO; dim];
+        let mut buf = vec![F::ZERO; if direct { 0 } else { dim }];
         let mut e = vec![F::ZERO; if log { dim } else { 0 }];
         for r in rows {
+            if direct {
+                // SAFETY: row r lies inside both tensors (contract), which are distinct; rows are disjoint between tasks.
+                let (x, y) = unsafe {
+                    (std::slice::from_raw_parts((src.0 as *const F).add(r * dim), dim), std::slice::from_raw_parts_mut((dst.0 as *mut F).add(r * dim), dim))
+                };
+                let max = lanes::max(x);
+                if log {
+                    e.iter_mut().zip(x).for_each(|(d, &v)| *d = (v - max).exp());
+                    let log_sum = lanes::sum(&e).ln();
+                    y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - max) - log_sum);
+                } else {
+                    y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - max).exp());
+                    let inv = F::ONE / lanes::sum(y);
+                    y.iter_mut().for_each(|v| *v = *v * inv);
+                }
+                continue;
+            }
             // SAFETY: row r lies inside both tensors (contract); rows are disjoint between tasks.
             unsafe { load_row(in_dt, src, r, inner, &mut buf) };
             // A NaN element makes the row NaN through the sum; the shift only needs the largest number.
@@ -166,11 +186,29 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
         return Ok(());
     }
     let (g, y, gi) = (Ptr(grad as *mut u8), Ptr(output as *mut u8), Ptr(grad_input));
+    // As in the forward: float32/float64 rows along the last dimension in place, unless
+    // grad_input shares memory with an input (then the buffers keep the reads first).
+    let direct = inner == 1 && dt == F::DTYPE && gin_dt == F::DTYPE && grad_input as *const u8 != grad && grad_input as *const u8 != output;
     for_rows(outer * inner, dim, threads, |rows| {
         let (g, y, gi) = (g, y, gi);
-        let mut gb = vec![F::ZERO; dim];
-        let mut yb = vec![F::ZERO; dim];
+        let mut gb = vec![F::ZERO; if direct { 0 } else { dim }];
+        let mut yb = vec![F::ZERO; if direct { 0 } else { dim }];
         for r in rows {
+            if direct {
+                // SAFETY: row r lies inside every tensor (contract); grad_input is distinct from both inputs; rows are disjoint between tasks.
+                let (gr, yr, out) = unsafe {
+                    let row = |p: Ptr| (p.0 as *mut F).add(r * dim);
+                    (std::slice::from_raw_parts(row(g), dim), std::slice::from_raw_parts(row(y), dim), std::slice::from_raw_parts_mut(row(gi), dim))
+                };
+                if log {
+                    let sum = lanes::sum(gr);
+                    out.iter_mut().zip(gr.iter().zip(yr)).for_each(|(o, (&gv, &yv))| *o = gv - yv.exp() * sum);
+                } else {
+                    let dot = lanes::dot(gr, yr);
+                    out.iter_mut().zip(gr.iter().zip(yr)).for_each(|(o, (&gv, &yv))| *o = yv * (gv - dot));
+                }
+                continue;
+            }
             // SAFETY: row r lies inside every tensor (contract); rows are disjoint between tasks.
             unsafe {
                 load_row(dt, g, r, inner, &mut gb);
