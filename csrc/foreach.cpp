@@ -27,7 +27,7 @@
 #include <ATen/ops/_foreach_neg_native.h>
 #include <ATen/ops/_foreach_reciprocal_native.h>
 #include <ATen/ops/_foreach_sqrt_native.h>
-#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <vector>
@@ -136,9 +136,21 @@ struct Launch {
 // converts a wrapped number to the computation dtype the same way).
 struct ScalarOperand {
   ScalarOperand(const Scalar& s, at::ScalarType dtype) {
-    // Unchecked, as a wrapped number's conversion: 1e300 times a float32 tensor is inf, not an error.
-    d = s.isIntegral(false) ? static_cast<double>(s.toLong()) : s.toDouble();
-    f = static_cast<float>(d);
+    // Unchecked, as a wrapped number's conversion: 1e300 times a float32 tensor is inf, not an
+    // error. Integers convert straight to the element type (no rounding through double first),
+    // unsigned 64-bit ones from their unsigned value.
+    if (s.isFloatingPoint()) {
+      d = s.toDouble();
+      f = static_cast<float>(d);
+    } else if (s.type() == at::ScalarType::UInt64) {
+      const uint64_t u = s.toUInt64();
+      d = static_cast<double>(u);
+      f = static_cast<float>(u);
+    } else {
+      const int64_t v = s.toLong();
+      d = static_cast<double>(v);
+      f = static_cast<float>(v);
+    }
     ptr = dtype == at::kFloat ? static_cast<const void*>(&f) : static_cast<const void*>(&d);
   }
   float f = 0;
@@ -158,13 +170,24 @@ ScalarArgs args(const Scalar& a) {
   return s;
 }
 
+// Outputs of the out-of-place forms, with the strides the per-tensor operator would
+// give (a contiguous tensor with size-1 dimensions may carry channels-last strides).
 std::vector<Tensor> empty_like_each(TensorList self) {
   std::vector<Tensor> out;
   out.reserve(self.size());
   for (const auto& t : self) {
-    out.push_back(at::empty(t.sizes(), t.options()));
+    out.push_back(at::empty_like(t));
   }
   return out;
+}
+
+// An in-place update of each entry bumps its version counter once, as the per-tensor
+// operators do (a tensor listed twice counts twice), so autograd detects a changed saved
+// tensor; an inference tensor outside inference mode raises here, before any write.
+void bump_versions(TensorList self) {
+  for (const auto& t : self) {
+    t.unsafeGetTensorImpl()->bump_version();
+  }
 }
 
 // Binary ops `out[i] = op(self[i], scalar_i)` (scalar_i from `scalar_of(i)`), `add` with alpha 1.
@@ -206,9 +229,19 @@ void unary(const char* op, TensorList out, TensorList self) {
 }
 
 // A 0-dim tensor operand on the lists' device and of their dtype, read at stride 0.
+// It may be a list entry itself (a one-element tensor at the same address), but not a
+// view into a larger entry: the per-tensor operator rejects that partial overlap.
 bool fast_tensor_scalar(TensorList self, const Tensor& other) {
-  return fast(self, {}) && other.defined() && other.dim() == 0 && other.device() == self[0].device() &&
-         other.scalar_type() == self[0].scalar_type() && !other.is_neg() && !other.is_conj();
+  if (!fast(self, {}) || !other.defined() || other.dim() != 0 || other.device() != self[0].device() ||
+      other.scalar_type() != self[0].scalar_type() || other.is_neg() || other.is_conj()) {
+    return false;
+  }
+  for (const auto& t : self) {
+    if (other.is_alias_of(t) && (t.numel() != 1 || t.const_data_ptr() != other.const_data_ptr())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // ---- add ----
@@ -216,6 +249,7 @@ void add_scalar_(TensorList self, const Scalar& s) {
   if (!fast(self, {}) || !plain(s)) {
     return at::native::foreach_tensor_add_scalar_kernel_slow_(self, s);
   }
+  bump_versions(self);
   binary_scalar("add", self, self, [&](size_t) { return s; });
 }
 std::vector<Tensor> add_scalar(TensorList self, const Scalar& s) {
@@ -230,12 +264,14 @@ void add_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
   if (!fast(self, {}, s.size()) || !plain(s)) {
     return at::native::foreach_tensor_add_scalarlist_kernel_slow_(self, s);
   }
+  bump_versions(self);
   binary_scalar("add", self, self, [&](size_t i) { return s[i]; });
 }
 void add_list_(TensorList self, TensorList other, const Scalar& alpha) {
   if (!fast(self, {other}) || !plain(alpha)) {
     return at::native::foreach_tensor_add_list_kernel_slow_(self, other, alpha);
   }
+  bump_versions(self);
   binary_list("add", self, self, other, args(alpha));
 }
 std::vector<Tensor> add_list(TensorList self, TensorList other, const Scalar& alpha) {
@@ -252,12 +288,14 @@ void mul_scalar_(TensorList self, const Scalar& s) {
   if (!fast(self, {}) || !plain(s)) {
     return at::native::foreach_tensor_mul_scalar_kernel_slow_(self, s);
   }
+  bump_versions(self);
   binary_scalar("mul", self, self, [&](size_t) { return s; });
 }
 void mul_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
   if (!fast(self, {}, s.size()) || !plain(s)) {
     return at::native::foreach_tensor_mul_scalarlist_kernel_slow_(self, s);
   }
+  bump_versions(self);
   binary_scalar("mul", self, self, [&](size_t i) { return s[i]; });
 }
 std::vector<Tensor> mul_scalarlist(TensorList self, ArrayRef<Scalar> s) {
@@ -272,12 +310,14 @@ void mul_list_(TensorList self, TensorList other) {
   if (!fast(self, {other})) {
     return at::native::foreach_tensor_mul_list_kernel_slow_(self, other);
   }
+  bump_versions(self);
   binary_list("mul", self, self, other, ScalarArgs{});
 }
 void mul_tensor_(TensorList self, const Tensor& other) {
   if (!fast_tensor_scalar(self, other)) {
     return at::native::foreach_tensor_mul_tensor_kernel_slow_(self, other);
   }
+  bump_versions(self);
   Launch k("mul", self[0]);
   const void* s = other.const_data_ptr();
   for (const auto& t : self) {
@@ -290,18 +330,21 @@ void div_scalar_(TensorList self, const Scalar& s) {
   if (!fast(self, {}) || !plain(s)) {
     return at::native::foreach_tensor_div_scalar_kernel_slow_(self, s);
   }
+  bump_versions(self);
   binary_scalar("div_true", self, self, [&](size_t) { return s; });
 }
 void div_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
   if (!fast(self, {}, s.size()) || !plain(s)) {
     return at::native::foreach_tensor_div_scalarlist_kernel_slow_(self, s);
   }
+  bump_versions(self);
   binary_scalar("div_true", self, self, [&](size_t i) { return s[i]; });
 }
 void div_list_(TensorList self, TensorList other) {
   if (!fast(self, {other})) {
     return at::native::foreach_tensor_div_list_kernel_slow_(self, other);
   }
+  bump_versions(self);
   binary_list("div_true", self, self, other, ScalarArgs{});
 }
 
@@ -310,12 +353,14 @@ void lerp_scalar_(TensorList self, TensorList end, const Scalar& weight) {
   if (!fast(self, {end}) || !plain(weight)) {
     return at::native::foreach_tensor_lerp_list_kernel_slow_(self, end, weight);
   }
+  bump_versions(self);
   binary_list("lerp_scalar", self, self, end, args(weight));
 }
 void addcmul_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar& value) {
   if (!fast(self, {t1, t2}) || !plain(value)) {
     return at::native::foreach_tensor_addcmul_scalar_slow_(self, t1, t2, value);
   }
+  bump_versions(self);
   ternary("addcmul", self, self, t1, t2, [&](size_t) { return value; });
 }
 std::vector<Tensor> addcmul_scalar(TensorList self, TensorList t1, TensorList t2, const Scalar& value) {
@@ -330,12 +375,14 @@ void addcdiv_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar
   if (!fast(self, {t1, t2}) || !plain(value)) {
     return at::native::foreach_tensor_addcdiv_scalar_slow_(self, t1, t2, value);
   }
+  bump_versions(self);
   ternary("addcdiv", self, self, t1, t2, [&](size_t) { return value; });
 }
 void addcdiv_scalarlist_(TensorList self, TensorList t1, TensorList t2, ArrayRef<Scalar> values) {
   if (!fast(self, {t1, t2}, values.size()) || !plain(values)) {
     return at::native::foreach_tensor_addcdiv_scalarlist_slow_(self, t1, t2, values);
   }
+  bump_versions(self);
   ternary("addcdiv", self, self, t1, t2, [&](size_t i) { return values[i]; });
 }
 
@@ -352,6 +399,7 @@ void sqrt_(TensorList self) {
   if (!fast(self, {})) {
     return at::native::foreach_tensor_sqrt_slow_(self);
   }
+  bump_versions(self);
   unary("sqrt", self, self);
 }
 std::vector<Tensor> neg(TensorList self) {
@@ -374,6 +422,7 @@ void reciprocal_(TensorList self) {
   if (!fast(self, {})) {
     return at::native::foreach_tensor_reciprocal_slow_(self);
   }
+  bump_versions(self);
   unary("reciprocal", self, self);
 }
 

@@ -109,7 +109,10 @@ def _drain_autograd_device_thread() -> None:
         x = torch.zeros((), device=_BACKEND, requires_grad=True)
         y = x * 2.0
         _DRAIN_GRAPH.extend((x, y))
-        y.backward()
+        # Through the engine thread, behind whatever it still holds: this thread's default
+        # (see _backward_on_the_calling_thread) would run the drain's backward here.
+        with torch.autograd.set_multithreading_enabled(True):
+            y.backward()
     except Exception:  # noqa: BLE001  exit must not fail because the drain could not run
         pass
     time.sleep(0.02)
