@@ -158,13 +158,9 @@ struct ScalarOperand {
   const void* ptr;
 };
 
-ScalarArgs args(double a) {
-  ScalarArgs s;
-  s.set(0, a);
-  return s;
-}
-
-ScalarArgs args(const Scalar& a) {
+// The kernel's first scalar parameter (add's alpha, lerp's weight, addcmul's value), a double or a Scalar.
+template <typename T>
+ScalarArgs args(const T& a) {
   ScalarArgs s;
   s.set(0, a);
   return s;

@@ -104,11 +104,20 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
     }
     let (src, dst) = (Ptr(input as *mut u8), Ptr(out));
     // Rows along the last dimension of a float32/float64 tensor are read and written in
-    // place: the copies into and out of the row buffer were two of the five passes.
+    // place: the copies into and out of row buffers were two of the five passes.
     let direct = inner == 1 && in_dt == F::DTYPE && out_dt == F::DTYPE && input != out as *const u8;
+    // Along the last dimension CPU keeps log_softmax's row sum, and its log, in the element
+    // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
+    let keep = inner == 1 && out_dt == in_dt;
+    let round = |v: F| match in_dt {
+        DType::F16 if keep => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
+        DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
+        _ => v,
+    };
     for_rows(outer * inner, dim, threads, |rows| {
         let (src, dst) = (src, dst);
-        let mut buf = vec![F::ZERO; if direct { 0 } else { dim }];
+        let staged = if direct { 0 } else { dim };
+        let (mut xb, mut yb) = (vec![F::ZERO; staged], vec![F::ZERO; staged]);
         let mut e = vec![F::ZERO; if log { dim } else { 0 }];
         for r in rows {
             if direct {
@@ -116,45 +125,33 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
                 let (x, y) = unsafe {
                     (std::slice::from_raw_parts((src.0 as *const F).add(r * dim), dim), std::slice::from_raw_parts_mut((dst.0 as *mut F).add(r * dim), dim))
                 };
-                let max = lanes::max(x);
-                if log {
-                    e.iter_mut().zip(x).for_each(|(d, &v)| *d = (v - max).exp());
-                    let log_sum = lanes::sum(&e).ln();
-                    y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - max) - log_sum);
-                } else {
-                    y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - max).exp());
-                    let inv = F::ONE / lanes::sum(y);
-                    y.iter_mut().for_each(|v| *v = *v * inv);
-                }
-                continue;
-            }
-            // SAFETY: row r lies inside both tensors (contract); rows are disjoint between tasks.
-            unsafe { load_row(in_dt, src, r, inner, &mut buf) };
-            // A NaN element makes the row NaN through the sum; the shift only needs the largest number.
-            let max = lanes::max(&buf);
-            if log {
-                e.iter_mut().zip(&buf).for_each(|(d, &v)| *d = (v - max).exp());
-                let sum = lanes::sum(&e);
-                // Along the last dimension CPU keeps the row's sum, and its log, in the element
-                // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
-                let keep = inner == 1 && out_dt == in_dt;
-                let round = |v: F| match in_dt {
-                    DType::F16 if keep => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
-                    DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
-                    _ => v,
-                };
-                let log_sum = round(round(sum).ln());
-                buf.iter_mut().for_each(|v| *v = (*v - max) - log_sum);
+                softmax_row(x, y, &mut e, log, round);
             } else {
-                buf.iter_mut().for_each(|v| *v = (*v - max).exp());
-                let inv = F::ONE / lanes::sum(&buf);
-                buf.iter_mut().for_each(|v| *v = *v * inv);
+                // SAFETY: row r lies inside both tensors (contract); rows are disjoint between tasks.
+                unsafe { load_row(in_dt, src, r, inner, &mut xb) };
+                softmax_row(&xb, &mut yb, &mut e, log, round);
+                // SAFETY: as above.
+                unsafe { store_row(out_dt, dst, r, inner, &yb) };
             }
-            // SAFETY: as above.
-            unsafe { store_row(out_dt, dst, r, inner, &buf) };
         }
     });
     Ok(())
+}
+
+/// One row of [`softmax`]: `y` from `x` (`e`, `x.len()` long, is scratch for log-softmax);
+/// `round` rounds log-softmax's row sum and its log as the output dtype keeps them.
+fn softmax_row<F: Float>(x: &[F], y: &mut [F], e: &mut [F], log: bool, round: impl Fn(F) -> F) {
+    // A NaN element makes the row NaN through the sum; the shift only needs the largest number.
+    let max = lanes::max(x);
+    if log {
+        e.iter_mut().zip(x).for_each(|(d, &v)| *d = (v - max).exp());
+        let log_sum = round(round(lanes::sum(e)).ln());
+        y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - max) - log_sum);
+    } else {
+        y.iter_mut().zip(x).for_each(|(o, &v)| *o = (v - max).exp());
+        let inv = F::ONE / lanes::sum(y);
+        y.iter_mut().for_each(|v| *v = *v * inv);
+    }
 }
 
 /// Backward of [`softmax`]: with `y` the forward output and `g` its gradient,
@@ -191,8 +188,8 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
     let direct = inner == 1 && dt == F::DTYPE && gin_dt == F::DTYPE && grad_input as *const u8 != grad && grad_input as *const u8 != output;
     for_rows(outer * inner, dim, threads, |rows| {
         let (g, y, gi) = (g, y, gi);
-        let mut gb = vec![F::ZERO; if direct { 0 } else { dim }];
-        let mut yb = vec![F::ZERO; if direct { 0 } else { dim }];
+        let staged = if direct { 0 } else { dim };
+        let (mut gb, mut yb, mut ob) = (vec![F::ZERO; staged], vec![F::ZERO; staged], vec![F::ZERO; staged]);
         for r in rows {
             if direct {
                 // SAFETY: row r lies inside every tensor (contract); grad_input is distinct from both inputs; rows are disjoint between tasks.
@@ -200,32 +197,31 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
                     let row = |p: Ptr| (p.0 as *mut F).add(r * dim);
                     (std::slice::from_raw_parts(row(g), dim), std::slice::from_raw_parts(row(y), dim), std::slice::from_raw_parts_mut(row(gi), dim))
                 };
-                if log {
-                    let sum = lanes::sum(gr);
-                    out.iter_mut().zip(gr.iter().zip(yr)).for_each(|(o, (&gv, &yv))| *o = gv - yv.exp() * sum);
-                } else {
-                    let dot = lanes::dot(gr, yr);
-                    out.iter_mut().zip(gr.iter().zip(yr)).for_each(|(o, (&gv, &yv))| *o = yv * (gv - dot));
-                }
-                continue;
-            }
-            // SAFETY: row r lies inside every tensor (contract); rows are disjoint between tasks.
-            unsafe {
-                load_row(dt, g, r, inner, &mut gb);
-                load_row(dt, y, r, inner, &mut yb);
-            }
-            if log {
-                let sum = lanes::sum(&gb);
-                gb.iter_mut().zip(&yb).for_each(|(gv, &yv)| *gv = *gv - yv.exp() * sum);
+                softmax_backward_row(gr, yr, out, log);
             } else {
-                let dot = lanes::dot(&gb, &yb);
-                gb.iter_mut().zip(&yb).for_each(|(gv, &yv)| *gv = yv * (*gv - dot));
+                // SAFETY: row r lies inside every tensor (contract); rows are disjoint between tasks.
+                unsafe {
+                    load_row(dt, g, r, inner, &mut gb);
+                    load_row(dt, y, r, inner, &mut yb);
+                }
+                softmax_backward_row(&gb, &yb, &mut ob, log);
+                // SAFETY: as above.
+                unsafe { store_row(gin_dt, gi, r, inner, &ob) };
             }
-            // SAFETY: as above.
-            unsafe { store_row(gin_dt, gi, r, inner, &gb) };
         }
     });
     Ok(())
+}
+
+/// One row of [`softmax_backward`]: `out` from the gradient `g` and the forward output `y`.
+fn softmax_backward_row<F: Float>(g: &[F], y: &[F], out: &mut [F], log: bool) {
+    if log {
+        let sum = lanes::sum(g);
+        out.iter_mut().zip(g.iter().zip(y)).for_each(|(o, (&gv, &yv))| *o = gv - yv.exp() * sum);
+    } else {
+        let dot = lanes::dot(g, y);
+        out.iter_mut().zip(g.iter().zip(y)).for_each(|(o, (&gv, &yv))| *o = yv * (gv - dot));
+    }
 }
 
 /// How [`nll_loss`] reduces: PyTorch's `at::Reduction` values.
