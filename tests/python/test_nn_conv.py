@@ -117,6 +117,27 @@ def test_convolution_forward_and_grads(dim, transposed, config, dtype):
     compare(fn, tensors, dtype)
 
 
+# Samples whose column matrix (in channels x taps x output positions) passes the
+# kernel's cache block (BLOCK_ELEMENTS in crates/oxide-kernels/src/conv.rs, 131072):
+# forward and gradients are computed a block of output positions at a time, block
+# edges falling inside an output row.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "shape,kw",
+    [
+        ((2, 16, 41, 37), dict(padding=1)),
+        ((1, 16, 41, 75), dict(padding=1, stride=(1, 2))),
+        ((1, 16, 48, 40), dict(padding=2, dilation=2, groups=2)),
+    ],
+    ids=["same", "strided", "dilated_groups"],
+)
+def test_samples_in_cache_sized_column_blocks(shape, kw, dtype):
+    x = make(shape, dtype, 1)
+    w = make((8, shape[1] // kw.get("groups", 1), 3, 3), dtype, 2)
+    b = make((8,), dtype, 3)
+    compare(lambda x, w, b: F.conv2d(x, w, b, **kw), [x, w, b], dtype)
+
+
 @pytest.mark.parametrize("transposed", [False, True], ids=["conv", "transposed"])
 @pytest.mark.parametrize("dim", [1, 2, 3])
 def test_unbatched_input(dim, transposed):
