@@ -301,6 +301,27 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
+// Whether `self`'s TensorImpl may take `from`'s metadata and storage in place
+// (`param.data = from`, Module._apply). c10's rule admits dense tensors of a fixed
+// list of backends (CPU, CUDA, MPS, HIP, XPU, HPU, MTIA) and leaves PrivateUse1 to
+// this operator. Without it `model.to("oxide")` replaced every Parameter by a new
+// one per module, so weights tied between modules (GPT-2's lm_head and wte) came
+// out untied and trained apart. An oxide tensor is a plain strided TensorImpl, like
+// a CPU or CUDA one, so dense oxide tensors pair with dense tensors of those backends.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) {
+    return true;
+  }
+  auto dense = [](c10::DispatchKeySet ks) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit, c10::BackendComponent::MPSBit,
+         c10::BackendComponent::HIPBit, c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+    return ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && ks.has_any(backends);
+  };
+  return dense(self.key_set()) && dense(from.key_set());
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -324,6 +345,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
   m.impl("zero_", TORCH_FN(zero_));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
 // The Conjugate and Negative keys sit above PrivateUse1; their fallbacks would

@@ -68,6 +68,17 @@ def _backward_on_the_calling_thread() -> None:
 _backward_on_the_calling_thread()
 
 
+def _compile_support() -> None:
+    """``torch.compile`` on oxide (see ``_inductor``): lazy hooks, no Dynamo import here."""
+    from . import _inductor
+
+    oxide._inductor_backend_init = _inductor.backend_init
+    _inductor._install_import_hook()
+
+
+_compile_support()
+
+
 # Tensors of the exit drain's graph, kept alive here so that the autograd thread never
 # holds the last reference to anything Python owns.
 _DRAIN_GRAPH: list = []

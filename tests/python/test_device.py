@@ -117,3 +117,36 @@ def test_device_name_and_seed_api():
     torch.oxide.manual_seed_all(7)
     torch.oxide.set_rng_state(state, 1)
     assert torch._C._accelerator_getDefaultGenerator(1).initial_seed() == 1234
+
+
+def test_module_conversion_moves_parameters_in_place_and_keeps_ties():
+    # As on CUDA: Module.to(), .oxide() and .cpu() set each Parameter's data in place
+    # (the oxide _has_compatible_shallow_copy_type kernel admits the pair), so a
+    # Parameter shared between modules stays shared and optimizers keep their references.
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    w = emb.weight
+    w.grad = torch.ones_like(w)
+    expected = w.detach().clone()
+    for move, device in ((lambda m: m.to("oxide"), "oxide:0"), (lambda m: m.to("oxide:1"), "oxide:1"),
+                         (lambda m: m.cpu(), "cpu"), (lambda m: m.oxide(), "oxide:0"),
+                         (lambda m: m.to(torch.float64), "oxide:0")):
+        move(model)
+        assert emb.weight is w and head.weight is w
+        assert list(model.parameters()) == [w]
+        assert w.device == torch.device(device) and w.grad.device == w.device
+        torch.testing.assert_close(w.detach().cpu(), expected.to(w.dtype))
+    assert w.dtype == torch.float64 and w.grad.dtype == torch.float64
+
+    # The registration is live both ways round; CPU-CPU pairs keep PyTorch's answer,
+    # and a sparse tensor still cannot lend its metadata to a dense oxide one.
+    cpu, dev = torch.ones(2), torch.ones(2, device="oxide")
+    assert torch._has_compatible_shallow_copy_type(cpu, dev)
+    assert torch._has_compatible_shallow_copy_type(dev, cpu)
+    assert not torch._has_compatible_shallow_copy_type(dev, cpu.to_sparse())
+    p = torch.nn.Parameter(torch.zeros(3))
+    p.data = torch.arange(3.0, device="oxide:1")
+    assert p.device == torch.device("oxide:1") and isinstance(p, torch.nn.Parameter)
+    torch.testing.assert_close(p.detach().cpu(), torch.arange(3.0))

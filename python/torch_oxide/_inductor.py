@@ -1,0 +1,356 @@
+"""``torch.compile`` on oxide: a Dynamo device interface and an Inductor backend.
+
+oxide memory is host memory (one ``mmap`` range per device) and its streams run
+their work inline on the launching thread, so the code Inductor generates for the
+CPU (C++ loops vectorised with ``at::vec`` and parallelised with OpenMP, by
+``CppScheduling``) can run directly on oxide device pointers: a compiled graph fuses
+pointwise and reduction chains into C++ kernels and calls oxide's native ATen
+kernels (``extern_kernels.mm``, convolution, ...) for the rest. What this module adds
+to Inductor's CPU path:
+
+- ``OxideInterface``: Dynamo's ``DeviceInterface`` for ``oxide`` (device, stream
+  and event classes, ``synchronize``, ``device_count``, ``get_raw_stream``, device
+  properties with ``multi_processor_count`` = the kernel thread count).
+- ``OxideWrapperCodegen``: the Python wrapper of a compiled graph. The stock
+  wrapper emits non-Triton kernel calls only for ``cpu`` and ``mps`` (others raise
+  ``RuntimeError("device ... nyi")``); on oxide a C++ kernel is called as on the
+  CPU, with no stream argument: oxide's current stream has run everything enqueued
+  before the call by the time the call is made (inline streams).
+  Its buffers are allocated on the graph's own ``oxide:N``: the stock wrapper names
+  the device type only and relies on a device guard that Inductor emits for
+  GPU-class devices alone.
+- Inductor's questions "is this the C++ backend?" (``get_current_backend``,
+  ``BaseSchedulerNode.is_cpu``) answer yes for oxide (``_treat_as_cpu_backend``).
+- ``OxideDeviceOpOverrides``: the lines the wrapper writes to set the device, guard
+  it, synchronise and look up the raw stream, in terms of ``torch.oxide``.
+
+Registration is lazy: Inductor calls ``torch.oxide._inductor_backend_init`` the
+first time it looks for a backend for the PrivateUse1 device (see
+``torch._inductor.codegen.common.init_backend_registration``), so ``import
+torch_oxide`` does not import Dynamo (about 1.2 s). Dynamo itself needs the device
+interface earlier (to trace ``torch.oxide`` device and stream calls), so
+``register()`` is also run by an import hook when ``torch._dynamo.device_interface``
+is first imported (``_install_import_hook``).
+
+Not supported: ``cpp_wrapper=True`` (AOTInductor's C++ wrapper) and Triton; Inductor
+raises its own error for those.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from typing import Any
+
+import torch
+
+_BACKEND = "oxide"
+_DYNAMO_MODULE = "torch._dynamo.device_interface"
+_lock = threading.RLock()
+_registered_dynamo = False
+_registered_inductor = False
+
+
+def get_raw_stream(device_index: int) -> int:
+    """The current stream of ``oxide:device_index`` as an integer handle (its stream id).
+
+    The value generated wrapper code passes around as ``stream0``; oxide's C++
+    kernels do not take it (see the module docstring).
+    """
+    return torch.oxide.current_stream(device_index).stream_id
+
+
+def _register_dynamo() -> None:
+    global _registered_dynamo
+    with _lock:
+        if _registered_dynamo:
+            return
+        from torch._dynamo import device_interface as di
+
+        class OxideDeviceProperties:
+            """What Inductor's heuristics read from device properties."""
+
+            def __init__(self, index: int) -> None:
+                self.name = torch.oxide.get_device_name(index)
+                self.type = _BACKEND
+                self.index = index
+                # Inductor sizes parallel loops and reductions by this; oxide's
+                # "multiprocessors" are the host threads its kernels run on.
+                self.multi_processor_count = torch.get_num_threads()
+                self.total_memory = torch.oxide.mem_get_info(index)[1]
+
+        class OxideInterface(di.DeviceInterface):
+            """Dynamo's view of the ``oxide`` device: ``torch.oxide`` under Dynamo's names."""
+
+            device = torch.oxide.device
+            Event = torch.Event
+            Stream = torch.oxide.Stream
+
+            class Worker:
+                @staticmethod
+                def set_device(device: int) -> None:
+                    torch.oxide.set_device(device)
+
+                @staticmethod
+                def current_device() -> int:
+                    return torch.oxide.current_device()
+
+                @staticmethod
+                def get_device_properties(device: Any = None) -> OxideDeviceProperties:
+                    return OxideDeviceProperties(_index(device))
+
+            @staticmethod
+            def current_device() -> int:
+                return torch.oxide.current_device()
+
+            @staticmethod
+            def set_device(device: Any) -> None:
+                torch.oxide.set_device(device)
+
+            @staticmethod
+            def maybe_exchange_device(device: int) -> int:
+                previous = torch.oxide.current_device()
+                if device >= 0 and device != previous:
+                    torch.oxide.set_device(device)
+                return previous
+
+            @staticmethod
+            def exchange_device(device: int) -> int:
+                previous = torch.oxide.current_device()
+                if device != previous:
+                    torch.oxide.set_device(device)
+                return previous
+
+            @staticmethod
+            def device_count() -> int:
+                return torch.oxide.device_count()
+
+            @staticmethod
+            def is_available() -> bool:
+                return torch.oxide.is_available()
+
+            @staticmethod
+            def stream(stream: torch.Stream) -> Any:
+                return torch.oxide.stream(stream)
+
+            @staticmethod
+            def current_stream() -> torch.Stream:
+                return torch.oxide.current_stream()
+
+            @staticmethod
+            def set_stream(stream: torch.Stream) -> None:
+                torch.oxide.set_stream(stream)
+
+            @staticmethod
+            def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+                torch.oxide.set_stream(torch.oxide.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+
+            @staticmethod
+            def get_raw_stream(device_idx: int) -> int:
+                return get_raw_stream(device_idx)
+
+            @staticmethod
+            def synchronize(device: Any = None) -> None:
+                torch.oxide.synchronize(device)
+
+            @staticmethod
+            def get_compute_capability(device: Any = None) -> str:
+                # As for the CPU: no compute capability; Inductor only keys caches on it.
+                return ""
+
+            @staticmethod
+            def is_bf16_supported(including_emulation: bool = False) -> bool:
+                return True
+
+            @staticmethod
+            def memory_allocated(device: Any = None) -> int:
+                return torch.oxide.memory_allocated(device)
+
+            @staticmethod
+            def is_triton_capable(device: Any = None) -> bool:
+                return False
+
+        di.register_interface_for_device(_BACKEND, OxideInterface)
+        _registered_dynamo = True
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return torch.oxide.current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    if d.type != _BACKEND:
+        raise ValueError(f"expected an oxide device, got {d}")
+    return torch.oxide.current_device() if d.index is None else d.index
+
+
+def _register_inductor() -> None:
+    global _registered_inductor
+    with _lock:
+        if _registered_inductor:
+            return
+        from torch._inductor import config as inductor_config
+        from torch._inductor.codegen import common
+        from torch._inductor.codegen.cpp import CppScheduling
+        from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+        from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+        from torch._inductor.virtualized import V
+
+        class OxideWrapperMixin:
+            """What an oxide graph's Python wrapper does differently from PythonWrapperCodegen."""
+
+            def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, triton=True, **kwargs):
+                device = device or V.graph.get_current_device_or_throw()
+                if not triton and device.type == _BACKEND:
+                    # A C++ kernel on host-addressable oxide memory: called as on the CPU.
+                    self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+                    return
+                return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
+
+            def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
+                if device.type != _BACKEND or inductor_config.test_configs.track_memory_lifecycle:
+                    return super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+                # The stock line names the device type only and relies on a device
+                # guard, which Inductor emits for GPU-class devices alone: a graph on
+                # oxide:1 would allocate its buffers on the current device.
+                if allocation_shape is None:
+                    allocation_shape = shape
+                shape_s = self.codegen_python_shape_tuple(shape)
+                allocation_s = self.codegen_python_shape_tuple(allocation_shape)
+                stride_s = self.codegen_python_shape_tuple(stride)
+                where = _BACKEND if device.index is None else f"{_BACKEND}:{device.index}"
+                out = f"{name} = empty_strided({allocation_s}, {stride_s}, device='{where}', dtype={dtype})"
+                if shape_s != allocation_s:
+                    out += f".as_strided({shape_s}, {stride_s})"
+                return out
+
+        class OxideSubgraphWrapperCodegen(OxideWrapperMixin, SubgraphPythonWrapperCodegen):
+            """A subgraph's wrapper (``torch.cond`` branches, ...) on oxide."""
+
+        class OxideWrapperCodegen(OxideWrapperMixin, PythonWrapperCodegen):
+            """The Python wrapper of a compiled graph on oxide (see the module docstring)."""
+
+            @staticmethod
+            def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+                if is_subgraph:
+                    return OxideSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+                return OxideWrapperCodegen()
+
+        class OxideDeviceOpOverrides(common.DeviceOpOverrides):
+            """The wrapper's device lines, written against ``torch.oxide``."""
+
+            def import_get_raw_stream_as(self, name: str) -> str:
+                return f"from torch_oxide._inductor import get_raw_stream as {name}"
+
+            def set_device(self, device_idx: int) -> str:
+                return f"torch.oxide.set_device({device_idx})"
+
+            def synchronize(self) -> str:
+                return "torch.oxide.synchronize()"
+
+            def device_guard(self, device_idx: int) -> str:
+                return f"torch.oxide.device({device_idx})"
+
+            def aten_device_type(self) -> str:
+                return "at::kPrivateUse1"
+
+            def cpp_kernel_type(self) -> str:
+                return "void*"
+
+        _treat_as_cpu_backend()
+        common.register_device_op_overrides(_BACKEND, OxideDeviceOpOverrides())
+        common.register_backend_for_device(_BACKEND, CppScheduling, OxideWrapperCodegen, CppWrapperCpu)
+        _registered_inductor = True
+
+
+def _treat_as_cpu_backend() -> None:
+    """Makes Inductor's "is this the C++ backend?" questions answer yes for oxide.
+
+    Inductor asks them by device type, and any type but ``cpu``, ``mps``, ``xpu``
+    and ``tpu`` gets the CUDA answers (``config.cuda_backend``, i.e. Triton):
+
+    - ``get_current_backend()`` decides the dtype of ``masked`` values, fp16/bf16
+      upcasts and dtype asserts while C++ code is generated; with "triton" for
+      oxide, an embedding's index bounds check failed ("expected var.dtype is not
+      None"). It is bound by name in four modules, so each binding is wrapped.
+    - ``BaseSchedulerNode.is_cpu()`` gates loop reordering and reindexing that
+      assume Triton's (numel, rnumel) groups; without it a reduction next to a
+      pointwise node failed ("can't multiply sequence by non-int of type 'tuple'").
+    """
+    import importlib
+
+    from torch._inductor import config as inductor_config
+    from torch._inductor import scheduler
+
+    modules = [importlib.import_module(m) for m in (
+        "torch._inductor.utils",
+        "torch._inductor.codegen.common",
+        "torch._inductor.scheduler",
+        "torch._inductor.lowering",
+        "torch._inductor.kernel.mm_common",
+    )]
+    stock = modules[0].get_current_backend
+
+    def get_current_backend(device_type=None):
+        if not device_type:
+            from torch._inductor.virtualized import V
+
+            device_type = V.graph.get_current_device_or_throw().type
+        if device_type == _BACKEND:
+            return inductor_config.cpu_backend
+        return stock(device_type)
+
+    for m in modules:
+        if getattr(m, "get_current_backend", None) is stock:
+            m.get_current_backend = get_current_backend
+
+    def is_cpu(node) -> bool:
+        device = node.get_device()
+        return device is not None and device.type in ("cpu", _BACKEND)
+
+    scheduler.BaseSchedulerNode.is_cpu = is_cpu
+
+
+def register() -> None:
+    """Registers oxide with Dynamo and Inductor (idempotent; imports both)."""
+    _register_dynamo()
+    _register_inductor()
+
+
+def backend_init() -> None:
+    """Inductor's PrivateUse1 vendor hook (``torch.oxide._inductor_backend_init``)."""
+    register()
+
+
+class _DynamoImportHook(importlib.abc.MetaPathFinder):
+    """Registers the device interface right after ``torch._dynamo.device_interface`` loads."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _DYNAMO_MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            # The module is complete; registering now precedes any use by Dynamo
+            # and any import of torch._inductor.utils (its GPU-type snapshot).
+            _register_dynamo()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _install_import_hook() -> None:
+    """Arranges for ``_register_dynamo`` to run once Dynamo's device registry exists."""
+    if _DYNAMO_MODULE in sys.modules:
+        _register_dynamo()
+    else:
+        sys.meta_path.insert(0, _DynamoImportHook())
