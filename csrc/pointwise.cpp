@@ -4,6 +4,7 @@
 // each stub's TensorIterator to oxide_kernels::pointwise by op name.
 #include "kernels.h"
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include "structured.h"
 
 #include <ATen/native/BinaryOps.h>
@@ -250,6 +251,35 @@ void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   pointwise(iter, id, a);
 }
 
+// CPU's add, addcmul, addcdiv and lerp kernels read alpha / value / weight with
+// c10's checked conversion (`Scalar::to<T>()`), which raises "value cannot be
+// converted to type T without overflow"; ScalarArgs carries a double (or int64),
+// which would turn 1e300 into inf or wrap 300 into a uint8 silently. So the same
+// conversion runs here first, to the type CPU converts to: the iterator's common
+// dtype (add, addcmul, addcdiv) or its opmath type (lerp).
+void check_scalar_fits(const c10::Scalar& s, at::ScalarType t) {
+  switch (t) {
+#define OXIDE_CHECK_FITS(T, name) \
+  case at::ScalarType::name:      \
+    (void)s.to<T>();              \
+    return;
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(OXIDE_CHECK_FITS)
+#undef OXIDE_CHECK_FITS
+    default:
+      return;
+  }
+}
+template <const char* Op>
+void with_checked_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  check_scalar_fits(s, iter.common_dtype());
+  with_scalar<Op>(iter, s);
+}
+template <const char* Op>
+void with_checked_opmath_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  check_scalar_fits(s, at::toOpMathType(iter.dtype()));
+  with_scalar<Op>(iter, s);
+}
+
 void clamp_scalar(at::TensorIteratorBase& iter, const c10::Scalar& lo, const c10::Scalar& hi) {
   OXIDE_NAMED("clamp_scalar");
   ScalarArgs a;
@@ -366,7 +396,7 @@ OXIDE_STUB(bitwise_not_stub, unary, bitwise_not)
 OXIDE_STUB(logical_not_stub, unary, logical_not)
 OXIDE_STUB(isposinf_stub, unary, isposinf)
 OXIDE_STUB(isneginf_stub, unary, isneginf)
-OXIDE_STUB(add_stub, with_scalar, add)
+OXIDE_STUB(add_stub, with_checked_scalar, add)
 OXIDE_STUB(mul_stub, unary, mul)
 OXIDE_STUB(div_true_stub, unary, div_true)
 OXIDE_STUB(div_floor_stub, unary, div_floor)
@@ -403,9 +433,9 @@ OXIDE_STUB(logical_xor_stub, unary_it, logical_xor)
 OXIDE_STUB(pow_tensor_tensor_stub, unary, pow)
 OXIDE_STUB(pow_tensor_scalar_stub, with_scalar, pow_tensor_scalar)
 OXIDE_STUB(clamp_stub, unary, clamp)
-OXIDE_STUB(addcmul_stub, with_scalar, addcmul)
-OXIDE_STUB(addcdiv_stub, with_scalar, addcdiv)
-OXIDE_STUB(lerp_kernel_scalar_weight, with_scalar, lerp_scalar)
+OXIDE_STUB(addcmul_stub, with_checked_scalar, addcmul)
+OXIDE_STUB(addcdiv_stub, with_checked_scalar, addcdiv)
+OXIDE_STUB(lerp_kernel_scalar_weight, with_checked_opmath_scalar, lerp_scalar)
 OXIDE_STUB(lerp_kernel_tensor_weight, unary, lerp_tensor)
 OXIDE_STUB(where_kernel, unary_it, where)
 OXIDE_STUB(angle_stub, unary, angle)

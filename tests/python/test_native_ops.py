@@ -1485,3 +1485,36 @@ BACKWARD = {  # fn, input shapes, input kind
 def test_backward(case, dtype):
     fn, shapes, kind = BACKWARD[case]
     check_grad(fn, *[make(shape, dtype, i, kind) for i, shape in enumerate(shapes)], where=case)
+
+
+OVERFLOWING_SCALARS = [
+    ("add alpha float32", lambda a, b: torch.add(a, b, alpha=1e300), torch.float32),
+    ("sub alpha float32", lambda a, b: torch.sub(a, b, alpha=1e300), torch.float32),
+    ("add_ alpha float16", lambda a, b: a.add_(b, alpha=1e6), torch.float16),
+    ("add alpha bfloat16", lambda a, b: torch.add(a, b, alpha=1e300), torch.bfloat16),
+    ("add alpha uint8", lambda a, b: torch.add(a, b, alpha=300), torch.uint8),
+    ("add alpha int8", lambda a, b: torch.add(a, b, alpha=-129), torch.int8),
+    ("add alpha int32", lambda a, b: torch.add(a, b, alpha=2**40), torch.int32),
+    ("add alpha complex64", lambda a, b: torch.add(a, b, alpha=1e300), torch.complex64),
+    ("addcmul value", lambda a, b: torch.addcmul(a, a, b, value=1e300), torch.float32),
+    ("addcdiv value", lambda a, b: torch.addcdiv(a, a, b, value=1e300), torch.float32),
+    ("lerp weight", lambda a, b: torch.lerp(a, b, 1e300), torch.float32),
+]
+
+
+@pytest.mark.parametrize("label,fn,dtype", OVERFLOWING_SCALARS, ids=[c[0] for c in OVERFLOWING_SCALARS])
+def test_scalar_that_overflows_the_dtype_raises_like_cpu(label, fn, dtype):
+    # CPU converts alpha/value/weight with c10's checked conversion; oxide must not
+    # turn the value into inf or wrap it.
+    a, b = torch.ones(3, dtype=dtype), torch.full((3,), 2, dtype=dtype)
+    with pytest.raises(RuntimeError, match="without overflow") as cpu_error:
+        fn(a, b)
+    with pytest.raises(RuntimeError, match="without overflow") as oxide_error:
+        fn(a.to("oxide"), b.to("oxide"))
+    assert str(oxide_error.value).splitlines()[0] == str(cpu_error.value).splitlines()[0]
+
+
+def test_scalar_at_the_edge_of_the_dtype_still_runs():
+    check(lambda a, b: torch.add(a, b, alpha=255), torch.zeros(3, dtype=torch.uint8), torch.ones(3, dtype=torch.uint8))
+    check(lambda a, b: torch.add(a, b, alpha=1e300), torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    check(lambda a, b: torch.add(a, b, alpha=60000.0), torch.zeros(3, dtype=torch.float16), torch.ones(3, dtype=torch.float16))
