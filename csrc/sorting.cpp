@@ -104,7 +104,12 @@ at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
   size_t count = 0;
   OXIDE_CHECK(oxide_nonzero(device, stream, dt, self.dim(), self.sizes().data(), self.strides().data(),
                             self.const_data_ptr(), nullptr, &count));
-  at::native::resize_output(out, {static_cast<int64_t>(count), self.dim()});
+  const auto n = static_cast<int64_t>(count);
+  if (at::native::resize_output(out, {n, self.dim()})) {
+    // A freshly sized result is column-major, as CPU's (strides (1, n)); PyTorch's
+    // meta/fake kernel assumes that layout, so torch.compile checks it.
+    out.as_strided_({n, self.dim()}, {1, n});
+  }
   if (count > 0 && self.dim() > 0) {
     // Coordinates are written row-major; a transposed out (as CPU allows) goes through a temporary.
     auto dst = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());

@@ -27,13 +27,22 @@ to Inductor's CPU path:
 Registration is lazy: Inductor calls ``torch.oxide._inductor_backend_init`` the
 first time it looks for a backend for the PrivateUse1 device (see
 ``torch._inductor.codegen.common.init_backend_registration``), so ``import
-torch_oxide`` does not import Dynamo (about 1.2 s). Dynamo itself needs the device
-interface earlier (to trace ``torch.oxide`` device and stream calls), so
-``register()`` is also run by an import hook when ``torch._dynamo.device_interface``
-is first imported (``_install_import_hook``).
+torch_oxide`` does not import Dynamo (about 1.2 s). Dynamo looks the device interface
+up on its own, and the registry must be filled before ``torch._inductor.utils`` is
+imported (it snapshots it), so ``_register_dynamo`` also runs from an import hook
+right after ``torch._dynamo.device_interface`` loads (``_install_import_hook``).
 
-Not supported: ``cpp_wrapper=True`` (AOTInductor's C++ wrapper) and Triton; Inductor
-raises its own error for those.
+Not supported (found by probing; each raises, none gives wrong numbers):
+
+- ``cpp_wrapper=True`` and AOTInductor: a NotImplementedError says so.
+- Stream and event calls inside a compiled function (``torch.accelerator.synchronize``,
+  ``Event.record``, ``with stream:``): Inductor's wrapper orders them wrongly against
+  the C++ kernels it holds back (``UnboundLocalError`` / ``NameError`` from the
+  generated code). Call them outside the compiled function.
+- ``torch.oxide.*`` calls under ``fullgraph=True``: Dynamo has no trace rule for
+  them (without ``fullgraph`` they break the graph and run eagerly).
+- Activation checkpointing around random ops: ``run_and_save_rng_state`` in
+  ``torch/_prims/rng_prims.py`` knows a fixed list of device types.
 """
 
 from __future__ import annotations
@@ -239,6 +248,16 @@ def _register_inductor() -> None:
                     return OxideSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
                 return OxideWrapperCodegen()
 
+        class OxideCppWrapperCodegen(CppWrapperCpu):
+            """Refuses the C++ wrapper: oxide has none (no ``cpp_wrapper/oxide.h`` shim)."""
+
+            @staticmethod
+            def create(*args, **kwargs):
+                raise NotImplementedError(
+                    "torch.compile with cpp_wrapper=True (and AOTInductor) is not supported on oxide; "
+                    "the default Python wrapper is"
+                )
+
         class OxideDeviceOpOverrides(common.DeviceOpOverrides):
             """The wrapper's device lines, written against ``torch.oxide``."""
 
@@ -262,7 +281,7 @@ def _register_inductor() -> None:
 
         _treat_as_cpu_backend()
         common.register_device_op_overrides(_BACKEND, OxideDeviceOpOverrides())
-        common.register_backend_for_device(_BACKEND, CppScheduling, OxideWrapperCodegen, CppWrapperCpu)
+        common.register_backend_for_device(_BACKEND, CppScheduling, OxideWrapperCodegen, OxideCppWrapperCodegen)
         _registered_inductor = True
 
 

@@ -132,3 +132,10 @@ def test_compiled_gpt2_forward_matches_cpu(native_only):
     assert any("cpp_fused" in code for code in codes)
     assert logits.device.type == "oxide"
     torch.testing.assert_close(logits.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_cpp_wrapper_is_refused_with_a_clear_error():
+    x = torch.randn(4, device="oxide")
+    compiled = torch.compile(lambda t: t.sin() + 1, options={"cpp_wrapper": True})
+    with pytest.raises(Exception, match="cpp_wrapper=True .* is not supported on oxide"):
+        compiled(x)

@@ -1518,3 +1518,12 @@ def test_scalar_at_the_edge_of_the_dtype_still_runs():
     check(lambda a, b: torch.add(a, b, alpha=255), torch.zeros(3, dtype=torch.uint8), torch.ones(3, dtype=torch.uint8))
     check(lambda a, b: torch.add(a, b, alpha=1e300), torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
     check(lambda a, b: torch.add(a, b, alpha=60000.0), torch.zeros(3, dtype=torch.float16), torch.ones(3, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("shape", [(8, 16), (3, 0), (), (2, 3, 4)], ids=str)
+def test_nonzero_result_layout_matches_cpu(shape):
+    # CPU (and PyTorch's meta kernel, which torch.compile checks against) returns a
+    # column-major result: strides (1, n).
+    a = (torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape) % 3) if shape else torch.tensor(1.0)
+    check(lambda t: t.nonzero(), a, strides=True)
+    check(with_out(lambda t, out: torch.nonzero(t, out=out)), a, torch.empty(0, dtype=torch.long), strides=True)
