@@ -72,7 +72,7 @@ def _compile_support() -> None:
     """``torch.compile`` on oxide (see ``_inductor``): lazy hooks, no Dynamo import here."""
     from . import _inductor
 
-    oxide._inductor_backend_init = _inductor.backend_init
+    oxide._inductor_backend_init = _inductor.register
     _inductor._install_import_hook()
 
 

@@ -108,7 +108,7 @@ def _register_dynamo() -> None:
 
                 @staticmethod
                 def get_device_properties(device: Any = None) -> OxideDeviceProperties:
-                    return OxideDeviceProperties(_index(device))
+                    return OxideDeviceProperties(torch.oxide._device_index(device))
 
             @staticmethod
             def current_device() -> int:
@@ -183,17 +183,6 @@ def _register_dynamo() -> None:
 
         di.register_interface_for_device(_BACKEND, OxideInterface)
         _registered_dynamo = True
-
-
-def _index(device: Any) -> int:
-    if device is None:
-        return torch.oxide.current_device()
-    if isinstance(device, int):
-        return device
-    d = torch.device(device)
-    if d.type != _BACKEND:
-        raise ValueError(f"expected an oxide device, got {d}")
-    return torch.oxide.current_device() if d.index is None else d.index
 
 
 def _register_inductor() -> None:
@@ -334,14 +323,12 @@ def _treat_as_cpu_backend() -> None:
 
 
 def register() -> None:
-    """Registers oxide with Dynamo and Inductor (idempotent; imports both)."""
+    """Registers oxide with Dynamo and Inductor (idempotent; imports both).
+
+    Also Inductor's PrivateUse1 vendor hook, ``torch.oxide._inductor_backend_init``.
+    """
     _register_dynamo()
     _register_inductor()
-
-
-def backend_init() -> None:
-    """Inductor's PrivateUse1 vendor hook (``torch.oxide._inductor_backend_init``)."""
-    register()
 
 
 class _DynamoImportHook(importlib.abc.MetaPathFinder):
