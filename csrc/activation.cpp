@@ -6,6 +6,7 @@
 // functions keep PyTorch's shape, dtype and argument checks. GELU's CPU impl
 // names kCPU explicitly, so it gets an impl class of its own here. Every loop
 // is a pointwise op of oxide_kernels::pointwise, named like the stub.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -336,7 +337,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_silu_out, "silu", "silu_", "silu.out");
   OXIDE_STRUCTURED(m, structured_silu_backward_out, "silu_backward", "", "silu_backward.grad_input", T);
   OXIDE_STRUCTURED(m, structured_mish_out, "mish", "mish_", "mish.out");
-  m.impl("mish_backward", TORCH_FN(at::native::mish_backward));
+  OXIDE_IMPL(m, "mish_backward", TORCH_FN(at::native::mish_backward));
   OXIDE_STRUCTURED(m, structured_softplus_out, "softplus", "", "softplus.out", S, S);
   OXIDE_STRUCTURED(m, structured_softplus_backward_out, "softplus_backward", "", "softplus_backward.grad_input", T, S, S);
   OXIDE_STRUCTURED(m, structured_elu_out, "elu", "elu_", "elu.out", S, S, S);
@@ -347,17 +348,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_hardsigmoid_out, "hardsigmoid", "hardsigmoid_", "hardsigmoid.out");
   OXIDE_STRUCTURED(m, structured_hardsigmoid_backward_out, "hardsigmoid_backward", "",
                    "hardsigmoid_backward.grad_input", T);
-  m.impl("hardswish", TORCH_FN(at::native::hardswish));
-  m.impl("hardswish_", TORCH_FN(at::native::hardswish_));
-  m.impl("hardswish.out", TORCH_FN(at::native::hardswish_out));
-  m.impl("hardswish_backward", TORCH_FN(at::native::hardswish_backward));
-  m.impl("hardswish_backward.out", TORCH_FN(at::native::hardswish_backward_out));
+  OXIDE_IMPL(m, "hardswish", TORCH_FN(at::native::hardswish));
+  OXIDE_IMPL(m, "hardswish_", TORCH_FN(at::native::hardswish_));
+  OXIDE_IMPL(m, "hardswish.out", TORCH_FN(at::native::hardswish_out));
+  OXIDE_IMPL(m, "hardswish_backward", TORCH_FN(at::native::hardswish_backward));
+  OXIDE_IMPL(m, "hardswish_backward.out", TORCH_FN(at::native::hardswish_backward_out));
   // hardtanh is clamp; its backward runs the stub.
-  m.impl("hardtanh", TORCH_FN(at::native::hardtanh));
-  m.impl("hardtanh_", TORCH_FN(at::native::hardtanh_));
-  m.impl("hardtanh.out", TORCH_FN(at::native::hardtanh_out));
-  m.impl("hardtanh_backward", TORCH_FN(at::native::hardtanh_backward));
-  m.impl("hardtanh_backward.grad_input", TORCH_FN(at::native::hardtanh_backward_out));
+  OXIDE_IMPL(m, "hardtanh", TORCH_FN(at::native::hardtanh));
+  OXIDE_IMPL(m, "hardtanh_", TORCH_FN(at::native::hardtanh_));
+  OXIDE_IMPL(m, "hardtanh.out", TORCH_FN(at::native::hardtanh_out));
+  OXIDE_IMPL(m, "hardtanh_backward", TORCH_FN(at::native::hardtanh_backward));
+  OXIDE_IMPL(m, "hardtanh_backward.grad_input", TORCH_FN(at::native::hardtanh_backward_out));
   OXIDE_STRUCTURED(m, structured_hardshrink_out, "hardshrink", "", "hardshrink.out", S);
   OXIDE_STRUCTURED(m, structured_hardshrink_backward_out, "hardshrink_backward", "", "hardshrink_backward.grad_input",
                    T, S);
@@ -365,28 +366,28 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_softshrink_backward_out, "softshrink_backward", "", "softshrink_backward.grad_input",
                    T, S);
   OXIDE_STRUCTURED(m, structured_glu_out, "glu", "", "glu.out", int64_t);
-  m.impl("glu_backward", TORCH_FN(glu_backward));
-  m.impl("glu_backward.grad_input", TORCH_FN(glu_backward_out));
-  m.impl("_prelu_kernel", TORCH_FN(at::native::_prelu_kernel));
-  m.impl("_prelu_kernel_backward", TORCH_FN(prelu_backward));
-  m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
-  m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
-  m.impl("log_sigmoid_backward", TORCH_FN(log_sigmoid_backward));
-  m.impl("log_sigmoid_backward.grad_input", TORCH_FN(log_sigmoid_backward_out));
+  OXIDE_IMPL(m, "glu_backward", TORCH_FN(glu_backward));
+  OXIDE_IMPL(m, "glu_backward.grad_input", TORCH_FN(glu_backward_out));
+  OXIDE_IMPL(m, "_prelu_kernel", TORCH_FN(at::native::_prelu_kernel));
+  OXIDE_IMPL(m, "_prelu_kernel_backward", TORCH_FN(prelu_backward));
+  OXIDE_IMPL(m, "log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
+  OXIDE_IMPL(m, "log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
+  OXIDE_IMPL(m, "log_sigmoid_backward", TORCH_FN(log_sigmoid_backward));
+  OXIDE_IMPL(m, "log_sigmoid_backward.grad_input", TORCH_FN(log_sigmoid_backward_out));
 
   // Losses
   OXIDE_STRUCTURED(m, structured_mse_loss_out, "mse_loss", "", "mse_loss.out", T, int64_t);
-  m.impl("mse_loss_backward", TORCH_FN(at::native::mse_loss_backward));
-  m.impl("mse_loss_backward.grad_input", TORCH_FN(at::native::mse_loss_backward_out));
+  OXIDE_IMPL(m, "mse_loss_backward", TORCH_FN(at::native::mse_loss_backward));
+  OXIDE_IMPL(m, "mse_loss_backward.grad_input", TORCH_FN(at::native::mse_loss_backward_out));
   OXIDE_STRUCTURED(m, structured_smooth_l1_loss_out, "smooth_l1_loss", "", "smooth_l1_loss.out", T, int64_t, double);
-  m.impl("smooth_l1_loss_backward.grad_input", TORCH_FN(at::native::smooth_l1_loss_backward_out));
-  m.impl("huber_loss", TORCH_FN(at::native::huber_loss));
-  m.impl("huber_loss.out", TORCH_FN(at::native::huber_loss_out));
-  m.impl("huber_loss_backward.out", TORCH_FN(at::native::huber_loss_backward_out));
-  m.impl("binary_cross_entropy", TORCH_FN(bce));
-  m.impl("binary_cross_entropy.out", TORCH_FN(bce_out));
-  m.impl("binary_cross_entropy_backward", TORCH_FN(bce_backward));
-  m.impl("binary_cross_entropy_backward.grad_input", TORCH_FN(bce_backward_out));
+  OXIDE_IMPL(m, "smooth_l1_loss_backward.grad_input", TORCH_FN(at::native::smooth_l1_loss_backward_out));
+  OXIDE_IMPL(m, "huber_loss", TORCH_FN(at::native::huber_loss));
+  OXIDE_IMPL(m, "huber_loss.out", TORCH_FN(at::native::huber_loss_out));
+  OXIDE_IMPL(m, "huber_loss_backward.out", TORCH_FN(at::native::huber_loss_backward_out));
+  OXIDE_IMPL(m, "binary_cross_entropy", TORCH_FN(bce));
+  OXIDE_IMPL(m, "binary_cross_entropy.out", TORCH_FN(bce_out));
+  OXIDE_IMPL(m, "binary_cross_entropy_backward", TORCH_FN(bce_backward));
+  OXIDE_IMPL(m, "binary_cross_entropy_backward.grad_input", TORCH_FN(bce_backward_out));
 }
 
 } // namespace oxide

@@ -1,6 +1,7 @@
 // Native kernels behind torch.amp.GradScaler("oxide"), with CPU/CUDA's
 // argument checks: _amp_foreach_non_finite_check_and_unscale_ and
 // _amp_update_scale_. The loops are Rust (oxide_kernels::amp).
+#include "device_check.h"
 #include "oxide.h"
 
 #include <c10/core/DeviceGuard.h>
@@ -55,8 +56,8 @@ at::Tensor& update_scale(at::Tensor& self, at::Tensor& growth_tracker, const at:
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_amp_foreach_non_finite_check_and_unscale_", TORCH_FN(non_finite_check_and_unscale));
-  m.impl("_amp_update_scale_", TORCH_FN(update_scale));
+  OXIDE_IMPL(m, "_amp_foreach_non_finite_check_and_unscale_", TORCH_FN(non_finite_check_and_unscale));
+  OXIDE_IMPL(m, "_amp_update_scale_", TORCH_FN(update_scale));
 }
 
 } // namespace oxide

@@ -13,6 +13,7 @@
 // yes when enable_gqa allows Hq != Hkv. Autograd comes from derivatives.yaml:
 // the op's output is differentiable, the backward receives the same bias
 // (undefined when there was none) and grad_input_mask for (q, k, v, bias).
+#include "device_check.h"
 #include "oxide.h"
 
 #include <ATen/Context.h>
@@ -241,6 +242,6 @@ REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &oxide::fused_sdp_choice)
 } // namespace at::native
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_scaled_dot_product_fused_attention_overrideable", TORCH_FN(oxide::fused_attention));
-  m.impl("_scaled_dot_product_fused_attention_overrideable_backward", TORCH_FN(oxide::fused_attention_backward));
+  OXIDE_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", TORCH_FN(oxide::fused_attention));
+  OXIDE_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", TORCH_FN(oxide::fused_attention_backward));
 }

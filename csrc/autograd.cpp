@@ -5,6 +5,7 @@
 // - oxide::swish: a custom operator with a PrivateUse1 kernel, an
 //   AutogradPrivateUse1 kernel and a Meta kernel (so FakeTensor and
 //   torch.compile can trace it). Both backward passes are first-order only.
+#include "device_check.h"
 #include "oxide.h"
 
 #include <ATen/TensorOperators.h>
@@ -128,25 +129,25 @@ at::Tensor swish_autograd(const at::Tensor& self) {
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("selu", TORCH_FN(selu));
+  OXIDE_IMPL(m, "selu", TORCH_FN(selu));
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  m.impl("selu", TORCH_FN(selu_autograd));
+  OXIDE_IMPL(m, "selu", TORCH_FN(selu_autograd));
 }
 
 TORCH_LIBRARY_IMPL(oxide, PrivateUse1, m) {
-  m.impl("swish", TORCH_FN(swish));
-  m.impl("swish_backward", TORCH_FN(swish_backward));
+  OXIDE_IMPL(m, "swish", TORCH_FN(swish));
+  OXIDE_IMPL(m, "swish_backward", TORCH_FN(swish_backward));
 }
 
 TORCH_LIBRARY_IMPL(oxide, AutogradPrivateUse1, m) {
-  m.impl("swish", TORCH_FN(swish_autograd));
+  OXIDE_IMPL(m, "swish", TORCH_FN(swish_autograd));
 }
 
 TORCH_LIBRARY_IMPL(oxide, Meta, m) {
-  m.impl("swish", TORCH_FN(swish_meta));
-  m.impl("swish_backward", TORCH_FN(swish_backward_meta));
+  OXIDE_IMPL(m, "swish", TORCH_FN(swish_meta));
+  OXIDE_IMPL(m, "swish_backward", TORCH_FN(swish_backward_meta));
 }
 
 } // namespace oxide

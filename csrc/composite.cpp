@@ -4,10 +4,12 @@
 // comparison and where, flip/roll/take through indexing and cat. Argument
 // checks and output sizing come from PyTorch's structured meta functions;
 // the compositions never leave the device.
+#include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
 
 #include <ATen/ScalarOps.h>
+#include <string_view>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/ops/arange.h>
@@ -60,8 +62,14 @@ void check_range(const at::Tensor& index, int64_t size, int64_t dim, const char*
   }
   const auto lo = index.min().item<int64_t>();
   const auto hi = index.max().item<int64_t>();
-  TORCH_CHECK(lo >= 0 && hi < size, op, "(): index ", lo < 0 ? lo : hi, " is out of bounds for dimension ", dim,
-              " with size ", size);
+  const auto bad = lo < 0 ? lo : hi;
+  // CPU's types and messages: index_copy_ raises IndexError naming itself; gather,
+  // scatter and index_add raise RuntimeError.
+  if (std::string_view(op) == "index_copy") {
+    TORCH_CHECK_INDEX(lo >= 0 && hi < size, "index_copy_(): index ", bad, " is out of bounds for dimension ", dim,
+                      " with size ", size);
+  }
+  TORCH_CHECK(lo >= 0 && hi < size, "index ", bad, " is out of bounds for dimension ", dim, " with size ", size);
 }
 
 // `src` narrowed to `index`'s shape (scatter reads only that corner of src).
@@ -283,6 +291,7 @@ at::Tensor& index_fill_scalar(at::Tensor& self, int64_t dim, const at::Tensor& i
   TORCH_CHECK_INDEX(index.dim() <= 1, "index_fill_(): Index is supposed to be a vector");
   TORCH_CHECK(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
   TORCH_CHECK(self.device() == index.device(), "index_fill_(): self and index must be on the same device");
+  check_scalar_fits(value, self.scalar_type());
   dim = at::maybe_wrap_dim(dim, self.dim());
   auto target = as_vector(self);
   Indices idx;
@@ -315,24 +324,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, ScatterSrc, "scatter.src", "scatter_.src", "scatter.src_out", int64_t, T, T);
   OXIDE_STRUCTURED(m, ScatterValue, "scatter.value", "scatter_.value", "scatter.value_out", int64_t, T, S);
   OXIDE_STRUCTURED(m, ScatterAdd, "scatter_add", "scatter_add_", "scatter_add.out", int64_t, T, T);
-  m.impl("index_add", TORCH_FN(index_add_functional<at::meta::structured_index_add>));
-  m.impl("index_add_", TORCH_FN(index_add_inplace<at::meta::structured_index_add>));
-  m.impl("index_add.out", TORCH_FN(index_add_out<at::meta::structured_index_add>));
-  m.impl("index_copy", TORCH_FN(index_copy_functional<at::meta::structured_index_copy>));
-  m.impl("index_copy_", TORCH_FN(index_copy_inplace<at::meta::structured_index_copy>));
-  m.impl("index_copy.out", TORCH_FN(index_copy_out<at::meta::structured_index_copy>));
+  OXIDE_IMPL(m, "index_add", TORCH_FN(index_add_functional<at::meta::structured_index_add>));
+  OXIDE_IMPL(m, "index_add_", TORCH_FN(index_add_inplace<at::meta::structured_index_add>));
+  OXIDE_IMPL(m, "index_add.out", TORCH_FN(index_add_out<at::meta::structured_index_add>));
+  OXIDE_IMPL(m, "index_copy", TORCH_FN(index_copy_functional<at::meta::structured_index_copy>));
+  OXIDE_IMPL(m, "index_copy_", TORCH_FN(index_copy_inplace<at::meta::structured_index_copy>));
+  OXIDE_IMPL(m, "index_copy.out", TORCH_FN(index_copy_out<at::meta::structured_index_copy>));
   OXIDE_STRUCTURED(m, Tril, "tril", "tril_", "tril.out", int64_t);
   OXIDE_STRUCTURED(m, Triu, "triu", "triu_", "triu.out", int64_t);
-  m.impl("flip", TORCH_FN(flip));
-  m.impl("roll", TORCH_FN(roll));
-  m.impl("take", TORCH_FN(take_impl));
-  m.impl("take.out", TORCH_FN(take_out));
-  m.impl("floor_divide", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&at::native::floor_divide)));
-  m.impl("floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
-  m.impl("floor_divide.out", TORCH_FN(at::native::floor_divide_out));
-  m.impl("remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
-  m.impl("index_fill_.int_Scalar", TORCH_FN(index_fill_scalar));
-  m.impl("index_fill_.int_Tensor", TORCH_FN(index_fill_tensor));
+  OXIDE_IMPL(m, "flip", TORCH_FN(flip));
+  OXIDE_IMPL(m, "roll", TORCH_FN(roll));
+  OXIDE_IMPL(m, "take", TORCH_FN(take_impl));
+  OXIDE_IMPL(m, "take.out", TORCH_FN(take_out));
+  OXIDE_IMPL(m, "floor_divide", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&at::native::floor_divide)));
+  OXIDE_IMPL(m, "floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
+  OXIDE_IMPL(m, "floor_divide.out", TORCH_FN(at::native::floor_divide_out));
+  OXIDE_IMPL(m, "remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
+  OXIDE_IMPL(m, "index_fill_.int_Scalar", TORCH_FN(index_fill_scalar));
+  OXIDE_IMPL(m, "index_fill_.int_Tensor", TORCH_FN(index_fill_tensor));
 }
 
 } // namespace oxide

@@ -18,8 +18,10 @@
 // _convolution_double_backward built from convolutions), so everything a user
 // can call is differentiable and native. Registering aten::convolution itself
 // would skip all of those checks and cases and re-derive them here.
+#include "device_check.h"
 #include "oxide.h"
 
+#include <algorithm>
 #include <ATen/Parallel.h>
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/empty.h>
@@ -43,6 +45,9 @@ OxideConv describe(const at::Tensor& input, const at::Tensor& weight, const at::
                   static_cast<int64_t>(dilation.size()) == nd,
               "convolution expects stride, padding and dilation of ", nd, " values, got ", stride, ", ", padding,
               " and ", dilation);
+  // CPU's message (aten::convolution checks it only on some of its paths).
+  TORCH_CHECK(std::all_of(dilation.begin(), dilation.end(), [](int64_t d) { return d > 0; }),
+              "dilation should be greater than zero, but got ", dilation);
   TORCH_CHECK(weight.scalar_type() == input.scalar_type() && output.scalar_type() == input.scalar_type(),
               "convolution expects input, weight and output of one dtype, got ", input.scalar_type(), ", ",
               weight.scalar_type(), " and ", output.scalar_type());
@@ -143,8 +148,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable", TORCH_FN(convolution));
-  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+  OXIDE_IMPL(m, "convolution_overrideable", TORCH_FN(convolution));
+  OXIDE_IMPL(m, "convolution_backward_overrideable", TORCH_FN(convolution_backward));
 }
 
 } // namespace oxide

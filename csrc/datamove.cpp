@@ -8,6 +8,7 @@
 // around the stub kernel; the rest glue PyTorch's checks
 // (BucketizationUtils.h, the unique/bincount rules) to the Rust loops in
 // oxide_kernels::{scatter, unique, search, histogram}.
+#include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
 
@@ -371,22 +372,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_scatter_value_reduce_out, "scatter.value_reduce", "scatter_.value_reduce",
                    "scatter.value_reduce_out", int64_t, T, S, Str);
   // masked_scatter (functional) is CompositeExplicitAutograd over masked_scatter_.
-  m.impl("masked_scatter_", TORCH_FN(masked_scatter_inplace));
-  m.impl("histc", TORCH_FN(histogram_histc));
-  m.impl("histc.out", TORCH_FN(histogram_histc_out));
-  m.impl("_unique2", TORCH_FN(unique2));
-  m.impl("_unique", TORCH_FN(unique_legacy));
-  m.impl("unique_dim", TORCH_FN(unique_dim_impl));
-  m.impl("unique_consecutive", TORCH_FN(unique_consecutive_impl));
-  m.impl("unique_dim_consecutive", TORCH_FN(unique_dim_consecutive_impl));
-  m.impl("searchsorted.Tensor", TORCH_FN(searchsorted_tensor));
-  m.impl("searchsorted.Tensor_out", TORCH_FN(searchsorted_tensor_out));
-  m.impl("searchsorted.Scalar", TORCH_FN(searchsorted_scalar));
-  m.impl("searchsorted.Scalar_out", TORCH_FN(searchsorted_scalar_out));
-  m.impl("bucketize.Tensor", TORCH_FN(bucketize_tensor));
-  m.impl("bucketize.Tensor_out", TORCH_FN(bucketize_tensor_out));
-  m.impl("bucketize.Scalar", TORCH_FN(bucketize_scalar));
-  m.impl("bincount", TORCH_FN(bincount_impl));
+  OXIDE_IMPL(m, "masked_scatter_", TORCH_FN(masked_scatter_inplace));
+  OXIDE_IMPL(m, "histc", TORCH_FN(histogram_histc));
+  OXIDE_IMPL(m, "histc.out", TORCH_FN(histogram_histc_out));
+  OXIDE_IMPL(m, "_unique2", TORCH_FN(unique2));
+  OXIDE_IMPL(m, "_unique", TORCH_FN(unique_legacy));
+  OXIDE_IMPL(m, "unique_dim", TORCH_FN(unique_dim_impl));
+  OXIDE_IMPL(m, "unique_consecutive", TORCH_FN(unique_consecutive_impl));
+  OXIDE_IMPL(m, "unique_dim_consecutive", TORCH_FN(unique_dim_consecutive_impl));
+  OXIDE_IMPL(m, "searchsorted.Tensor", TORCH_FN(searchsorted_tensor));
+  OXIDE_IMPL(m, "searchsorted.Tensor_out", TORCH_FN(searchsorted_tensor_out));
+  OXIDE_IMPL(m, "searchsorted.Scalar", TORCH_FN(searchsorted_scalar));
+  OXIDE_IMPL(m, "searchsorted.Scalar_out", TORCH_FN(searchsorted_scalar_out));
+  OXIDE_IMPL(m, "bucketize.Tensor", TORCH_FN(bucketize_tensor));
+  OXIDE_IMPL(m, "bucketize.Tensor_out", TORCH_FN(bucketize_tensor_out));
+  OXIDE_IMPL(m, "bucketize.Scalar", TORCH_FN(bucketize_scalar));
+  OXIDE_IMPL(m, "bincount", TORCH_FN(bincount_impl));
 }
 
 } // namespace oxide

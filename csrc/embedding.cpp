@@ -10,6 +10,7 @@
 // and bag_size/max_indices uninitialised on its sum fast path, where its
 // backward does not read them. They are returned in the index dtype CPU uses
 // (int32 only when indices and offsets are both int32).
+#include "device_check.h"
 #include "kernels.h"
 
 #include <ATen/native/Resize.h>
@@ -185,13 +186,13 @@ at::Tensor per_sample_weights_backward(T grad_, T weight_, T indices_, T /*offse
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_embedding_bag", TORCH_FN(embedding_bag));
-  m.impl("_embedding_bag_forward_only", TORCH_FN(embedding_bag));
+  OXIDE_IMPL(m, "_embedding_bag", TORCH_FN(embedding_bag));
+  OXIDE_IMPL(m, "_embedding_bag_forward_only", TORCH_FN(embedding_bag));
   // PyTorch's device-generic implementation: recomputes an empty offset2bag and picks dense or sparse.
-  m.impl("_embedding_bag_backward", TORCH_FN(at::native::_embedding_bag_backward_symint));
-  m.impl("_embedding_bag_dense_backward", TORCH_FN(dense_backward));
-  m.impl("_embedding_bag_per_sample_weights_backward", TORCH_FN(per_sample_weights_backward));
-  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  OXIDE_IMPL(m, "_embedding_bag_backward", TORCH_FN(at::native::_embedding_bag_backward_symint));
+  OXIDE_IMPL(m, "_embedding_bag_dense_backward", TORCH_FN(dense_backward));
+  OXIDE_IMPL(m, "_embedding_bag_per_sample_weights_backward", TORCH_FN(per_sample_weights_backward));
+  OXIDE_IMPL(m, "embedding_dense_backward", TORCH_FN(embedding_dense_backward));
 }
 
 } // namespace oxide

@@ -2,6 +2,7 @@
 // kernel. Each call is counted per operator in the Rust runtime
 // (torch.oxide.fallback_stats()); OXIDE_FALLBACK decides whether it runs
 // silently, warns once per operator (default) or raises.
+#include "device_check.h"
 #include "oxide.h"
 
 #include <ATen/native/CPUFallback.h>
@@ -10,51 +11,12 @@
 namespace oxide {
 namespace {
 
-// cpu_fallback moves every tensor to the CPU, which would silently accept
-// arguments a real device kernel rejects: tensors on different devices. Check
-// as TensorIterator does (CPU 0-dim tensors are scalars and allowed); indexing
-// operators accept CPU indices, as on CUDA.
-void check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& full) {
-  const auto& name = op.schema().operator_name().name;
-  if (name == "aten::index" || name == "aten::index_put" || name == "aten::index_put_" ||
-      name == "aten::_index_put_impl_") {
-    return;
-  }
-  const auto num_args = op.schema().arguments().size();
-  std::optional<c10::Device> first;
-  auto visit = [&](const at::Tensor& t) {
-    if (!t.defined() || (t.is_cpu() && t.dim() == 0)) {
-      return;
-    }
-    if (!first) {
-      first = t.device();
-    } else {
-      TORCH_CHECK(*first == t.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-                  *first, " and ", t.device(), "! (when checking arguments of ", full, ")");
-    }
-  };
-  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-    const auto& v = stack[i];
-    if (v.isTensor()) {
-      visit(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const auto& t : v.toTensorVector()) {
-        visit(t);
-      }
-    } else if (v.isList()) {
-      for (const auto& e : v.toListRef()) {
-        if (e.isTensor()) {
-          visit(e.toTensor());
-        }
-      }
-    }
-  }
-}
-
 void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().operator_name();
   const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-  check_same_device(op, *stack, full);
+  // cpu_fallback moves every tensor to the CPU, which would silently accept tensors
+  // on different devices: check them as a native kernel's registration does.
+  device_check::check_boxed(op, *stack);
   switch (oxide_fallback_record(full.c_str())) {
     case OXIDE_FALLBACK_ERROR:
       TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", full,

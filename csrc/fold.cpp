@@ -2,6 +2,7 @@
 // formulas make each the other's backward, so both directions run here.
 // PyTorch's own argument and shape checks (ATen/native/im2col_shape_check.h),
 // then the unfold/fold loops convolution uses (oxide_kernels::conv::unfold / fold).
+#include "device_check.h"
 #include "kernels.h"
 
 #include <ATen/native/Resize.h>
@@ -98,10 +99,10 @@ at::Tensor col2im(const at::Tensor& self, IA output_size, IA kernel_size, IA dil
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("im2col", TORCH_FN(im2col));
-  m.impl("im2col.out", TORCH_FN(im2col_out));
-  m.impl("col2im", TORCH_FN(col2im));
-  m.impl("col2im.out", TORCH_FN(col2im_out));
+  OXIDE_IMPL(m, "im2col", TORCH_FN(im2col));
+  OXIDE_IMPL(m, "im2col.out", TORCH_FN(im2col_out));
+  OXIDE_IMPL(m, "col2im", TORCH_FN(col2im));
+  OXIDE_IMPL(m, "col2im.out", TORCH_FN(col2im_out));
 }
 
 } // namespace oxide

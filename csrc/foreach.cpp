@@ -14,6 +14,7 @@
 // other list (another dtype, a view, broadcasting, CPU tensors, a complex or
 // boolean scalar, partial overlap) goes whole to PyTorch's slow kernel, so its
 // checks, promotions and error messages are PyTorch's.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <ATen/Parallel.h>
@@ -425,29 +426,29 @@ void reciprocal_(TensorList self) {
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_foreach_add_.Scalar", TORCH_FN(add_scalar_));
-  m.impl("_foreach_add.Scalar", TORCH_FN(add_scalar));
-  m.impl("_foreach_add_.ScalarList", TORCH_FN(add_scalarlist_));
-  m.impl("_foreach_add_.List", TORCH_FN(add_list_));
-  m.impl("_foreach_add.List", TORCH_FN(add_list));
-  m.impl("_foreach_mul_.Scalar", TORCH_FN(mul_scalar_));
-  m.impl("_foreach_mul_.ScalarList", TORCH_FN(mul_scalarlist_));
-  m.impl("_foreach_mul.ScalarList", TORCH_FN(mul_scalarlist));
-  m.impl("_foreach_mul_.List", TORCH_FN(mul_list_));
-  m.impl("_foreach_mul_.Tensor", TORCH_FN(mul_tensor_));
-  m.impl("_foreach_div_.Scalar", TORCH_FN(div_scalar_));
-  m.impl("_foreach_div_.ScalarList", TORCH_FN(div_scalarlist_));
-  m.impl("_foreach_div_.List", TORCH_FN(div_list_));
-  m.impl("_foreach_lerp_.Scalar", TORCH_FN(lerp_scalar_));
-  m.impl("_foreach_addcmul_.Scalar", TORCH_FN(addcmul_scalar_));
-  m.impl("_foreach_addcmul.Scalar", TORCH_FN(addcmul_scalar));
-  m.impl("_foreach_addcdiv_.Scalar", TORCH_FN(addcdiv_scalar_));
-  m.impl("_foreach_addcdiv_.ScalarList", TORCH_FN(addcdiv_scalarlist_));
-  m.impl("_foreach_sqrt", TORCH_FN(sqrt));
-  m.impl("_foreach_sqrt_", TORCH_FN(sqrt_));
-  m.impl("_foreach_neg", TORCH_FN(neg));
-  m.impl("_foreach_abs", TORCH_FN(abs));
-  m.impl("_foreach_reciprocal_", TORCH_FN(reciprocal_));
+  OXIDE_IMPL(m, "_foreach_add_.Scalar", TORCH_FN(add_scalar_));
+  OXIDE_IMPL(m, "_foreach_add.Scalar", TORCH_FN(add_scalar));
+  OXIDE_IMPL(m, "_foreach_add_.ScalarList", TORCH_FN(add_scalarlist_));
+  OXIDE_IMPL(m, "_foreach_add_.List", TORCH_FN(add_list_));
+  OXIDE_IMPL(m, "_foreach_add.List", TORCH_FN(add_list));
+  OXIDE_IMPL(m, "_foreach_mul_.Scalar", TORCH_FN(mul_scalar_));
+  OXIDE_IMPL(m, "_foreach_mul_.ScalarList", TORCH_FN(mul_scalarlist_));
+  OXIDE_IMPL(m, "_foreach_mul.ScalarList", TORCH_FN(mul_scalarlist));
+  OXIDE_IMPL(m, "_foreach_mul_.List", TORCH_FN(mul_list_));
+  OXIDE_IMPL(m, "_foreach_mul_.Tensor", TORCH_FN(mul_tensor_));
+  OXIDE_IMPL(m, "_foreach_div_.Scalar", TORCH_FN(div_scalar_));
+  OXIDE_IMPL(m, "_foreach_div_.ScalarList", TORCH_FN(div_scalarlist_));
+  OXIDE_IMPL(m, "_foreach_div_.List", TORCH_FN(div_list_));
+  OXIDE_IMPL(m, "_foreach_lerp_.Scalar", TORCH_FN(lerp_scalar_));
+  OXIDE_IMPL(m, "_foreach_addcmul_.Scalar", TORCH_FN(addcmul_scalar_));
+  OXIDE_IMPL(m, "_foreach_addcmul.Scalar", TORCH_FN(addcmul_scalar));
+  OXIDE_IMPL(m, "_foreach_addcdiv_.Scalar", TORCH_FN(addcdiv_scalar_));
+  OXIDE_IMPL(m, "_foreach_addcdiv_.ScalarList", TORCH_FN(addcdiv_scalarlist_));
+  OXIDE_IMPL(m, "_foreach_sqrt", TORCH_FN(sqrt));
+  OXIDE_IMPL(m, "_foreach_sqrt_", TORCH_FN(sqrt_));
+  OXIDE_IMPL(m, "_foreach_neg", TORCH_FN(neg));
+  OXIDE_IMPL(m, "_foreach_abs", TORCH_FN(abs));
+  OXIDE_IMPL(m, "_foreach_reciprocal_", TORCH_FN(reciprocal_));
 }
 
 } // namespace oxide

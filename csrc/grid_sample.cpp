@@ -2,6 +2,7 @@
 // PyTorch's checks (ATen/native/GridSamplerUtils.h), then the Rust loops
 // (oxide_kernels::grid_sample) on contiguous operands; the coordinate rules
 // follow ATen/native/GridSampler.h (restated in the Rust module).
+#include "device_check.h"
 #include "kernels.h"
 
 #include <ATen/native/GridSamplerUtils.h>
@@ -72,8 +73,8 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_backward(T grad_output_, T in
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("grid_sampler_2d", TORCH_FN(grid_sampler_2d));
-  m.impl("grid_sampler_2d_backward", TORCH_FN(grid_sampler_2d_backward));
+  OXIDE_IMPL(m, "grid_sampler_2d", TORCH_FN(grid_sampler_2d));
+  OXIDE_IMPL(m, "grid_sampler_2d_backward", TORCH_FN(grid_sampler_2d_backward));
 }
 
 } // namespace oxide

@@ -3,6 +3,7 @@
 // linspace, logspace, eye). PyTorch's structured meta functions and native
 // functions set up shapes, checks and iterators; the loops are Rust
 // (oxide_kernels::index, ::factory, ::pointwise).
+#include "device_check.h"
 #include "kernels.h"
 
 #include <ATen/Dispatch.h>
@@ -30,6 +31,12 @@
 namespace oxide {
 namespace {
 
+// index_select (and embedding through it) reach the index stub through at::index,
+// whose signature has no room to say that negative indices are out of range
+// there (CPU raises "index out of range in self"); index_select sets this for
+// the duration of its one call.
+thread_local bool t_reject_negative = false;
+
 void run_index(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArrayRef strides, bool put,
                bool accumulate) {
   if (iter.numel() == 0) {
@@ -38,7 +45,7 @@ void run_index(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArray
   IterArgs args(iter);
   const auto device = iter.device(0).index();
   OXIDE_CHECK(oxide_index(device, current_stream(device), &args.abi, sizes.size(), sizes.data(), strides.data(),
-                          iter.element_size(0), put ? 1 : 0, accumulate ? 1 : 0));
+                          iter.element_size(0), put ? 1 : 0, accumulate ? 1 : 0, t_reject_negative ? 0 : 1));
 }
 
 void index_kernel(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArrayRef strides) {
@@ -148,6 +155,10 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32 or int64 for index");
   TORCH_CHECK(self.scalar_type() == out.scalar_type(), "index_select(): self and result must have the same scalar type");
+  TORCH_CHECK(!(self.dim() == 0 && index.numel() != 1), "index_select(): Index to scalar can have only 1 value, got ",
+              index.numel(), " value(s)");
+  TORCH_CHECK(self.dim() == 0 || index.numel() == 0 || self.size(dim) > 0,
+              "index_select(): self indexing axis dim should be positive");
   at::assert_no_internal_overlap(out);
   at::assert_no_overlap(out, self);
   at::assert_no_overlap(out, index);
@@ -157,7 +168,15 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
     indices.push_back(std::nullopt);
   }
   indices.push_back(index.reshape({-1}));
-  auto result = at::index(source, indices);
+  t_reject_negative = true;
+  at::Tensor result;
+  try {
+    result = at::index(source, indices);
+  } catch (...) {
+    t_reject_negative = false;
+    throw;
+  }
+  t_reject_negative = false;
   if (self.dim() == 0) {
     result = result.reshape({});
   }
@@ -181,6 +200,7 @@ at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c
                "performing this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
   }
   at::assert_no_partial_overlap(self, mask);
+  check_scalar_fits(value, self.scalar_type());
   auto iter = at::TensorIteratorConfig()
                   .set_check_mem_overlap(false)
                   .check_all_same_dtype(false)
@@ -301,20 +321,20 @@ at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("index.Tensor", TORCH_FN(index));
-  m.impl("index.Tensor_out", TORCH_FN(index_out));
-  m.impl("_index_put_impl_", TORCH_FN(at::native::_index_put_impl_));
-  m.impl("index_select", TORCH_FN(index_select));
-  m.impl("index_select.out", TORCH_FN(index_select_out));
-  m.impl("masked_fill_.Scalar", TORCH_FN(masked_fill_scalar));
-  m.impl("masked_fill_.Tensor", TORCH_FN(masked_fill_tensor));
-  m.impl("cat", TORCH_FN(cat));
-  m.impl("cat.out", TORCH_FN(cat_out));
-  m.impl("arange.start_out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(&at::native::arange_out)));
-  m.impl("linspace.out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, int64_t, at::Tensor&)>(&at::native::linspace_out)));
-  m.impl("logspace.out", TORCH_FN(logspace_out));
-  m.impl("eye.m_out", TORCH_FN(eye_out));
-  m.impl("eye.out", TORCH_FN(eye_n_out));
+  OXIDE_IMPL(m, "index.Tensor", TORCH_FN(index));
+  OXIDE_IMPL(m, "index.Tensor_out", TORCH_FN(index_out));
+  OXIDE_IMPL(m, "_index_put_impl_", TORCH_FN(at::native::_index_put_impl_));
+  OXIDE_IMPL(m, "index_select", TORCH_FN(index_select));
+  OXIDE_IMPL(m, "index_select.out", TORCH_FN(index_select_out));
+  OXIDE_IMPL(m, "masked_fill_.Scalar", TORCH_FN(masked_fill_scalar));
+  OXIDE_IMPL(m, "masked_fill_.Tensor", TORCH_FN(masked_fill_tensor));
+  OXIDE_IMPL(m, "cat", TORCH_FN(cat));
+  OXIDE_IMPL(m, "cat.out", TORCH_FN(cat_out));
+  OXIDE_IMPL(m, "arange.start_out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(&at::native::arange_out)));
+  OXIDE_IMPL(m, "linspace.out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, int64_t, at::Tensor&)>(&at::native::linspace_out)));
+  OXIDE_IMPL(m, "logspace.out", TORCH_FN(logspace_out));
+  OXIDE_IMPL(m, "eye.m_out", TORCH_FN(eye_out));
+  OXIDE_IMPL(m, "eye.out", TORCH_FN(eye_n_out));
 }
 
 } // namespace oxide

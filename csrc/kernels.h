@@ -77,6 +77,13 @@ int32_t pointwise_id(const char* name);
 void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars = {},
                std::optional<at::ScalarType> compute = std::nullopt);
 
+// CPU's kernels read a fill value / alpha / weight with c10's checked conversion
+// (`Scalar::to<T>()`), which raises "value cannot be converted to type T without
+// overflow"; ScalarArgs carries a double (or int64), which would turn 1e300 into inf
+// or wrap 300 into a uint8 silently. Every op taking such a Scalar runs this first
+// with the type CPU converts to (the op's dtype, or its opmath type).
+void check_scalar_fits(const c10::Scalar& s, at::ScalarType t);
+
 // Runs reduction stub `name` over `iter` (outputs first, then one input).
 void reduce(at::TensorIteratorBase& iter, const char* name, double a = 0, double b = 0);
 

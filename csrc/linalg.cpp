@@ -3,6 +3,7 @@
 // output exactly as on CPU; the product itself is oxide_gemm (Rust, the
 // matrixmultiply crate). dot/vdot are 1 x k by k x 1 products; addbmm is
 // PyTorch's own device-generic implementation over these.
+#include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
 
@@ -131,11 +132,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, Addmm, "addmm", "addmm_", "addmm.out", T, T, S, S);
   OXIDE_STRUCTURED(m, Baddbmm, "baddbmm", "baddbmm_", "baddbmm.out", T, T, S, S);
   OXIDE_STRUCTURED(m, Addmv, "addmv", "addmv_", "addmv.out", T, T, S, S);
-  m.impl("dot", TORCH_FN(dot_impl));
-  m.impl("vdot", TORCH_FN(vdot));
-  m.impl("addbmm", TORCH_FN(at::native::addbmm));
-  m.impl("addbmm_", TORCH_FN(at::native::addbmm_));
-  m.impl("addbmm.out", TORCH_FN(at::native::addbmm_out));
+  OXIDE_IMPL(m, "dot", TORCH_FN(dot_impl));
+  OXIDE_IMPL(m, "vdot", TORCH_FN(vdot));
+  OXIDE_IMPL(m, "addbmm", TORCH_FN(at::native::addbmm));
+  OXIDE_IMPL(m, "addbmm_", TORCH_FN(at::native::addbmm_));
+  OXIDE_IMPL(m, "addbmm.out", TORCH_FN(at::native::addbmm_out));
 }
 
 } // namespace oxide

@@ -4,6 +4,7 @@
 // functions check arguments and size the outputs, and the impl classes here
 // (whose CPU counterparts call kCPU kernels by name) hand contiguous
 // `[outer, dim, inner]` / `[n, c, s]` views to oxide_kernels::nn.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -225,16 +226,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                    at::ScalarType);
   OXIDE_STRUCTURED(m, LogSoftmaxBackward, "_log_softmax_backward_data", "", "_log_softmax_backward_data.out", T,
                    int64_t, at::ScalarType);
-  m.impl("nll_loss_forward", TORCH_FN((structured::functional2<NllLoss, T, T, OptT, int64_t, int64_t>)));
-  m.impl("nll_loss_forward.output", TORCH_FN((structured::out2<NllLoss, T, T, OptT, int64_t, int64_t>)));
-  m.impl("nll_loss_backward",
+  OXIDE_IMPL(m, "nll_loss_forward", TORCH_FN((structured::functional2<NllLoss, T, T, OptT, int64_t, int64_t>)));
+  OXIDE_IMPL(m, "nll_loss_forward.output", TORCH_FN((structured::out2<NllLoss, T, T, OptT, int64_t, int64_t>)));
+  OXIDE_IMPL(m, "nll_loss_backward",
          TORCH_FN((structured::functional<NllLossBackward, T, T, T, OptT, int64_t, int64_t, T>)));
-  m.impl("nll_loss_backward.grad_input",
+  OXIDE_IMPL(m, "nll_loss_backward.grad_input",
          TORCH_FN((structured::out<NllLossBackward, T, T, T, OptT, int64_t, int64_t, T>)));
-  m.impl("nll_loss2d_forward", TORCH_FN(nll_loss2d));
-  m.impl("nll_loss2d_forward.output", TORCH_FN(nll_loss2d_out));
-  m.impl("nll_loss2d_backward", TORCH_FN(nll_loss2d_backward));
-  m.impl("nll_loss2d_backward.grad_input", TORCH_FN(nll_loss2d_backward_out));
+  OXIDE_IMPL(m, "nll_loss2d_forward", TORCH_FN(nll_loss2d));
+  OXIDE_IMPL(m, "nll_loss2d_forward.output", TORCH_FN(nll_loss2d_out));
+  OXIDE_IMPL(m, "nll_loss2d_backward", TORCH_FN(nll_loss2d_backward));
+  OXIDE_IMPL(m, "nll_loss2d_backward.grad_input", TORCH_FN(nll_loss2d_backward_out));
 }
 
 } // namespace oxide

@@ -3,6 +3,7 @@
 // backward, on oxide_kernels::norm. Inputs are made contiguous here and
 // outputs take the input's suggested memory format, as CPU's do; statistics
 // follow CPU's dtype rule (float for half inputs with float parameters).
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -253,15 +254,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(T grad_out, T
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("native_batch_norm", TORCH_FN(batch_norm));
-  m.impl("native_batch_norm.out", TORCH_FN(batch_norm_out));
-  m.impl("_native_batch_norm_legit", TORCH_FN(batch_norm_legit));
-  m.impl("_native_batch_norm_legit.no_stats", TORCH_FN(batch_norm_legit_no_stats));
-  m.impl("native_batch_norm_backward", TORCH_FN(batch_norm_backward));
-  m.impl("native_layer_norm", TORCH_FN(layer_norm));
-  m.impl("native_layer_norm_backward", TORCH_FN(layer_norm_backward));
-  m.impl("native_group_norm", TORCH_FN(group_norm));
-  m.impl("native_group_norm_backward", TORCH_FN(group_norm_backward));
+  OXIDE_IMPL(m, "native_batch_norm", TORCH_FN(batch_norm));
+  OXIDE_IMPL(m, "native_batch_norm.out", TORCH_FN(batch_norm_out));
+  OXIDE_IMPL(m, "_native_batch_norm_legit", TORCH_FN(batch_norm_legit));
+  OXIDE_IMPL(m, "_native_batch_norm_legit.no_stats", TORCH_FN(batch_norm_legit_no_stats));
+  OXIDE_IMPL(m, "native_batch_norm_backward", TORCH_FN(batch_norm_backward));
+  OXIDE_IMPL(m, "native_layer_norm", TORCH_FN(layer_norm));
+  OXIDE_IMPL(m, "native_layer_norm_backward", TORCH_FN(layer_norm_backward));
+  OXIDE_IMPL(m, "native_group_norm", TORCH_FN(group_norm));
+  OXIDE_IMPL(m, "native_group_norm_backward", TORCH_FN(group_norm_backward));
 }
 
 } // namespace oxide

@@ -6,6 +6,7 @@
 // View semantics (also view_as_real, view_as_complex, unfold: views whose only
 // kernels are per backend) are PyTorch's own device-generic implementations; only
 // memory and copies are ours.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <ATen/EmptyTensor.h>
@@ -83,7 +84,8 @@ void restride_and_grow(const at::Tensor& self, c10::IntArrayRef size, std::optio
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   for (const auto s : size) {
-    TORCH_CHECK_VALUE(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+    // RuntimeError, as CPU's resize_ raises for a negative size.
+    TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
   }
   if (!(self.sizes() == size && !memory_format)) {
     restride_and_grow(self, size, std::nullopt);
@@ -325,40 +327,40 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
-  m.impl("empty_strided", TORCH_FN(empty_strided));
-  m.impl("as_strided", TORCH_FN(as_strided));
-  m.impl("view", TORCH_FN(view));
-  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
-  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
-  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
-  m.impl("unfold", TORCH_FN(at::native::unfold));
-  m.impl("resize_", TORCH_FN(resize_));
-  m.impl("set_.source_Storage", TORCH_FN(set_storage));
-  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
-  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
-  m.impl("set_", TORCH_FN(set_empty));
-  m.impl("_copy_from", TORCH_FN(copy_from));
-  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
-  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
-  m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
-  m.impl("zero_", TORCH_FN(zero_));
-  m.impl("record_stream", TORCH_FN(record_stream));
-  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  OXIDE_IMPL(m, "empty.memory_format", TORCH_FN(empty_memory_format));
+  OXIDE_IMPL(m, "empty_strided", TORCH_FN(empty_strided));
+  OXIDE_IMPL(m, "as_strided", TORCH_FN(as_strided));
+  OXIDE_IMPL(m, "view", TORCH_FN(view));
+  OXIDE_IMPL(m, "_reshape_alias", TORCH_FN(reshape_alias));
+  OXIDE_IMPL(m, "view_as_real", TORCH_FN(at::native::view_as_real));
+  OXIDE_IMPL(m, "view_as_complex", TORCH_FN(at::native::view_as_complex));
+  OXIDE_IMPL(m, "unfold", TORCH_FN(at::native::unfold));
+  OXIDE_IMPL(m, "resize_", TORCH_FN(resize_));
+  OXIDE_IMPL(m, "set_.source_Storage", TORCH_FN(set_storage));
+  OXIDE_IMPL(m, "set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  OXIDE_IMPL(m, "set_.source_Tensor", TORCH_FN(set_tensor));
+  OXIDE_IMPL(m, "set_", TORCH_FN(set_empty));
+  OXIDE_IMPL(m, "_copy_from", TORCH_FN(copy_from));
+  OXIDE_IMPL(m, "_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  OXIDE_IMPL(m, "_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  OXIDE_IMPL(m, "fill_.Scalar", TORCH_FN(fill_scalar));
+  OXIDE_IMPL(m, "fill_.Tensor", TORCH_FN(fill_tensor_));
+  OXIDE_IMPL(m, "zero_", TORCH_FN(zero_));
+  OXIDE_IMPL(m, "record_stream", TORCH_FN(record_stream));
+  OXIDE_IMPL(m, "_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
 // The Conjugate and Negative keys sit above PrivateUse1; their fallbacks would
 // materialise a lazily conjugated/negated source with clone(), which copies
 // through _copy_from again, forever. Let the bits through: copy_from handles them.
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  OXIDE_IMPL(m, "_copy_from", torch::CppFunction::makeFallthrough());
+  OXIDE_IMPL(m, "_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(aten, Negative, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+  OXIDE_IMPL(m, "_copy_from", torch::CppFunction::makeFallthrough());
+  OXIDE_IMPL(m, "_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 } // namespace oxide

@@ -3,6 +3,7 @@
 // oxide parameters. One Rust pass per parameter tensor (oxide_kernels::optim).
 // GradScaler's `found_inf` skips the step (torch.optim then undoes its step
 // count increment); `grad_scale` divides the gradients.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -136,12 +137,12 @@ void sgd_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList m
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_adam_", TORCH_FN(adam_op<false>));
-  m.impl("_fused_adam_.tensor_lr", TORCH_FN(adam_op_tensor_lr<false>));
-  m.impl("_fused_adamw_", TORCH_FN(adam_op<true>));
-  m.impl("_fused_adamw_.tensor_lr", TORCH_FN(adam_op_tensor_lr<true>));
-  m.impl("_fused_sgd_", TORCH_FN(sgd));
-  m.impl("_fused_sgd_.tensor_lr", TORCH_FN(sgd_tensor_lr));
+  OXIDE_IMPL(m, "_fused_adam_", TORCH_FN(adam_op<false>));
+  OXIDE_IMPL(m, "_fused_adam_.tensor_lr", TORCH_FN(adam_op_tensor_lr<false>));
+  OXIDE_IMPL(m, "_fused_adamw_", TORCH_FN(adam_op<true>));
+  OXIDE_IMPL(m, "_fused_adamw_.tensor_lr", TORCH_FN(adam_op_tensor_lr<true>));
+  OXIDE_IMPL(m, "_fused_sgd_", TORCH_FN(sgd));
+  OXIDE_IMPL(m, "_fused_sgd_.tensor_lr", TORCH_FN(sgd_tensor_lr));
 }
 
 } // namespace oxide

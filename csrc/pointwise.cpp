@@ -2,6 +2,7 @@
 // through the wrappers in structured.h) and non-structured native functions
 // that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
 // each stub's TensorIterator to oxide_kernels::pointwise by op name.
+#include "device_check.h"
 #include "kernels.h"
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -120,6 +121,20 @@
 #include <limits>
 
 namespace oxide {
+
+void check_scalar_fits(const c10::Scalar& s, at::ScalarType t) {
+  switch (t) {
+#define OXIDE_CHECK_FITS(T, name) \
+  case at::ScalarType::name:      \
+    (void)s.to<T>();              \
+    return;
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(OXIDE_CHECK_FITS)
+#undef OXIDE_CHECK_FITS
+    default:
+      return;
+  }
+}
+
 
 int32_t pointwise_id(const char* name) {
   const int32_t id = oxide_pointwise_lookup(name);
@@ -251,24 +266,6 @@ void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   pointwise(iter, id, a);
 }
 
-// CPU's add, addcmul, addcdiv and lerp kernels read alpha / value / weight with
-// c10's checked conversion (`Scalar::to<T>()`), which raises "value cannot be
-// converted to type T without overflow"; ScalarArgs carries a double (or int64),
-// which would turn 1e300 into inf or wrap 300 into a uint8 silently. So the same
-// conversion runs here first, to the type CPU converts to: the iterator's common
-// dtype (add, addcmul, addcdiv) or its opmath type (lerp).
-void check_scalar_fits(const c10::Scalar& s, at::ScalarType t) {
-  switch (t) {
-#define OXIDE_CHECK_FITS(T, name) \
-  case at::ScalarType::name:      \
-    (void)s.to<T>();              \
-    return;
-    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(OXIDE_CHECK_FITS)
-#undef OXIDE_CHECK_FITS
-    default:
-      return;
-  }
-}
 template <const char* Op>
 void with_checked_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   check_scalar_fits(s, iter.common_dtype());
@@ -474,17 +471,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_isposinf_out, "isposinf", "", "isposinf.out");
   OXIDE_STRUCTURED(m, structured_isneginf_out, "isneginf", "", "isneginf.out");
   OXIDE_STRUCTURED(m, structured_round_decimals_out, "round.decimals", "round_.decimals", "round.decimals_out", int64_t);
-  m.impl("abs.out", TORCH_FN(abs_out));
-  m.impl("logical_not.out", TORCH_FN(logical_not_out));
-  m.impl("nan_to_num.out", TORCH_FN(nan_to_num_out));
-  m.impl("isnan", TORCH_FN(isnan));
+  OXIDE_IMPL(m, "abs.out", TORCH_FN(abs_out));
+  OXIDE_IMPL(m, "logical_not.out", TORCH_FN(logical_not_out));
+  OXIDE_IMPL(m, "nan_to_num.out", TORCH_FN(nan_to_num_out));
+  OXIDE_IMPL(m, "isnan", TORCH_FN(isnan));
   // angle (complex -> real argument, real -> 0 or pi) and conj_physical (also
   // behind conj_physical_, _conj_physical and resolve_conj): CPU's native functions over our stubs.
-  m.impl("angle", TORCH_FN(angle));
-  m.impl("angle.out", TORCH_FN(angle_out));
-  m.impl("conj_physical.out", TORCH_FN(conj_physical_out));
-  m.impl("relu", TORCH_FN(relu));
-  m.impl("relu_", TORCH_FN(relu_));
+  OXIDE_IMPL(m, "angle", TORCH_FN(angle));
+  OXIDE_IMPL(m, "angle.out", TORCH_FN(angle_out));
+  OXIDE_IMPL(m, "conj_physical.out", TORCH_FN(conj_physical_out));
+  OXIDE_IMPL(m, "relu", TORCH_FN(relu));
+  OXIDE_IMPL(m, "relu_", TORCH_FN(relu_));
 
   // Binary: op.Tensor(self, other[, alpha]), op_.Tensor, op.out.
   OXIDE_STRUCTURED(m, structured_ufunc_add_CPU, "add.Tensor", "add_.Tensor", "add.out", T, S);
@@ -519,21 +516,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_COMPARE(eq); OXIDE_COMPARE(ne); OXIDE_COMPARE(lt); OXIDE_COMPARE(le); OXIDE_COMPARE(gt);
   OXIDE_COMPARE(ge);
 #undef OXIDE_COMPARE
-  m.impl("__lshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__lshift__)));
-  m.impl("__lshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__lshift__)));
-  m.impl("__ilshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__ilshift__)));
-  m.impl("__ilshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__ilshift__)));
-  m.impl("__rshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__rshift__)));
-  m.impl("__rshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__rshift__)));
-  m.impl("__irshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__irshift__)));
-  m.impl("__irshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__irshift__)));
-  m.impl("logical_and.out", TORCH_FN(logical_and_out));
-  m.impl("logical_or.out", TORCH_FN(logical_or_out));
-  m.impl("logical_xor.out", TORCH_FN(logical_xor_out));
+  OXIDE_IMPL(m, "__lshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__lshift__)));
+  OXIDE_IMPL(m, "__lshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__lshift__)));
+  OXIDE_IMPL(m, "__ilshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__ilshift__)));
+  OXIDE_IMPL(m, "__ilshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__ilshift__)));
+  OXIDE_IMPL(m, "__rshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__rshift__)));
+  OXIDE_IMPL(m, "__rshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__rshift__)));
+  OXIDE_IMPL(m, "__irshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__irshift__)));
+  OXIDE_IMPL(m, "__irshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__irshift__)));
+  OXIDE_IMPL(m, "logical_and.out", TORCH_FN(logical_and_out));
+  OXIDE_IMPL(m, "logical_or.out", TORCH_FN(logical_or_out));
+  OXIDE_IMPL(m, "logical_xor.out", TORCH_FN(logical_xor_out));
   OXIDE_STRUCTURED(m, structured_pow_Tensor_Tensor_out, "pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out", T);
   OXIDE_STRUCTURED(m, structured_pow_Tensor_Scalar_out, "pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", S);
-  m.impl("pow.Scalar", TORCH_FN((structured::functional<structured_pow_Scalar_out, S, T>)));
-  m.impl("pow.Scalar_out", TORCH_FN((structured::out<structured_pow_Scalar_out, S, T>)));
+  OXIDE_IMPL(m, "pow.Scalar", TORCH_FN((structured::functional<structured_pow_Scalar_out, S, T>)));
+  OXIDE_IMPL(m, "pow.Scalar_out", TORCH_FN((structured::out<structured_pow_Scalar_out, S, T>)));
 
   // Clamping, ternary ops.
   OXIDE_STRUCTURED(m, structured_clamp_out, "clamp", "clamp_", "clamp.out", OptS, OptS);
@@ -546,8 +543,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_addcdiv_out, "addcdiv", "addcdiv_", "addcdiv.out", T, T, S);
   OXIDE_STRUCTURED(m, structured_lerp_Scalar, "lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", T, S);
   OXIDE_STRUCTURED(m, structured_lerp_Tensor, "lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", T, T);
-  m.impl("where.self", TORCH_FN(static_cast<at::Tensor (*)(T, T, T)>(&where)));
-  m.impl("where.self_out", TORCH_FN(where_self_out));
+  OXIDE_IMPL(m, "where.self", TORCH_FN(static_cast<at::Tensor (*)(T, T, T)>(&where)));
+  OXIDE_IMPL(m, "where.self_out", TORCH_FN(where_self_out));
 }
 
 } // namespace oxide

@@ -14,6 +14,7 @@
 // The kernels take contiguous planes: inputs are made contiguous, and an
 // output PyTorch wants in another layout (channels-last) is computed into a
 // contiguous temporary and copied.
+#include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
 
@@ -417,42 +418,42 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using IA = c10::IntArrayRef;
   using OptI = std::optional<int64_t>;
   using T = const at::Tensor&;
-  m.impl("max_pool2d_with_indices", TORCH_FN((s::functional2<MaxPool2d, T, IA, IA, IA, IA, bool>)));
-  m.impl("max_pool2d_with_indices.out", TORCH_FN((s::out2<MaxPool2d, T, IA, IA, IA, IA, bool>)));
-  m.impl("max_pool2d_with_indices_backward",
+  OXIDE_IMPL(m, "max_pool2d_with_indices", TORCH_FN((s::functional2<MaxPool2d, T, IA, IA, IA, IA, bool>)));
+  OXIDE_IMPL(m, "max_pool2d_with_indices.out", TORCH_FN((s::out2<MaxPool2d, T, IA, IA, IA, IA, bool>)));
+  OXIDE_IMPL(m, "max_pool2d_with_indices_backward",
          TORCH_FN((s::functional<MaxPool2dBackward, T, T, IA, IA, IA, IA, bool, T>)));
-  m.impl("max_pool2d_with_indices_backward.grad_input",
+  OXIDE_IMPL(m, "max_pool2d_with_indices_backward.grad_input",
          TORCH_FN((s::out<MaxPool2dBackward, T, T, IA, IA, IA, IA, bool, T>)));
-  m.impl("max_pool3d_with_indices", TORCH_FN(max_pool3d));
-  m.impl("max_pool3d_with_indices.out", TORCH_FN(max_pool3d_out));
-  m.impl("max_pool3d_with_indices_backward", TORCH_FN(max_pool3d_backward));
-  m.impl("max_pool3d_with_indices_backward.grad_input", TORCH_FN(max_pool3d_backward_out));
+  OXIDE_IMPL(m, "max_pool3d_with_indices", TORCH_FN(max_pool3d));
+  OXIDE_IMPL(m, "max_pool3d_with_indices.out", TORCH_FN(max_pool3d_out));
+  OXIDE_IMPL(m, "max_pool3d_with_indices_backward", TORCH_FN(max_pool3d_backward));
+  OXIDE_IMPL(m, "max_pool3d_with_indices_backward.grad_input", TORCH_FN(max_pool3d_backward_out));
 
-  m.impl("avg_pool2d", TORCH_FN((s::functional<AvgPool2d, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool2d.out", TORCH_FN((s::out<AvgPool2d, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool2d_backward", TORCH_FN((s::functional<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool2d_backward.grad_input", TORCH_FN((s::out<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool3d", TORCH_FN((s::functional<AvgPool3d, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool3d.out", TORCH_FN((s::out<AvgPool3d, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool3d_backward", TORCH_FN((s::functional<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
-  m.impl("avg_pool3d_backward.grad_input", TORCH_FN((s::out<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool2d", TORCH_FN((s::functional<AvgPool2d, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool2d.out", TORCH_FN((s::out<AvgPool2d, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool2d_backward", TORCH_FN((s::functional<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool2d_backward.grad_input", TORCH_FN((s::out<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool3d", TORCH_FN((s::functional<AvgPool3d, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool3d.out", TORCH_FN((s::out<AvgPool3d, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool3d_backward", TORCH_FN((s::functional<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool3d_backward.grad_input", TORCH_FN((s::out<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
 
-  m.impl("_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool<2>));
-  m.impl("adaptive_avg_pool2d.out", TORCH_FN(adaptive_avg_pool_out<2>));
-  m.impl("_adaptive_avg_pool2d_backward", TORCH_FN(adaptive_avg_pool_backward<2>));
-  m.impl("_adaptive_avg_pool3d", TORCH_FN(adaptive_avg_pool<3>));
-  m.impl("adaptive_avg_pool3d.out", TORCH_FN(adaptive_avg_pool_out<3>));
-  m.impl("_adaptive_avg_pool3d_backward", TORCH_FN(adaptive_avg_pool_backward<3>));
-  m.impl("adaptive_avg_pool3d_backward.grad_input", TORCH_FN(adaptive_avg_pool_backward_out<3>));
+  OXIDE_IMPL(m, "_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool<2>));
+  OXIDE_IMPL(m, "adaptive_avg_pool2d.out", TORCH_FN(adaptive_avg_pool_out<2>));
+  OXIDE_IMPL(m, "_adaptive_avg_pool2d_backward", TORCH_FN(adaptive_avg_pool_backward<2>));
+  OXIDE_IMPL(m, "_adaptive_avg_pool3d", TORCH_FN(adaptive_avg_pool<3>));
+  OXIDE_IMPL(m, "adaptive_avg_pool3d.out", TORCH_FN(adaptive_avg_pool_out<3>));
+  OXIDE_IMPL(m, "_adaptive_avg_pool3d_backward", TORCH_FN(adaptive_avg_pool_backward<3>));
+  OXIDE_IMPL(m, "adaptive_avg_pool3d_backward.grad_input", TORCH_FN(adaptive_avg_pool_backward_out<3>));
 
-  m.impl("adaptive_max_pool2d", TORCH_FN((s::functional2<AdaptiveMaxPool2d, T, IA>)));
-  m.impl("adaptive_max_pool2d.out", TORCH_FN((s::out2<AdaptiveMaxPool2d, T, IA>)));
-  m.impl("adaptive_max_pool2d_backward", TORCH_FN((s::functional<AdaptiveMaxPool2dBackward, T, T, T>)));
-  m.impl("adaptive_max_pool2d_backward.grad_input", TORCH_FN((s::out<AdaptiveMaxPool2dBackward, T, T, T>)));
-  m.impl("adaptive_max_pool3d", TORCH_FN((s::functional2<AdaptiveMaxPool3d, T, IA>)));
-  m.impl("adaptive_max_pool3d.out", TORCH_FN((s::out2<AdaptiveMaxPool3d, T, IA>)));
-  m.impl("adaptive_max_pool3d_backward", TORCH_FN((s::functional<AdaptiveMaxPool3dBackward, T, T, T>)));
-  m.impl("adaptive_max_pool3d_backward.grad_input", TORCH_FN((s::out<AdaptiveMaxPool3dBackward, T, T, T>)));
+  OXIDE_IMPL(m, "adaptive_max_pool2d", TORCH_FN((s::functional2<AdaptiveMaxPool2d, T, IA>)));
+  OXIDE_IMPL(m, "adaptive_max_pool2d.out", TORCH_FN((s::out2<AdaptiveMaxPool2d, T, IA>)));
+  OXIDE_IMPL(m, "adaptive_max_pool2d_backward", TORCH_FN((s::functional<AdaptiveMaxPool2dBackward, T, T, T>)));
+  OXIDE_IMPL(m, "adaptive_max_pool2d_backward.grad_input", TORCH_FN((s::out<AdaptiveMaxPool2dBackward, T, T, T>)));
+  OXIDE_IMPL(m, "adaptive_max_pool3d", TORCH_FN((s::functional2<AdaptiveMaxPool3d, T, IA>)));
+  OXIDE_IMPL(m, "adaptive_max_pool3d.out", TORCH_FN((s::out2<AdaptiveMaxPool3d, T, IA>)));
+  OXIDE_IMPL(m, "adaptive_max_pool3d_backward", TORCH_FN((s::functional<AdaptiveMaxPool3dBackward, T, T, T>)));
+  OXIDE_IMPL(m, "adaptive_max_pool3d_backward.grad_input", TORCH_FN((s::out<AdaptiveMaxPool3dBackward, T, T, T>)));
 }
 
 } // namespace oxide

@@ -4,6 +4,7 @@
 // PrivateUse1 entries of those stubs (REGISTER_PRIVATEUSE1_DISPATCH) and hand
 // the loop to the Rust Philox4x32-10 kernels. native_dropout, randperm and
 // multinomial have no stub and are implemented here on the same kernels.
+#include "device_check.h"
 #include "oxide.h"
 
 #include <ATen/TensorIterator.h>
@@ -291,23 +292,23 @@ at::Tensor& random_all_(at::Tensor& self, std::optional<at::Generator> gen) {
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("uniform_", TORCH_FN(at::native::uniform_));
-  m.impl("normal_", TORCH_FN(at::native::normal_));
-  m.impl("exponential_", TORCH_FN(at::native::exponential_));
-  m.impl("cauchy_", TORCH_FN(at::native::cauchy_));
-  m.impl("log_normal_", TORCH_FN(at::native::log_normal_));
-  m.impl("geometric_", TORCH_FN(at::native::geometric_));
-  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_tensor_));
-  m.impl("bernoulli_.float", TORCH_FN(bernoulli_float_));
-  m.impl("bernoulli", TORCH_FN(bernoulli));
-  m.impl("random_.from", TORCH_FN(random_from_));
-  m.impl("random_.to", TORCH_FN(random_to_));
-  m.impl("random_", TORCH_FN(random_all_));
-  m.impl("native_dropout", TORCH_FN(native_dropout));
-  m.impl("native_dropout_backward", TORCH_FN(native_dropout_backward));
-  m.impl("randperm.generator_out", TORCH_FN(randperm_out));
-  m.impl("multinomial", TORCH_FN(multinomial));
-  m.impl("multinomial.out", TORCH_FN(multinomial_out));
+  OXIDE_IMPL(m, "uniform_", TORCH_FN(at::native::uniform_));
+  OXIDE_IMPL(m, "normal_", TORCH_FN(at::native::normal_));
+  OXIDE_IMPL(m, "exponential_", TORCH_FN(at::native::exponential_));
+  OXIDE_IMPL(m, "cauchy_", TORCH_FN(at::native::cauchy_));
+  OXIDE_IMPL(m, "log_normal_", TORCH_FN(at::native::log_normal_));
+  OXIDE_IMPL(m, "geometric_", TORCH_FN(at::native::geometric_));
+  OXIDE_IMPL(m, "bernoulli_.Tensor", TORCH_FN(bernoulli_tensor_));
+  OXIDE_IMPL(m, "bernoulli_.float", TORCH_FN(bernoulli_float_));
+  OXIDE_IMPL(m, "bernoulli", TORCH_FN(bernoulli));
+  OXIDE_IMPL(m, "random_.from", TORCH_FN(random_from_));
+  OXIDE_IMPL(m, "random_.to", TORCH_FN(random_to_));
+  OXIDE_IMPL(m, "random_", TORCH_FN(random_all_));
+  OXIDE_IMPL(m, "native_dropout", TORCH_FN(native_dropout));
+  OXIDE_IMPL(m, "native_dropout_backward", TORCH_FN(native_dropout_backward));
+  OXIDE_IMPL(m, "randperm.generator_out", TORCH_FN(randperm_out));
+  OXIDE_IMPL(m, "multinomial", TORCH_FN(multinomial));
+  OXIDE_IMPL(m, "multinomial.out", TORCH_FN(multinomial_out));
 }
 
 } // namespace oxide

@@ -3,6 +3,7 @@
 // keepdim, dtype, out= resizing); their DispatchStubs land here and go to
 // oxide_kernels::reduce. max/min along a dim and aminmax, whose stubs take
 // tensors rather than an iterator, build the iterator with make_reduction.
+#include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
 
@@ -158,9 +159,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_sum_out, "sum.dim_IntList", "", "sum.IntList_out", OptDims, bool, OptDtype);
   OXIDE_STRUCTURED(m, structured_mean_out, "mean.dim", "", "mean.out", OptDims, bool, OptDtype);
   OXIDE_STRUCTURED(m, structured_prod_out, "prod.dim_int", "", "prod.int_out", int64_t, bool, OptDtype);
-  m.impl("prod", TORCH_FN(static_cast<at::Tensor (*)(T, OptDtype)>(&prod)));
-  m.impl("nansum", TORCH_FN(nansum));
-  m.impl("nansum.out", TORCH_FN(nansum_out));
+  OXIDE_IMPL(m, "prod", TORCH_FN(static_cast<at::Tensor (*)(T, OptDtype)>(&prod)));
+  OXIDE_IMPL(m, "nansum", TORCH_FN(nansum));
+  OXIDE_IMPL(m, "nansum.out", TORCH_FN(nansum_out));
   OXIDE_STRUCTURED(m, structured_amax_out, "amax", "", "amax.out", at::IntArrayRef, bool);
   OXIDE_STRUCTURED(m, structured_amin_out, "amin", "", "amin.out", at::IntArrayRef, bool);
   OXIDE_STRUCTURED(m, structured_argmax_out, "argmax", "", "argmax.out", std::optional<int64_t>, bool);
@@ -173,25 +174,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_all_all_out, "all", "", "all.all_out");
   OXIDE_STRUCTURED(m, structured_linalg_vector_norm_out, "linalg_vector_norm", "", "linalg_vector_norm.out",
                    const c10::Scalar&, OptDims, bool, OptDtype);
-  m.impl("max.dim", TORCH_FN(minmax_functional<structured_max_out>));
-  m.impl("max.dim_max", TORCH_FN(minmax_out<structured_max_out>));
-  m.impl("min.dim", TORCH_FN(minmax_functional<structured_min_out>));
-  m.impl("min.dim_min", TORCH_FN(minmax_out<structured_min_out>));
-  m.impl("max", TORCH_FN(static_cast<at::Tensor (*)(T)>(&max)));
-  m.impl("min", TORCH_FN(static_cast<at::Tensor (*)(T)>(&min)));
-  m.impl("aminmax", TORCH_FN((structured::functional2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
-  m.impl("aminmax.out", TORCH_FN((structured::out2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
+  OXIDE_IMPL(m, "max.dim", TORCH_FN(minmax_functional<structured_max_out>));
+  OXIDE_IMPL(m, "max.dim_max", TORCH_FN(minmax_out<structured_max_out>));
+  OXIDE_IMPL(m, "min.dim", TORCH_FN(minmax_functional<structured_min_out>));
+  OXIDE_IMPL(m, "min.dim_min", TORCH_FN(minmax_out<structured_min_out>));
+  OXIDE_IMPL(m, "max", TORCH_FN(static_cast<at::Tensor (*)(T)>(&max)));
+  OXIDE_IMPL(m, "min", TORCH_FN(static_cast<at::Tensor (*)(T)>(&min)));
+  OXIDE_IMPL(m, "aminmax", TORCH_FN((structured::functional2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
+  OXIDE_IMPL(m, "aminmax.out", TORCH_FN((structured::out2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
   using OptS = const std::optional<c10::Scalar>&;
   using Reduce = at::Tensor (*)(T, OptDims, OptS, bool);
   using ReduceOut = at::Tensor& (*)(T, OptDims, OptS, bool, at::Tensor&);
   using ReducePair = std::tuple<at::Tensor, at::Tensor> (*)(T, OptDims, OptS, bool);
-  m.impl("var.correction", TORCH_FN(static_cast<Reduce>(&at::native::var)));
-  m.impl("var.correction_out", TORCH_FN(static_cast<ReduceOut>(&at::native::var_out)));
-  m.impl("std.correction", TORCH_FN(static_cast<Reduce>(&at::native::std)));
-  m.impl("std.correction_out", TORCH_FN(static_cast<ReduceOut>(&at::native::std_out)));
-  m.impl("var_mean.correction", TORCH_FN(static_cast<ReducePair>(&at::native::var_mean)));
-  m.impl("std_mean.correction", TORCH_FN(static_cast<ReducePair>(&at::native::std_mean)));
-  m.impl("count_nonzero.dim_IntList", TORCH_FN(count_nonzero));
+  OXIDE_IMPL(m, "var.correction", TORCH_FN(static_cast<Reduce>(&at::native::var)));
+  OXIDE_IMPL(m, "var.correction_out", TORCH_FN(static_cast<ReduceOut>(&at::native::var_out)));
+  OXIDE_IMPL(m, "std.correction", TORCH_FN(static_cast<Reduce>(&at::native::std)));
+  OXIDE_IMPL(m, "std.correction_out", TORCH_FN(static_cast<ReduceOut>(&at::native::std_out)));
+  OXIDE_IMPL(m, "var_mean.correction", TORCH_FN(static_cast<ReducePair>(&at::native::var_mean)));
+  OXIDE_IMPL(m, "std_mean.correction", TORCH_FN(static_cast<ReducePair>(&at::native::std_mean)));
+  OXIDE_IMPL(m, "count_nonzero.dim_IntList", TORCH_FN(count_nonzero));
 }
 
 } // namespace oxide

@@ -9,6 +9,7 @@
 // reverse order, which accumulates serially and so is deterministic. The
 // index maps and weights come from PyTorch's own helpers (ATen/native/Padding.h,
 // UpSample.h), so edge rules (align_corners, scales, the nearest rounding) match CPU.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -379,10 +380,10 @@ at::Tensor& bilinear2d_backward_out(T grad, IA output_size, IA input_size, bool 
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #define OXIDE_PAD(name, K, R)                                                          \
-  m.impl(#name, TORCH_FN((pad<K, R>)));                                               \
-  m.impl(#name ".out", TORCH_FN((pad_out<K, R>)));                                    \
-  m.impl(#name "_backward", TORCH_FN((pad_backward<K, R>)));                          \
-  m.impl(#name "_backward.grad_input", TORCH_FN((pad_backward_out<K, R>)))
+  OXIDE_IMPL(m, #name, TORCH_FN((pad<K, R>)));                                               \
+  OXIDE_IMPL(m, #name ".out", TORCH_FN((pad_out<K, R>)));                                    \
+  OXIDE_IMPL(m, #name "_backward", TORCH_FN((pad_backward<K, R>)));                          \
+  OXIDE_IMPL(m, #name "_backward.grad_input", TORCH_FN((pad_backward_out<K, R>)))
   OXIDE_PAD(reflection_pad1d, 1, true);
   OXIDE_PAD(reflection_pad2d, 2, true);
   OXIDE_PAD(reflection_pad3d, 3, true);
@@ -390,30 +391,30 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_PAD(replication_pad2d, 2, false);
   OXIDE_PAD(replication_pad3d, 3, false);
 #undef OXIDE_PAD
-  m.impl("upsample_nearest1d", TORCH_FN(nearest1d));
-  m.impl("upsample_nearest1d_backward", TORCH_FN(nearest1d_backward));
-  m.impl("upsample_nearest2d", TORCH_FN(nearest2d));
-  m.impl("upsample_nearest2d.out", TORCH_FN(nearest2d_out));
-  m.impl("upsample_nearest2d_backward", TORCH_FN(nearest2d_backward));
-  m.impl("upsample_nearest2d_backward.grad_input", TORCH_FN(nearest2d_backward_out));
-  m.impl("upsample_nearest3d", TORCH_FN(nearest3d));
-  m.impl("upsample_nearest3d_backward", TORCH_FN(nearest3d_backward));
-  m.impl("upsample_bilinear2d", TORCH_FN(bilinear2d));
-  m.impl("upsample_bilinear2d.out", TORCH_FN(bilinear2d_out));
-  m.impl("upsample_bilinear2d_backward", TORCH_FN(bilinear2d_backward));
-  m.impl("upsample_bilinear2d_backward.grad_input", TORCH_FN(bilinear2d_backward_out));
-  m.impl("upsample_linear1d", TORCH_FN(linear1d));
-  m.impl("upsample_linear1d.out", TORCH_FN(linear1d_out));
-  m.impl("upsample_linear1d_backward", TORCH_FN(linear1d_backward));
-  m.impl("upsample_linear1d_backward.grad_input", TORCH_FN(linear1d_backward_out));
-  m.impl("upsample_trilinear3d", TORCH_FN(trilinear3d));
-  m.impl("upsample_trilinear3d.out", TORCH_FN(trilinear3d_out));
-  m.impl("upsample_trilinear3d_backward", TORCH_FN(trilinear3d_backward));
-  m.impl("upsample_trilinear3d_backward.grad_input", TORCH_FN(trilinear3d_backward_out));
-  m.impl("upsample_bicubic2d", TORCH_FN(bicubic2d));
-  m.impl("upsample_bicubic2d.out", TORCH_FN(bicubic2d_out));
-  m.impl("upsample_bicubic2d_backward", TORCH_FN(bicubic2d_backward));
-  m.impl("upsample_bicubic2d_backward.grad_input", TORCH_FN(bicubic2d_backward_out));
+  OXIDE_IMPL(m, "upsample_nearest1d", TORCH_FN(nearest1d));
+  OXIDE_IMPL(m, "upsample_nearest1d_backward", TORCH_FN(nearest1d_backward));
+  OXIDE_IMPL(m, "upsample_nearest2d", TORCH_FN(nearest2d));
+  OXIDE_IMPL(m, "upsample_nearest2d.out", TORCH_FN(nearest2d_out));
+  OXIDE_IMPL(m, "upsample_nearest2d_backward", TORCH_FN(nearest2d_backward));
+  OXIDE_IMPL(m, "upsample_nearest2d_backward.grad_input", TORCH_FN(nearest2d_backward_out));
+  OXIDE_IMPL(m, "upsample_nearest3d", TORCH_FN(nearest3d));
+  OXIDE_IMPL(m, "upsample_nearest3d_backward", TORCH_FN(nearest3d_backward));
+  OXIDE_IMPL(m, "upsample_bilinear2d", TORCH_FN(bilinear2d));
+  OXIDE_IMPL(m, "upsample_bilinear2d.out", TORCH_FN(bilinear2d_out));
+  OXIDE_IMPL(m, "upsample_bilinear2d_backward", TORCH_FN(bilinear2d_backward));
+  OXIDE_IMPL(m, "upsample_bilinear2d_backward.grad_input", TORCH_FN(bilinear2d_backward_out));
+  OXIDE_IMPL(m, "upsample_linear1d", TORCH_FN(linear1d));
+  OXIDE_IMPL(m, "upsample_linear1d.out", TORCH_FN(linear1d_out));
+  OXIDE_IMPL(m, "upsample_linear1d_backward", TORCH_FN(linear1d_backward));
+  OXIDE_IMPL(m, "upsample_linear1d_backward.grad_input", TORCH_FN(linear1d_backward_out));
+  OXIDE_IMPL(m, "upsample_trilinear3d", TORCH_FN(trilinear3d));
+  OXIDE_IMPL(m, "upsample_trilinear3d.out", TORCH_FN(trilinear3d_out));
+  OXIDE_IMPL(m, "upsample_trilinear3d_backward", TORCH_FN(trilinear3d_backward));
+  OXIDE_IMPL(m, "upsample_trilinear3d_backward.grad_input", TORCH_FN(trilinear3d_backward_out));
+  OXIDE_IMPL(m, "upsample_bicubic2d", TORCH_FN(bicubic2d));
+  OXIDE_IMPL(m, "upsample_bicubic2d.out", TORCH_FN(bicubic2d_out));
+  OXIDE_IMPL(m, "upsample_bicubic2d_backward", TORCH_FN(bicubic2d_backward));
+  OXIDE_IMPL(m, "upsample_bicubic2d_backward.grad_input", TORCH_FN(bicubic2d_backward_out));
 }
 
 } // namespace oxide

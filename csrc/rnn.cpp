@@ -8,6 +8,7 @@
 //   GRU:  [B, 5H] (r, z, n, hx, hn + b_hn).
 // Inputs are passed with their strides (no copies); biases are made
 // contiguous in the input's dtype; outputs are new contiguous tensors.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -152,10 +153,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_thnn_fused_lstm_cell", TORCH_FN(lstm_cell));
-  m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(lstm_cell_backward));
-  m.impl("_thnn_fused_gru_cell", TORCH_FN(gru_cell));
-  m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(gru_cell_backward));
+  OXIDE_IMPL(m, "_thnn_fused_lstm_cell", TORCH_FN(lstm_cell));
+  OXIDE_IMPL(m, "_thnn_fused_lstm_cell_backward_impl", TORCH_FN(lstm_cell_backward));
+  OXIDE_IMPL(m, "_thnn_fused_gru_cell", TORCH_FN(gru_cell));
+  OXIDE_IMPL(m, "_thnn_fused_gru_cell_backward", TORCH_FN(gru_cell_backward));
 }
 
 } // namespace oxide

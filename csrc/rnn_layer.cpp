@@ -23,6 +23,7 @@
 // Not handled here (ATen's composite runs them, through at::native): LSTM
 // projections (proj_size > 0) and packed sequences (`lstm.data` / `gru.data`,
 // not registered), whose per-step batch shrinks.
+#include "device_check.h"
 #include "kernels.h"
 
 #include <torch/library.h>
@@ -434,13 +435,13 @@ std::tuple<at::Tensor, at::Tensor> gru(const at::Tensor& input, const at::Tensor
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  m.impl("lstm.input", TORCH_FN(lstm));
-  m.impl("gru.input", TORCH_FN(gru));
+  OXIDE_IMPL(m, "lstm.input", TORCH_FN(lstm));
+  OXIDE_IMPL(m, "gru.input", TORCH_FN(gru));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("lstm.input", TORCH_FN(lstm));
-  m.impl("gru.input", TORCH_FN(gru));
+  OXIDE_IMPL(m, "lstm.input", TORCH_FN(lstm));
+  OXIDE_IMPL(m, "gru.input", TORCH_FN(gru));
 }
 
 } // namespace oxide

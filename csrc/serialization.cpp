@@ -7,6 +7,7 @@
 // (1, a hint that kernels may keep a packed copy). Set and read with
 // torch.ops.oxide.set_format_(t, f) / torch.ops.oxide.get_format(t). The
 // serialized map holds bools only (torch's format), hence one flag per field.
+#include "device_check.h"
 #include "oxide.h"
 
 #include <ATen/core/Tensor.h>
@@ -69,8 +70,8 @@ const bool g_registered = [] {
 } // namespace
 
 TORCH_LIBRARY_IMPL(oxide, PrivateUse1, m) {
-  m.impl("get_format", TORCH_FN(get_format));
-  m.impl("set_format_", TORCH_FN(set_format_));
+  OXIDE_IMPL(m, "get_format", TORCH_FN(get_format));
+  OXIDE_IMPL(m, "set_format_", TORCH_FN(set_format_));
 }
 
 } // namespace oxide

@@ -2,10 +2,12 @@
 // + their stubs), cummax/cummin, sort (stable, + argsort/topk through it),
 // nonzero and masked_select (through nonzero-based indexing). Loops in Rust:
 // oxide_kernels::scan, ::sort, ::nonzero.
+#include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/ReduceOps.h>
 #include <ATen/native/Resize.h>
@@ -41,10 +43,14 @@ void scan(int32_t op, const at::Tensor& out, const at::Tensor& self, int64_t dim
                          i.defined() ? i.strides().data() : nullptr, static_cast<int32_t>(at::get_num_threads())));
 }
 
+// A scan reads elements it has already written past: an out= that partly overlaps
+// the input would read results. CPU refuses it; the same tensor (in place) is fine.
 void cumsum_kernel(const at::Tensor& result, const at::Tensor& self, int64_t dim) {
+  at::assert_no_partial_overlap(result, self);
   scan(0, result, self, dim, nullptr);
 }
 void cumprod_kernel(const at::Tensor& result, const at::Tensor& self, int64_t dim) {
+  at::assert_no_partial_overlap(result, self);
   scan(1, result, self, dim, nullptr);
 }
 
@@ -162,16 +168,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using OptDtype = std::optional<at::ScalarType>;
   OXIDE_STRUCTURED(m, structured_cumsum_out, "cumsum", "cumsum_", "cumsum.out", int64_t, OptDtype);
   OXIDE_STRUCTURED(m, structured_cumprod_out, "cumprod", "cumprod_", "cumprod.out", int64_t, OptDtype);
-  m.impl("_cummax_helper", TORCH_FN(cummax_helper));
-  m.impl("_cummin_helper", TORCH_FN(cummin_helper));
-  m.impl("sort.stable", TORCH_FN((structured::functional2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
-  m.impl("sort.values_stable", TORCH_FN((structured::out2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
-  m.impl("topk", TORCH_FN((structured::functional2<Topk, const at::Tensor&, int64_t, int64_t, bool, bool>)));
-  m.impl("topk.values", TORCH_FN((structured::out2<Topk, const at::Tensor&, int64_t, int64_t, bool, bool>)));
-  m.impl("nonzero", TORCH_FN(nonzero_impl));
-  m.impl("nonzero.out", TORCH_FN(nonzero_out));
-  m.impl("masked_select", TORCH_FN(masked_select_impl));
-  m.impl("masked_select.out", TORCH_FN(masked_select_out));
+  OXIDE_IMPL(m, "_cummax_helper", TORCH_FN(cummax_helper));
+  OXIDE_IMPL(m, "_cummin_helper", TORCH_FN(cummin_helper));
+  OXIDE_IMPL(m, "sort.stable", TORCH_FN((structured::functional2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
+  OXIDE_IMPL(m, "sort.values_stable", TORCH_FN((structured::out2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
+  OXIDE_IMPL(m, "topk", TORCH_FN((structured::functional2<Topk, const at::Tensor&, int64_t, int64_t, bool, bool>)));
+  OXIDE_IMPL(m, "topk.values", TORCH_FN((structured::out2<Topk, const at::Tensor&, int64_t, int64_t, bool, bool>)));
+  OXIDE_IMPL(m, "nonzero", TORCH_FN(nonzero_impl));
+  OXIDE_IMPL(m, "nonzero.out", TORCH_FN(nonzero_out));
+  OXIDE_IMPL(m, "masked_select", TORCH_FN(masked_select_impl));
+  OXIDE_IMPL(m, "masked_select.out", TORCH_FN(masked_select_out));
 }
 
 } // namespace oxide

@@ -11,6 +11,7 @@
 // (create_out, resize_out, check_inplace, maybe_create_proxy).
 #pragma once
 
+#include "device_check.h"
 #include "oxide.h"
 
 #include <ATen/EmptyTensor.h>
@@ -213,9 +214,9 @@ std::tuple<at::Tensor&, at::Tensor&> out2(A... args, at::Tensor& r0, at::Tensor&
 // types of the arguments after `self`. Pass "" as the in-place name for ops without one.
 #define OXIDE_STRUCTURED(m, base, fname, iname, oname, ...)                                                      \
   do {                                                                                                         \
-    m.impl(fname, TORCH_FN((::oxide::structured::functional<base, const at::Tensor& __VA_OPT__(, ) __VA_ARGS__>))); \
+    OXIDE_IMPL(m, fname, TORCH_FN((::oxide::structured::functional<base, const at::Tensor& __VA_OPT__(, ) __VA_ARGS__>))); \
     if constexpr (sizeof(iname) > 1) {                                                                         \
-      m.impl(iname, TORCH_FN((::oxide::structured::inplace<base __VA_OPT__(, ) __VA_ARGS__>)));               \
+      OXIDE_IMPL(m, iname, TORCH_FN((::oxide::structured::inplace<base __VA_OPT__(, ) __VA_ARGS__>)));               \
     }                                                                                                          \
-    m.impl(oname, TORCH_FN((::oxide::structured::out<base, const at::Tensor& __VA_OPT__(, ) __VA_ARGS__>)));   \
+    OXIDE_IMPL(m, oname, TORCH_FN((::oxide::structured::out<base, const at::Tensor& __VA_OPT__(, ) __VA_ARGS__>)));   \
   } while (0)

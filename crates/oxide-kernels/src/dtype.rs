@@ -95,6 +95,21 @@ mod tests {
         assert_eq!(DType::C128.size(), 16);
         assert_eq!(DType::BF16.to_string(), "bfloat16");
     }
+
+    #[test]
+    fn float_to_int_like_cpu_pytorch_on_x86() {
+        // Values checked against CPU PyTorch's tensor.to(dtype).
+        assert_eq!(<i32 as Element>::from_f64(1e20), i32::MIN);
+        assert_eq!(<i32 as Element>::from_f64(3e9), i32::MIN);
+        assert_eq!(<i32 as Element>::from_f64(f64::NAN), i32::MIN);
+        assert_eq!(<i32 as Element>::from_f64(-5.7), -5);
+        assert_eq!(<i64 as Element>::from_f64(f64::INFINITY), i64::MIN);
+        assert_eq!(<i64 as Element>::from_f64(3e9), 3_000_000_000);
+        assert_eq!(<i16 as Element>::from_f64(1e20), 0);
+        assert_eq!(<u8 as Element>::from_f64(300.0), 44);
+        assert_eq!(<u8 as Element>::from_f64(-5.0), 251);
+        assert_eq!(<u16 as Element>::from_f64(70000.0), 4464);
+    }
 }
 
 /// A real element type a kernel can read and write. Conversions follow C++
@@ -150,11 +165,27 @@ pub trait Element: Copy + Send + Sync + 'static {
     }
 }
 
+/// Float -> int32 as CPU PyTorch converts on x86 (`cvttsd2si`): truncation, and
+/// the "integer indefinite" value `i32::MIN` for NaN and anything out of range
+/// (Rust's `as` would saturate instead).
+#[inline]
+fn f64_to_i32_x86(v: f64) -> i32 {
+    if v > -2147483649.0 && v < 2147483648.0 { v as i32 } else { i32::MIN }
+}
+
+/// Float -> int64 as [`f64_to_i32_x86`], with `i64::MIN` as the indefinite value.
+#[inline]
+fn f64_to_i64_x86(v: f64) -> i64 {
+    if v >= -9223372036854775808.0 && v < 9223372036854775808.0 { v as i64 } else { i64::MIN }
+}
+
+// Types narrower than 64 bits convert through int32 and keep its low bits, as
+// CPU does (300.0 -> uint8 44, 1e20 -> int16 0); 64-bit types through int64.
 macro_rules! int_element {
-    ($($t:ty => $d:ident),*) => {$(
+    ($($t:ty => $d:ident via $via:ident),*) => {$(
         impl Element for $t {
             const DTYPE: DType = DType::$d;
-            #[inline] fn from_f64(v: f64) -> Self { v as i64 as $t }
+            #[inline] fn from_f64(v: f64) -> Self { $via(v) as $t }
             #[inline] fn from_i64(v: i64) -> Self { v as $t }
             #[inline] fn to_f64(self) -> f64 { self as f64 }
             #[inline] fn to_i64(self) -> i64 { self as i64 }
@@ -162,7 +193,8 @@ macro_rules! int_element {
         }
     )*};
 }
-int_element!(u8 => U8, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u16 => U16, u32 => U32, u64 => U64);
+int_element!(u8 => U8 via f64_to_i32_x86, i8 => I8 via f64_to_i32_x86, i16 => I16 via f64_to_i32_x86, i32 => I32 via f64_to_i32_x86,
+    i64 => I64 via f64_to_i64_x86, u16 => U16 via f64_to_i32_x86, u32 => U32 via f64_to_i64_x86, u64 => U64 via f64_to_i64_x86);
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;

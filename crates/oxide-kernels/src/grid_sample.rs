@@ -133,15 +133,14 @@ fn unnormalize<C: Real>(coord: C, size: usize, align_corners: bool) -> (C, C) {
 #[inline]
 fn clip<C: Real>(x: C, size: usize) -> (C, C) {
     let hi = C::c(size as f64 - 1.0);
-    if x <= C::c(0.0) {
-        (C::c(0.0), C::c(0.0))
-    } else if x >= hi {
+    if x >= hi {
         (hi, C::c(0.0))
     } else if x > C::c(0.0) {
         (x, C::c(1.0))
     } else {
-        // NaN: PyTorch's min(size - 1, max(NaN, 0)) gives size - 1.
-        (hi, C::c(0.0))
+        // At or below 0, and NaN: CPU's vectorised clamp, max(x, 0) then min(.., size - 1),
+        // takes the 0 of max(NaN, 0) (the second operand of a vector max with a NaN).
+        (C::c(0.0), C::c(0.0))
     }
 }
 
@@ -227,6 +226,23 @@ struct Taps<C> {
     mult: [C; 2],
 }
 
+impl<C: Real> Taps<C> {
+    /// The weighted sum of the taps over one plane. A tap outside the plane reads a
+    /// zero but keeps its weight, so a NaN coordinate (NaN weights) gives NaN as on CPU.
+    #[inline]
+    fn sample<T: Element>(&self, xs: &[T]) -> C {
+        let mut acc = C::c(0.0);
+        for k in 0..self.n {
+            let v = match self.at[k] {
+                Some(o) => C::of(xs[o]),
+                None => C::c(0.0),
+            };
+            acc = acc + self.w[k] * v;
+        }
+        acc
+    }
+}
+
 fn taps<C: Real>(gs: &GridSample, gx: C, gy: C) -> Taps<C> {
     let plane = Plane { h: gs.input[0], w: gs.input[1] };
     let z = C::c(0.0);
@@ -302,13 +318,7 @@ unsafe fn forward<T: Element, C: Real>(gs: &GridSample, input: *const u8, grid: 
             let t = taps::<C>(gs, C::of(g[q]), C::of(g[q + 1]));
             for ch in 0..c {
                 let xs = &x[(n * c + ch) * ipl..(n * c + ch + 1) * ipl];
-                let mut acc = C::c(0.0);
-                for k in 0..t.n {
-                    if let Some(o) = t.at[k] {
-                        acc = acc + t.w[k] * C::of(xs[o]);
-                    }
-                }
-                yn[ch * opl + p] = acc.store();
+                yn[ch * opl + p] = t.sample(xs).store();
             }
         }
     };
@@ -334,13 +344,7 @@ unsafe fn forward<T: Element, C: Real>(gs: &GridSample, input: *const u8, grid: 
                             let t = taps::<C>(gs, C::of(g[q]), C::of(g[q + 1]));
                             for ch in 0..c {
                                 let xs = &x[(n * c + ch) * ipl..(n * c + ch + 1) * ipl];
-                                let mut acc = C::c(0.0);
-                                for k in 0..t.n {
-                                    if let Some(o) = t.at[k] {
-                                        acc = acc + t.w[k] * C::of(xs[o]);
-                                    }
-                                }
-                                vals[(p - lo) * c + ch] = acc;
+                                vals[(p - lo) * c + ch] = t.sample(xs);
                             }
                         }
                         (lo, vals)

@@ -17,6 +17,9 @@ use crate::math::Num;
 pub struct Indexed<'a> {
     pub sizes: &'a [i64],
     pub strides: &'a [i64],
+    /// Negative indices count from the end (`x[idx]`); false for `index_select`
+    /// and `embedding`, where PyTorch rejects them as out of range.
+    pub wrap_negative: bool,
 }
 
 /// Offsets (bytes) of `n` consecutive elements into the restrided tensor.
@@ -32,6 +35,10 @@ unsafe fn offsets(it: &TensorIter, ix: &Indexed, offs: &[isize], b: usize, n: us
         unsafe { load::<i64>(op.dtype, op.ptr.offset(offs[2 + k] + b as isize * s), s, n, buf)? };
         for j in 0..n {
             let mut v = buf[j];
+            if !ix.wrap_negative && (v < 0 || v >= size) {
+                // index_select's (and embedding's) message on CPU.
+                return Err(Error::OutOfRange { op: "index_select", reason: "index out of range in self".into() });
+            }
             if v < -size || v >= size {
                 return Err(Error::IndexOutOfBounds { index: v, dim: k as i64, size });
             }
@@ -164,7 +171,7 @@ mod tests {
         let mut src = [10f32, 20.0, 30.0, 40.0];
         let mut out = [0f32; 3];
         let mut idx = [3i64, -1, 0];
-        let ix = Indexed { sizes: &[4], strides: &[4] };
+        let ix = Indexed { sizes: &[4], strides: &[4], wrap_negative: true };
         let it = TensorIter::new("t", &[3], vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut idx), &[8][..])], 1, 1).unwrap();
         unsafe { index(&it, &ix, 4) }.unwrap();
         assert_eq!(out, [40.0, 40.0, 10.0]);

@@ -33,7 +33,9 @@ pub trait Num: Element + PartialOrd + Default {
     fn remainder(self, o: Self) -> Option<Self>;
     /// Remainder with the sign of the dividend (C's `fmod`).
     fn fmod(self, o: Self) -> Option<Self>;
-    /// `self ** o`; `None` for an integer raised to a negative integer power.
+    /// `self ** o`. An integer to a negative integer power is 0 except for bases 1
+    /// and -1, as CPU PyTorch's tensor ** tensor computes (tensor ** negative scalar
+    /// is refused earlier, by PyTorch's meta function). Always `Some` today.
     fn pow(self, o: Self) -> Option<Self>;
     /// -1, 0 or 1; NaN gives 0 and -0.0 gives 0, as PyTorch's `(0 < x) - (x < 0)`.
     fn sign(self) -> Self {
@@ -117,10 +119,9 @@ macro_rules! int_num {
             #[inline(always)] fn pow(self, o: Self) -> Option<Self> {
                 #[allow(unused_comparisons)]
                 if o < Self::ZERO {
-                    // PyTorch: 1 and -1 have integer negative powers; everything else raises.
                     return if self == 1 as $t { Some(1 as $t) } else if self == (0 as $t).wrapping_sub(1) {
                         Some(if o.wrapping_rem(2 as $t) == 0 { 1 as $t } else { self })
-                    } else { None };
+                    } else { Some(0 as $t) };
                 }
                 let (mut base, mut exp, mut acc) = (self, o as u64, 1 as $t);
                 while exp > 0 {
@@ -513,7 +514,9 @@ mod tests {
         assert_eq!((-7.0f64).div_floor(2.0), Some(-4.0));
         assert_eq!((-7.5f32).remainder(2.0), Some(0.5));
         assert_eq!(Num::pow(2i64, 10), Some(1024));
-        assert_eq!(Num::pow(2i64, -1), None);
+        assert_eq!(Num::pow(2i64, -1), Some(0));
+        assert_eq!(Num::pow(0i64, -1), Some(0));
+        assert_eq!(Num::pow(-1i64, -3), Some(-1));
         assert_eq!(Num::pow(-1i8, -3), Some(-1));
     }
 

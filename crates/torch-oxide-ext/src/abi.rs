@@ -1144,6 +1144,8 @@ pub unsafe extern "C" fn oxide_gemm(
 /// operands): `put == 0` gathers (`x[idx]`), otherwise scatters (`x[idx] = v`,
 /// adding when `accumulate != 0`). `sizes`/`strides` (bytes) describe the
 /// indexed dimensions of the restrided tensor; elements are `elem_size` bytes.
+/// Negative indices count from the end when `wrap_negative != 0`, else they are
+/// out of range (index_select, embedding).
 ///
 /// # Safety
 /// As [`oxide_pointwise`]; `sizes` and `strides` hold `nindexed` values.
@@ -1158,11 +1160,16 @@ pub unsafe extern "C" fn oxide_index(
     elem_size: usize,
     put: i32,
     accumulate: i32,
+    wrap_negative: i32,
 ) -> i32 {
     ffi(|| {
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("index", &*iter) }?;
-        let ix = oxide_kernels::index::Indexed { sizes: unsafe { dims(sizes, nindexed) }, strides: unsafe { dims(strides, nindexed) } };
+        let ix = oxide_kernels::index::Indexed {
+            sizes: unsafe { dims(sizes, nindexed) },
+            strides: unsafe { dims(strides, nindexed) },
+            wrap_negative: wrap_negative != 0,
+        };
         let rt = runtime()?;
         let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe {
             if put != 0 {
