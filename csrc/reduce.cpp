@@ -3,6 +3,10 @@
 // keepdim, dtype, out= resizing); their DispatchStubs land here and go to
 // oxide_kernels::reduce. max/min along a dim and aminmax, whose stubs take
 // tensors rather than an iterator, build the iterator with make_reduction.
+// sum, mean and prod read a narrower input (bool and integers into int64, a float
+// into a wider float) in its own dtype: the kernel widens elements as it loads
+// them, where PyTorch's make_reduction would first copy the input to the output's
+// dtype.
 #include "device_check.h"
 #include "kernels.h"
 #include "structured.h"
@@ -119,11 +123,96 @@ std::tuple<at::Tensor&, at::Tensor&> minmax_out(const at::Tensor& self, int64_t 
   return {v, i};
 }
 
+// count_nonzero counts in the kernel, reading the input in its own dtype (no mask,
+// no int64 copy); complex inputs go through a mask.
 at::Tensor count_nonzero(const at::Tensor& self, at::IntArrayRef dims) {
-  return at::sum(at::ne(self, 0), dims, false, at::kLong);
+  if (self.is_complex()) {
+    return at::sum(at::ne(self, 0), dims, false, at::kLong);
+  }
+  auto result = at::native::create_reduction_result(self, dims, false, at::kLong);
+  auto iter = at::native::make_reduction("count_nonzero", result, self, dims, false, self.scalar_type(), at::kLong);
+  reduce(iter, "count_nonzero");
+  return result;
+}
+
+// Whether reading `in` and converting each element to `out` as it is loaded gives
+// exactly what reducing a copy of the input in `out` would: the conversion is exact.
+bool widens_exactly(at::ScalarType in, at::ScalarType out) {
+  using S = at::ScalarType;
+  const bool small_int = in == S::Bool || in == S::Byte || in == S::Char || in == S::Short || in == S::Int;
+  const bool small_float = in == S::Half || in == S::BFloat16 || in == S::Float;
+  return (small_int && out == S::Long) ||
+         (small_float && (out == S::Float || out == S::Double) && c10::elementSize(in) < c10::elementSize(out));
+}
+
+// The reduction iterator of `self` into `result` (already sized by the meta function),
+// as PyTorch's make_reduction_from_out_ty builds it, except that an input that widens
+// exactly to the result's dtype is not copied first.
+at::TensorIterator reduction_iter(const at::Tensor& self, const at::Tensor& result, at::OptionalIntArrayRef dims,
+                                  bool keepdim) {
+  const auto out = result.scalar_type();
+  const auto mask = at::native::make_dim_mask(dims, self.dim());
+  auto viewed = at::native::review_reduce_result(result, self.dim(), mask, keepdim);
+  if (self.scalar_type() == out || widens_exactly(self.scalar_type(), out)) {
+    return at::TensorIterator::reduce_op(viewed, self);
+  }
+  return at::TensorIterator::reduce_op(viewed, self.to(out));
 }
 
 } // namespace
+
+// The structured sum, mean and prod of PyTorch (meta: result shape and dtype) with
+// impls that build the iterator through reduction_iter. Declared in namespace oxide,
+// these names shadow at::native's in the registrations below.
+struct structured_sum_out : at::native::structured_sum_out {
+  void impl(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, std::optional<at::ScalarType>,
+            const at::Tensor& result) {
+    auto iter = reduction_iter(self, result, dims, keepdim);
+    if (iter.numel() == 0) {
+      result.zero_();
+    } else {
+      reduce(iter, "sum");
+    }
+  }
+};
+
+struct structured_mean_out : at::native::structured_mean_out {
+  void impl(const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim, std::optional<at::ScalarType>,
+            const at::Tensor& result) {
+    auto iter = reduction_iter(self, result, dims, keepdim);
+    if (iter.numel() == 0) {
+      result.fill_(std::numeric_limits<double>::quiet_NaN());
+    } else {
+      reduce(iter, "mean");
+    }
+  }
+};
+
+struct structured_prod_out : at::native::structured_prod_out {
+  void impl(const at::Tensor& self, int64_t dim, bool keepdim, std::optional<at::ScalarType>,
+            const at::Tensor& result) {
+    auto iter = reduction_iter(self, result, dim, keepdim);
+    if (iter.numel() == 0) {
+      result.fill_(1);
+    } else {
+      reduce(iter, "prod");
+    }
+  }
+};
+
+// prod() of the whole tensor, in the dtype PyTorch's prod gives.
+at::Tensor prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  auto result = at::native::create_reduction_result(self, at::IntArrayRef{}, false,
+                                                    at::native::get_dtype_from_self(self, dtype, true));
+  auto iter = reduction_iter(self, result, at::IntArrayRef{}, false);
+  if (iter.numel() == 0) {
+    result.fill_(1);
+  } else {
+    reduce(iter, "prod");
+  }
+  return result;
+}
+
 } // namespace oxide
 
 namespace at::native {

@@ -623,6 +623,7 @@ impl<A: Cplx> Reducer for CSum<A> {
             [s, A::zero()]
         }
     }
+    const CASCADE: bool = true;
 }
 
 struct CProd<A>(std::marker::PhantomData<A>);
@@ -664,7 +665,7 @@ impl<A: Cplx> Reducer for CNorm<A> {
     }
     fn finish(&self, s: A::R, count: usize) -> [A::R; 2] {
         self.0.finish(s, count)
-    }
+    }    const CASCADE: bool = true;
 }
 
 /// Complex reductions: `sum`, `mean` and `prod` into a complex64/complex128

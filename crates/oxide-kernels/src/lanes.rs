@@ -115,8 +115,8 @@ pub(crate) mod avx2 {
 
     /// One element type's loops: `$w` lanes per 256-bit vector, and the type's intrinsics.
     macro_rules! row_reductions {
-        ($t:ty, $w:literal, $sum:ident, $extremum:ident, $v:ty, $zero:ident, $set1:ident, $load:ident, $store:ident,
-         $add:ident, $max:ident, $min:ident, $or:ident, $cmp:ident, $movemask:ident) => {
+        ($t:ty, $w:literal, $sum:ident, $nansum:ident, $extremum:ident, $v:ty, $zero:ident, $set1:ident, $load:ident,
+         $store:ident, $add:ident, $and:ident, $max:ident, $min:ident, $or:ident, $cmp:ident, $movemask:ident) => {
             /// `sum(xs)` in four vector accumulators, combined in a fixed order.
             #[inline]
             pub(crate) fn $sum(xs: &[$t]) -> $t {
@@ -137,6 +137,34 @@ pub(crate) mod avx2 {
                     $store(lanes.as_mut_ptr(), $add($add(a0, a1), $add(a2, a3)));
                     let mut t = 0 as $t;
                     for &l in lanes.iter().chain(&xs[n..]) {
+                        t += l;
+                    }
+                    t
+                }
+            }
+
+            /// `sum(xs)` over the elements that are not NaN (`nansum`), in the same four
+            /// accumulators as the plain sum: an ordered self-compare masks each NaN to 0.
+            #[inline]
+            pub(crate) fn $nansum(xs: &[$t]) -> $t {
+                let n = xs.len() / (4 * $w) * (4 * $w);
+                let p = xs.as_ptr();
+                // SAFETY: AVX2 is enabled at compile time; every load reads one vector below `n`.
+                unsafe {
+                    let keep = |v: $v| $and(v, $cmp::<_CMP_ORD_Q>(v, v));
+                    let (mut a0, mut a1, mut a2, mut a3) = ($zero(), $zero(), $zero(), $zero());
+                    let mut i = 0;
+                    while i < n {
+                        a0 = $add(a0, keep($load(p.add(i))));
+                        a1 = $add(a1, keep($load(p.add(i + $w))));
+                        a2 = $add(a2, keep($load(p.add(i + 2 * $w))));
+                        a3 = $add(a3, keep($load(p.add(i + 3 * $w))));
+                        i += 4 * $w;
+                    }
+                    let mut lanes = [0 as $t; $w];
+                    $store(lanes.as_mut_ptr(), $add($add(a0, a1), $add(a2, a3)));
+                    let mut t = 0 as $t;
+                    for &l in lanes.iter().chain(xs[n..].iter().filter(|v| !v.is_nan())) {
                         t += l;
                     }
                     t
@@ -184,10 +212,10 @@ pub(crate) mod avx2 {
         };
     }
 
-    row_reductions!(f32, 8, sum_f32, extremum_f32, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
-        _mm256_add_ps, _mm256_max_ps, _mm256_min_ps, _mm256_or_ps, _mm256_cmp_ps, _mm256_movemask_ps);
-    row_reductions!(f64, 4, sum_f64, extremum_f64, __m256d, _mm256_setzero_pd, _mm256_set1_pd, _mm256_loadu_pd, _mm256_storeu_pd,
-        _mm256_add_pd, _mm256_max_pd, _mm256_min_pd, _mm256_or_pd, _mm256_cmp_pd, _mm256_movemask_pd);
+    row_reductions!(f32, 8, sum_f32, nansum_f32, extremum_f32, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps,
+        _mm256_storeu_ps, _mm256_add_ps, _mm256_and_ps, _mm256_max_ps, _mm256_min_ps, _mm256_or_ps, _mm256_cmp_ps, _mm256_movemask_ps);
+    row_reductions!(f64, 4, sum_f64, nansum_f64, extremum_f64, __m256d, _mm256_setzero_pd, _mm256_set1_pd, _mm256_loadu_pd,
+        _mm256_storeu_pd, _mm256_add_pd, _mm256_and_pd, _mm256_max_pd, _mm256_min_pd, _mm256_or_pd, _mm256_cmp_pd, _mm256_movemask_pd);
 }
 
 #[cfg(test)]
@@ -203,6 +231,18 @@ mod tests {
             let s: f64 = a.iter().map(|&v| v as f64).sum();
             assert!((avx2::sum_f32(&a) as f64 - s).abs() < 1e-3, "n={n}");
             assert!((avx2::sum_f64(&d) - 1.5 * s).abs() < 1e-9, "n={n}");
+            assert_eq!(avx2::nansum_f32(&a), avx2::sum_f32(&a), "n={n}");
+            // NaN in the vector body and in the tail is skipped.
+            let mut holes = a.clone();
+            let mut kept = a.clone();
+            for at in [0, n / 2, n - 1] {
+                holes[at] = f32::NAN;
+                kept[at] = 0.0;
+            }
+            assert_eq!(avx2::nansum_f32(&holes), avx2::sum_f32(&kept), "n={n}");
+            let holes64: Vec<f64> = holes.iter().map(|&v| v as f64).collect();
+            let kept64: Vec<f64> = kept.iter().map(|&v| v as f64).collect();
+            assert_eq!(avx2::nansum_f64(&holes64), avx2::sum_f64(&kept64), "n={n}");
             let (mx, mn) = (a.iter().fold(f32::MIN, |m, &v| m.max(v)), a.iter().fold(f32::MAX, |m, &v| m.min(v)));
             assert_eq!(avx2::extremum_f32::<true>(&a), (mx, false));
             assert_eq!(avx2::extremum_f32::<false>(&a), (mn, false));

@@ -11,7 +11,15 @@
 //!   together, one input row per reduced position, so loads stay contiguous.
 //!
 //! Accumulation types follow PyTorch: float16/bfloat16 accumulate in float,
-//! integers in int64, `var`/`std` (Welford) in double.
+//! integers in int64, `var`/`std` (Welford) in double. Integer and bool inputs
+//! are read in their own dtype and widened as they are loaded.
+//!
+//! Accuracy: a reducer whose state is a running sum (sum, mean, nansum, norms,
+//! variance) sets [`Reducer::CASCADE`], and both schedules then fold at most
+//! [`LEAF`] elements (inner) or [`LEAF_ROWS`] rows (outer) into a fresh state
+//! before handing it to a [`Cascade`], which combines the leaves pairwise. The
+//! rounding error then grows with the logarithm of the reduction length rather
+//! than with the length, as in CPU PyTorch's cascade sum.
 
 
 use crate::dtype::{DType, Element};
@@ -41,6 +49,8 @@ pub enum ReduceOp {
     StdVar { correction: f64, take_sqrt: bool },
     /// Vector p-norm (`inf`, `-inf`, 0, 1, 2 or any other p).
     Norm { p: f64 },
+    /// Elements that are not zero (NaN counts), into int64, from any real dtype.
+    CountNonzero,
 }
 
 impl ReduceOp {
@@ -62,6 +72,7 @@ impl ReduceOp {
             "min" => ReduceOp::MinWithIndices,
             "std_var" => ReduceOp::StdVar { correction: a, take_sqrt: b != 0.0 },
             "norm" => ReduceOp::Norm { p: a },
+            "count_nonzero" => ReduceOp::CountNonzero,
             _ => return None,
         })
     }
@@ -82,6 +93,7 @@ impl ReduceOp {
             ReduceOp::MinWithIndices => "min",
             ReduceOp::StdVar { .. } => "std_var",
             ReduceOp::Norm { .. } => "norm",
+            ReduceOp::CountNonzero => "count_nonzero",
         }
     }
 }
@@ -118,6 +130,76 @@ pub(crate) trait Reducer: Sync {
     }
     fn combine(&self, a: Self::State, b: Self::State) -> Self::State;
     fn finish(&self, s: Self::State, count: usize) -> [Self::Out; 2];
+    /// Whether long reductions combine leaf states through a [`Cascade`] (the state
+    /// accumulates rounding error with every step, as a running sum does).
+    const CASCADE: bool = false;
+}
+
+/// Elements one leaf state of the inner schedule folds before it joins the cascade:
+/// long enough that the reducer's vector lanes run at full speed, short enough
+/// that each lane adds only a few dozen elements in sequence.
+pub(crate) const LEAF: usize = BLOCK;
+/// Slices (rows of a strided reduction) one leaf folds at most: short rows are
+/// added to the leaf state one after another, so their number is bounded too.
+const LEAF_SLICES: usize = 16;
+/// Input rows the outer schedule folds into its state vector before the vector
+/// joins the cascade.
+pub(crate) const LEAF_ROWS: usize = 32;
+/// Levels of a cascade: 2^48 leaves is more than any tensor holds.
+const LEVELS: usize = 48;
+
+/// Partial states combined as a binary counter: level `k` holds, when bit `k` of
+/// `leaves` is set, the combination of 2^k consecutive leaves, so every leaf takes
+/// part in about log2(leaves) combinations and the result is a pairwise reduction
+/// of the leaves. Each level holds `width` states side by side (1 for the inner
+/// schedule, a block of outputs for the outer one); order is kept, earlier
+/// leaves on the left of each combination.
+pub(crate) struct Cascade<S> {
+    levels: Vec<S>,
+    width: usize,
+    leaves: u64,
+}
+
+impl<S: Copy> Cascade<S> {
+    pub(crate) fn new(width: usize) -> Self {
+        Cascade { levels: Vec::new(), width, leaves: 0 }
+    }
+
+    /// Adds one leaf (`width` states); `leaf` is reset to the reducer's initial state.
+    pub(crate) fn push<R: Reducer<State = S>>(&mut self, r: &R, leaf: &mut [S]) {
+        let w = self.width;
+        debug_assert!(leaf.len() <= w);
+        let mut k = 0;
+        while self.leaves & (1 << k) != 0 {
+            // Level k is full: it merges into the carry, which moves up a level.
+            for (c, &l) in leaf.iter_mut().zip(&self.levels[k * w..]) {
+                *c = r.combine(l, *c);
+            }
+            k += 1;
+        }
+        if self.levels.len() < (k + 1) * w {
+            self.levels.resize((k + 1) * w, r.init());
+        }
+        for (l, c) in self.levels[k * w..].iter_mut().zip(leaf.iter_mut()) {
+            *l = *c;
+            *c = r.init();
+        }
+        self.leaves += 1;
+    }
+
+    /// Combines every level (oldest first) into `out`, and empties the cascade.
+    pub(crate) fn finish<R: Reducer<State = S>>(&mut self, r: &R, out: &mut [S]) {
+        let w = self.width;
+        out.iter_mut().for_each(|o| *o = r.init());
+        for k in (0..LEVELS).rev() {
+            if self.leaves & (1 << k) != 0 {
+                for (o, &l) in out.iter_mut().zip(&self.levels[k * w..]) {
+                    *o = r.combine(*o, l);
+                }
+            }
+        }
+        self.leaves = 0;
+    }
 }
 
 /// `xs` summed in 32 independent lanes: vectorisable, enough dependency chains to
@@ -159,6 +241,50 @@ fn sum_lanes<A: Num>(xs: &[A]) -> A {
     t
 }
 
+/// [`sum_lanes`] over the elements of `xs` that are not NaN (`nansum`).
+#[inline(never)]
+fn nansum_lanes<A: Num>(xs: &[A]) -> A {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    {
+        // SAFETY (both casts): A is the slice's element type, checked by its dtype.
+        if A::DTYPE == DType::F32 {
+            let t = crate::lanes::avx2::nansum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            return A::from_f64(t as f64);
+        }
+        if A::DTYPE == DType::F64 {
+            let t = crate::lanes::avx2::nansum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            return A::from_f64(t);
+        }
+    }
+    map_sum_lanes(xs, |x| if x.is_nan() { A::ZERO } else { x })
+}
+
+/// `sum(f(x) for x in xs)` in 32 independent lanes, combined pairwise.
+#[inline(always)]
+fn map_sum_lanes<A: Num, B: Num>(xs: &[A], f: impl Fn(A) -> B) -> B {
+    let mut lanes = [B::ZERO; 32];
+    let chunks = xs.chunks_exact(32);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let c: &[A; 32] = c.try_into().expect("chunks_exact(32)");
+        for j in 0..32 {
+            lanes[j] = lanes[j].add(f(c[j]));
+        }
+    }
+    let mut t = B::ZERO;
+    for &x in rest {
+        t = t.add(f(x));
+    }
+    let mut w = 32;
+    while w > 1 {
+        w /= 2;
+        for j in 0..w {
+            lanes[j] = lanes[j].add(lanes[j + w]);
+        }
+    }
+    lanes[0].add(t)
+}
+
 /// Sum and mean (`mean` divides by the count at the end, as CPU's sum-then-divide does).
 struct Sum<A> {
     mean: bool,
@@ -180,11 +306,7 @@ impl<A: Num> Reducer for Sum<A> {
     }
     #[inline(always)]
     fn step_slice(&self, s: &mut A, xs: &[A], _: i64) {
-        if self.skip_nan {
-            xs.iter().for_each(|&x| self.step(s, x, 0));
-            return;
-        }
-        *s = s.add(sum_lanes(xs));
+        *s = s.add(if self.skip_nan { nansum_lanes(xs) } else { sum_lanes(xs) });
     }
     #[inline(always)]
     fn step_lanes(&self, states: &mut [A], xs: &[A], _: i64) {
@@ -213,6 +335,7 @@ impl<A: Num> Reducer for Sum<A> {
     fn finish(&self, s: A, count: usize) -> [A; 2] {
         [if self.mean { A::from_f64(s.to_f64() / count as f64) } else { s }, A::ZERO]
     }
+    const CASCADE: bool = true;
 }
 
 struct Prod<A>(std::marker::PhantomData<A>);
@@ -399,6 +522,28 @@ impl<A: Num> Reducer for ArgExtremum<A> {
     }
 }
 
+/// count_nonzero. Every real dtype converts to double without turning a nonzero
+/// value into zero, so the input is read as double whatever its dtype.
+struct CountNonzero;
+impl Reducer for CountNonzero {
+    type In = f64;
+    type State = i64;
+    type Out = i64;
+    fn init(&self) -> i64 {
+        0
+    }
+    #[inline(always)]
+    fn step(&self, s: &mut i64, x: f64, _: i64) {
+        *s += (x != 0.0) as i64;
+    }
+    fn combine(&self, a: i64, b: i64) -> i64 {
+        a + b
+    }
+    fn finish(&self, s: i64, _: usize) -> [i64; 2] {
+        [s, 0]
+    }
+}
+
 /// Welford's online variance (Welford 1962; Chan, Golub, LeVeque 1979 for combining), in double.
 struct Welford {
     correction: f64,
@@ -433,6 +578,7 @@ impl Reducer for Welford {
         let var = s.1 / (s.2 - self.correction).max(0.0);
         [if self.take_sqrt { var.sqrt() } else { var }, s.0]
     }
+    const CASCADE: bool = true;
 }
 
 /// Vector p-norm.
@@ -464,6 +610,25 @@ impl<F: Float> Reducer for Norm<F> {
             *s + a.pow(F::from_f64c(self.p)).unwrap_or(F::ZERO)
         };
     }
+    /// Finite p: the powers summed in independent lanes (vectorisable, and each lane
+    /// adds only a slice's length / 32 terms in sequence).
+    #[inline(always)]
+    fn step_slice(&self, s: &mut F, xs: &[F], i: i64) {
+        let part = if self.p == 2.0 {
+            map_sum_lanes(xs, |x| x * x)
+        } else if self.p == 1.0 {
+            map_sum_lanes(xs, |x| x.abs())
+        } else if self.p == 0.0 {
+            map_sum_lanes(xs, |x| if x != F::ZERO { F::ONE } else { F::ZERO })
+        } else if self.p.is_finite() {
+            let p = F::from_f64c(self.p);
+            map_sum_lanes(xs, |x| x.abs().pow(p).unwrap_or(F::ZERO))
+        } else {
+            xs.iter().for_each(|&x| self.step(s, x, i));
+            return;
+        };
+        *s = *s + part;
+    }
     fn combine(&self, a: F, b: F) -> F {
         if self.p == f64::INFINITY {
             a.max_nan(b)
@@ -483,6 +648,7 @@ impl<F: Float> Reducer for Norm<F> {
         };
         [v, F::ZERO]
     }
+    const CASCADE: bool = true;
 }
 
 /// The kept and reduced sub-spaces of a reduction iterator.
@@ -539,6 +705,8 @@ fn split(it: &TensorIter) -> Split {
 }
 
 /// Folds the reduced space's linear range `[start, end)` at input byte offset `base` into `s`.
+/// A cascading reducer folds a range longer than one leaf leaf by leaf, the leaves
+/// combined through a [`Cascade`].
 ///
 /// # Safety
 /// The addressed input elements are readable.
@@ -546,34 +714,51 @@ unsafe fn fold_range<R: Reducer>(r: &R, red: &TensorIter, base: isize, start: us
     let input: Operand = red.operands[0];
     let stride = red.inner_stride(0);
     let direct = input.dtype == R::In::DTYPE && stride == std::mem::size_of::<R::In>() as isize;
+    let cascade = R::CASCADE && end - start > LEAF;
     let mut buf = vec![R::In::from_i64(0); if direct { 0 } else { BLOCK.min(end - start) }];
     let mut index = start as i64;
     let mut result = Ok(());
+    let mut cas = Cascade::new(1);
+    let mut leaf = [r.init()];
+    let (mut in_leaf, mut slices) = (0usize, 0usize);
     red.for_each_row_in(start, end, |offs, len| {
-        if direct {
-            // Already the accumulation type in place: fold the row in one call, so the
-            // reducer's lanes are set up and combined once per row rather than per block.
-            // SAFETY: in-bounds by the iterator's construction.
-            let p = unsafe { input.ptr.offset(base + offs[0]) };
-            r.step_slice(s, unsafe { std::slice::from_raw_parts(p as *const R::In, len) }, index);
-            index += len as i64;
-            return;
-        }
         let mut b = 0;
         while b < len && result.is_ok() {
-            let n = BLOCK.min(len - b);
+            // Without a cascade a row already in the accumulation type folds in one call,
+            // so the reducer's lanes are set up and combined once per row.
+            let room = if cascade { LEAF - in_leaf } else { usize::MAX };
+            let n = if direct { room.min(len - b) } else { BLOCK.min(len - b).min(room) };
             // SAFETY: in-bounds by the iterator's construction.
             let p = unsafe { input.ptr.offset(base + offs[0] + b as isize * stride) };
+            let acc = if cascade { &mut leaf[0] } else { &mut *s };
             if direct {
-                r.step_slice(s, unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
+                // SAFETY: n contiguous elements of the accumulation type.
+                r.step_slice(acc, unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
             } else {
+                // SAFETY: n elements at `stride` from p are readable.
                 result = unsafe { load::<R::In>(input.dtype, p, stride, n, &mut buf) };
-                r.step_slice(s, &buf[..n], index);
+                r.step_slice(acc, &buf[..n], index);
             }
             index += n as i64;
             b += n;
+            if cascade {
+                in_leaf += n;
+                slices += 1;
+                if in_leaf == LEAF || slices == LEAF_SLICES {
+                    cas.push(r, &mut leaf);
+                    (in_leaf, slices) = (0, 0);
+                }
+            }
         }
     });
+    if cascade {
+        if in_leaf > 0 {
+            cas.push(r, &mut leaf);
+        }
+        let mut total = [r.init()];
+        cas.finish(r, &mut total);
+        *s = r.combine(*s, total[0]);
+    }
     result
 }
 
@@ -650,14 +835,17 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
             });
         }
     } else {
-        // Outer: blocks of adjacent outputs along dimension 0 reduced together.
+        // Outer: blocks of adjacent outputs along dimension 0 reduced together. A
+        // cascading reducer hands its state vector to a cascade every LEAF_ROWS rows.
         let in_op = it.operands[input];
         let s_in = sp.kept.inner_stride(input);
+        let cascade = R::CASCADE && nr > LEAF_ROWS;
         sp.kept.parallel_ranges_weighted(nk, nr, |start, end| {
             // Use the whole operand (edition 2021 would capture only its raw pointer field, which is not Sync).
             let in_op: Operand = in_op;
             let mut states = vec![r.init(); BLOCK];
             let mut buf = vec![R::In::from_i64(0); BLOCK];
+            let mut cas = Cascade::new(BLOCK);
             sp.kept.for_each_row_in(start, end, |koffs, klen| {
                 let mut b = 0;
                 while b < klen {
@@ -665,23 +853,29 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                     states[..n].iter_mut().for_each(|s| *s = r.init());
                     let base = koffs[input] + b as isize * s_in;
                     let mut index = 0i64;
+                    let mut in_leaf = 0;
                     sp.reduced.for_each_row_in(0, nr, |roffs, rlen| {
                         let rs = sp.reduced.inner_stride(0);
                         let mut first = 0;
-                        if in_op.dtype == R::In::DTYPE && s_in == std::mem::size_of::<R::In>() as isize {
-                            while first + 4 <= rlen {
+                        let contiguous = in_op.dtype == R::In::DTYPE && s_in == std::mem::size_of::<R::In>() as isize;
+                        while first < rlen {
+                            if cascade && in_leaf >= LEAF_ROWS {
+                                cas.push(r, &mut states[..n]);
+                                in_leaf = 0;
+                            }
+                            if contiguous && first + 4 <= rlen {
                                 // SAFETY: rows `first..first + 4` hold n contiguous elements of the accumulation type.
                                 let row = |k: usize| unsafe { std::slice::from_raw_parts(in_op.ptr.offset(base + roffs[0] + (first + k) as isize * rs) as *const R::In, n) };
                                 r.step_rows(&mut states[..n], [row(0), row(1), row(2), row(3)], index);
                                 index += 4;
                                 first += 4;
+                                in_leaf += 4;
+                                continue;
                             }
-                        }
-                        for q in first..rlen {
-                            let off = base + roffs[0] + q as isize * rs;
+                            let off = base + roffs[0] + first as isize * rs;
                             // SAFETY: in-bounds by construction.
                             let p = unsafe { in_op.ptr.offset(off) };
-                            if in_op.dtype == R::In::DTYPE && s_in == std::mem::size_of::<R::In>() as isize {
+                            if contiguous {
                                 // SAFETY: n contiguous elements of the accumulation type.
                                 r.step_lanes(&mut states[..n], unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
                             } else {
@@ -691,8 +885,14 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                                 r.step_lanes(&mut states[..n], &buf[..n], index);
                             }
                             index += 1;
+                            first += 1;
+                            in_leaf += 1;
                         }
                     });
+                    if cascade {
+                        cas.push(r, &mut states[..n]);
+                        cas.finish(r, &mut states[..n]);
+                    }
                     for j in 0..n {
                         let offs = sp.kept.offsets_at(koffs, b + j);
                         record(unsafe { write_outputs(r, it, &offs, states[j], nr) });
@@ -775,6 +975,10 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
             ReduceOp::Norm { p } => match out_dt {
                 DType::F32 | DType::F16 | DType::BF16 => run_reducer(&Norm::<f32> { p, _f: P }, it),
                 DType::F64 => run_reducer(&Norm::<f64> { p, _f: P }, it),
+                d => Err(unsupported(d)),
+            },
+            ReduceOp::CountNonzero => match out_dt {
+                DType::I64 => run_reducer(&CountNonzero, it),
                 d => Err(unsupported(d)),
             },
         }
@@ -877,5 +1081,122 @@ mod tests {
         let mut nan = vec![1.0f32, f32::NAN, 3.0];
         let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut nan, 1, 3, 1, 1);
         assert!(m[0].is_nan());
+    }
+
+    /// Relative error of a float32 result against a float64 reference.
+    fn rel(got: f32, want: f64) -> f64 {
+        (got as f64 - want).abs() / want.abs()
+    }
+
+    #[test]
+    fn long_float32_sums_are_cascaded() {
+        // A running float32 sum of 2^22 tenths is off by about 1e-2 relative; the
+        // cascade keeps it to a few ulps.
+        let n = 1 << 22;
+        let mut x = vec![0.1f32; n];
+        let want = n as f64 * 0.1f32 as f64;
+        for threads in [1, 4] {
+            for op in [ReduceOp::Sum, ReduceOp::NanSum, ReduceOp::Mean] {
+                let got: Vec<f32> = reduce_2d(op, &mut x, 1, n, 1, threads);
+                let want = if op == ReduceOp::Mean { want / n as f64 } else { want };
+                assert!(rel(got[0], want) < 1e-6, "{op:?} threads={threads}: {}", got[0]);
+            }
+            // The p-norms fold each leaf in lanes too.
+            let got: Vec<f32> = reduce_2d(ReduceOp::Norm { p: 1.0 }, &mut x, 1, n, 1, threads);
+            assert!(rel(got[0], want) < 1e-6, "norm1 threads={threads}: {}", got[0]);
+            let got: Vec<f32> = reduce_2d(ReduceOp::Norm { p: 2.0 }, &mut x, 1, n, 1, threads);
+            let want2 = (n as f64 * (0.1f32 as f64).powi(2)).sqrt();
+            assert!(rel(got[0], want2) < 1e-6, "norm2 threads={threads}: {}", got[0]);
+        }
+        // nansum skips NaN at any position of a leaf and of its lanes.
+        let mut holes = x.clone();
+        let mut skipped = 0;
+        for i in (0..n).step_by(997) {
+            holes[i] = f32::NAN;
+            skipped += 1;
+        }
+        let got: Vec<f32> = reduce_2d(ReduceOp::NanSum, &mut holes, 1, n, 1, 2);
+        assert!(rel(got[0], (n - skipped) as f64 * 0.1f32 as f64) < 1e-6, "{}", got[0]);
+    }
+
+    #[test]
+    fn long_columns_and_rows_are_cascaded() {
+        // (2^18, 3) reduced along dim 0 (outer schedule) and its rows (inner, per output).
+        let (rows, cols) = (1 << 18, 3);
+        let mut x: Vec<f32> = (0..rows * cols).map(|i| 0.1 + (i % 11) as f32 * 0.01).collect();
+        for threads in [1, 3] {
+            let s: Vec<f32> = reduce_2d(ReduceOp::Sum, &mut x, rows, cols, 0, threads);
+            let n: Vec<f32> = reduce_2d(ReduceOp::Norm { p: 2.0 }, &mut x, rows, cols, 0, threads);
+            for c in 0..cols {
+                let want: f64 = (0..rows).map(|r| x[r * cols + c] as f64).sum();
+                assert!(rel(s[c], want) < 1e-6, "sum col {c}: {} vs {want}", s[c]);
+                let want: f64 = (0..rows).map(|r| (x[r * cols + c] as f64).powi(2)).sum::<f64>().sqrt();
+                assert!(rel(n[c], want) < 1e-6, "norm col {c}: {} vs {want}", n[c]);
+            }
+        }
+        let mut t: Vec<f32> = x.clone();
+        let m: Vec<f32> = reduce_2d(ReduceOp::Mean, &mut t, cols, rows, 1, 1);
+        for r in 0..cols {
+            let want: f64 = (0..rows).map(|c| t[r * rows + c] as f64).sum::<f64>() / rows as f64;
+            assert!(rel(m[r], want) < 1e-6, "mean row {r}");
+        }
+    }
+
+    #[test]
+    fn cascade_combines_every_leaf_once_in_order() {
+        // Integer leaves: the total is exact, whatever the number of leaves and width.
+        let r = Sum::<i64> { mean: false, skip_nan: false, _a: std::marker::PhantomData };
+        for width in [1, 3] {
+            for leaves in [1u64, 2, 3, 7, 8, 1000] {
+                let mut c = Cascade::new(width);
+                for k in 1..=leaves {
+                    let mut leaf: Vec<i64> = (0..width as i64).map(|j| k as i64 * (j + 1)).collect();
+                    c.push(&r, &mut leaf);
+                    assert!(leaf.iter().all(|&v| v == 0), "leaf reset");
+                }
+                let mut out = vec![7i64; width];
+                c.finish(&r, &mut out);
+                for (j, &v) in out.iter().enumerate() {
+                    assert_eq!(v, (leaves * (leaves + 1) / 2) as i64 * (j as i64 + 1));
+                }
+            }
+        }
+        // Argmax keeps the first index of the largest value across leaves.
+        let a = ArgExtremum::<f32> { max: true, with_values: true, _a: std::marker::PhantomData };
+        let mut c = Cascade::new(1);
+        for (k, v) in [1.0f32, 5.0, 2.0, 5.0, 0.0].iter().enumerate() {
+            c.push(&a, &mut [Some((*v, k as i64))]);
+        }
+        let mut out = [None];
+        c.finish(&a, &mut out);
+        assert_eq!(out[0], Some((5.0, 1)));
+    }
+
+    #[test]
+    fn narrow_integer_inputs_widen_as_they_load() {
+        // bool and uint8 read in place into int64 sums, products and nonzero counts.
+        let n = 3 * BLOCK + 5;
+        let mut bytes: Vec<u8> = (0..n).map(|i| (i % 5) as u8).collect();
+        let mut flags: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
+        let mut out = [0i64];
+        let mut run = |op: ReduceOp, input: Operand, esz: i64| {
+            let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (input, &[esz][..])], 1, 2).unwrap();
+            unsafe { reduce(op, &it) }.unwrap();
+            out[0]
+        };
+        let want: i64 = bytes.iter().map(|&b| b as i64).sum();
+        assert_eq!(run(ReduceOp::Sum, operand(&mut bytes), 1), want);
+        assert_eq!(run(ReduceOp::CountNonzero, operand(&mut bytes), 1), (n - n.div_ceil(5)) as i64);
+        assert_eq!(run(ReduceOp::Sum, operand(&mut flags), 1), n.div_ceil(3) as i64);
+        assert_eq!(run(ReduceOp::CountNonzero, operand(&mut flags), 1), n.div_ceil(3) as i64);
+        let mut small: Vec<u8> = vec![1; n];
+        small[7] = 3;
+        small[n - 1] = 2;
+        assert_eq!(run(ReduceOp::Prod, operand(&mut small), 1), 6);
+        let mut floats = vec![0.0f32, -0.0, f32::NAN, 1e-40, 2.0];
+        let mut out = [0i64];
+        let it = TensorIter::new("t", &[5], vec![(operand(&mut out), &[0][..]), (operand(&mut floats), &[4][..])], 1, 1).unwrap();
+        unsafe { reduce(ReduceOp::CountNonzero, &it) }.unwrap();
+        assert_eq!(out[0], 3);
     }
 }
