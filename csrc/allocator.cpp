@@ -52,7 +52,7 @@ struct OxideDeviceAllocator final : c10::DeviceAllocator {
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
     if (ptr.get() != nullptr) {
-      OXIDE_CHECK(oxide_record_stream(ptr.get(), stream.id()));
+      OXIDE_CHECK(oxide_record_stream(ptr.get(), stream.device_index(), stream.id()));
     }
   }
 

@@ -65,17 +65,19 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return make_stream(c10::Device(kOxide, index), 0);
   }
 
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*isHighPriority*/) const override {
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool isHighPriority) const override {
     const auto index = index_or_current(d);
     int64_t id = 0;
-    OXIDE_CHECK(oxide_stream_from_pool(index, &id));
+    OXIDE_CHECK(oxide_stream_from_pool(index, isHighPriority, &id));
     return make_stream(c10::Device(kOxide, index), id);
   }
 
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+  // Like CUDA's, a "new" stream comes from the device's fixed pool (round-robin), so
+  // creating streams in a loop reuses a bounded set instead of growing the runtime.
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
     const auto index = index_or_current(d);
     int64_t id = 0;
-    OXIDE_CHECK(oxide_stream_create(index, &id));
+    OXIDE_CHECK(oxide_stream_create(index, priority, &id));
     return make_stream(c10::Device(kOxide, index), id);
   }
 
@@ -143,7 +145,7 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
     if (data_ptr.get() != nullptr) {
-      OXIDE_CHECK(oxide_record_stream(data_ptr.get(), stream.id()));
+      OXIDE_CHECK(oxide_record_stream(data_ptr.get(), stream.device_index(), stream.id()));
     }
   }
 

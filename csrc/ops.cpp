@@ -271,11 +271,12 @@ at::Tensor& zero_(at::Tensor& self) {
 }
 
 // Tensor.record_stream: the block must not be reused before `stream`'s work is done.
+// The stream may be on another oxide device (a peer reads the tensor there), as CUDA allows.
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1 && stream.device() == self.device(),
-              "record_stream: stream ", stream, " is not on the tensor's device ", self.device());
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "record_stream: stream ", stream,
+              " is not an oxide stream (the tensor is on ", self.device(), ")");
   if (self.storage().data() != nullptr) {
-    OXIDE_CHECK(oxide_record_stream(self.storage().mutable_data(), stream.id()));
+    OXIDE_CHECK(oxide_record_stream(self.storage().mutable_data(), stream.device_index(), stream.id()));
   }
 }
 

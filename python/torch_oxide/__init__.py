@@ -44,6 +44,17 @@ if not hasattr(torch, _BACKEND):
     _register()
 
 
+def _refuse_sharing_between_processes() -> None:
+    """oxide tensors cannot cross process boundaries yet; say so where they are sent
+    (see ``_multiprocessing``)."""
+    from . import _multiprocessing
+
+    _multiprocessing.install()
+
+
+_refuse_sharing_between_processes()
+
+
 def _backward_on_the_calling_thread() -> None:
     """Turns off the autograd engine's device threads for the importing thread.
 

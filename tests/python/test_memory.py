@@ -5,6 +5,8 @@ import gc
 import pytest
 import torch
 
+from conftest import run_python
+
 MiB = 2**20
 
 
@@ -92,3 +94,45 @@ def test_out_of_memory_raises_and_process_survives():
     # nothing already on the device was lost, and new allocations work
     torch.testing.assert_close(keep.cpu(), torch.arange(1000.0))
     assert torch.ones(10, device="oxide").sum().item() == 10
+
+
+def test_freed_middle_block_does_not_cause_false_out_of_memory():
+    # A flat first-fit range of 64 MB had 30 MB free after this sequence but no 24 MiB
+    # hole, and the allocation failed; capacity is an accounting limit now.
+    out = run_python("""
+        import torch
+        MiB = 2**20
+        a, b, c = (torch.full((16 * MiB,), i, dtype=torch.uint8, device="oxide") for i in (1, 2, 3))
+        del b
+        torch.oxide.empty_cache()
+        free, total = torch.oxide.mem_get_info()
+        assert free > 24 * MiB, (free, total)
+        d = torch.full((24 * MiB,), 4, dtype=torch.uint8, device="oxide")
+        print("ok", int(a.cpu().sum()), int(c.cpu().sum()), int(d.cpu().sum()))
+        try:
+            torch.empty(40 * MiB, dtype=torch.uint8, device="oxide")
+        except torch.OutOfMemoryError as e:
+            print("OOM", e)
+        print("after", int(a.cpu().sum()), int(c.cpu().sum()), int(d.cpu().sum()), torch.oxide.memory_stats()["num_ooms"])
+    """, env={"OXIDE_DEVICE_MEMORY": "64MB"})
+    assert out.returncode == 0, out.stderr
+    mib = 2**20
+    sums = f"{16 * mib} {3 * 16 * mib} {4 * 24 * mib}"
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"ok {sums}"
+    oom = lines[1]
+    for part in (f"tried to allocate {40 * mib} bytes on oxide:0", "device capacity 64000000 bytes",
+                 f"{64000000 - 56 * mib} bytes are free", f"{56 * mib} bytes allocated by tensors"):
+        assert part in oom, (part, oom)
+    assert "fragment" not in oom, oom
+    assert lines[2] == f"after {sums} 1", "an out-of-memory error leaves the device's tensors intact"
+
+
+def test_out_of_memory_message_names_the_numbers():
+    cap = torch.oxide.mem_get_info(1)[1]
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        torch.empty(cap + 512, dtype=torch.uint8, device="oxide:1")
+    msg = str(info.value)
+    assert f"tried to allocate {cap + 512} bytes on oxide:1" in msg, msg
+    assert f"device capacity {cap} bytes" in msg and "bytes are free" in msg, msg
+    assert "allocated by tensors" in msg and "reserved by the caching allocator" in msg, msg

@@ -163,3 +163,52 @@ def test_threads_other_than_the_importer_keep_the_engine_thread():
     t.join()
     assert result == {"mt": True, "own": False, "grad": [3.0, 3.0, 3.0]}
     assert not torch.autograd.is_multithreading_enabled()
+
+
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+def test_sending_an_oxide_tensor_to_another_process_raises_at_once():
+    # Until oxide memory can be shared, pickling an oxide tensor or storage for another
+    # process fails in the caller with a clear error, instead of failing in a queue's
+    # feeder thread (stderr only) while the receiver waits forever.
+    import io
+    import multiprocessing.reduction
+    import types
+
+    ctx = torch.multiprocessing.get_context("spawn")
+    t = torch.arange(4.0, device="oxide")
+    p = torch.nn.Parameter(torch.ones(2, device="oxide:1"))
+    for obj in (t, t.untyped_storage(), t.storage(), p):
+        with pytest.raises(RuntimeError, match="cannot be shared between processes yet.*cpu()"):
+            multiprocessing.reduction.ForkingPickler.dumps(obj)
+    q = ctx.Queue()
+    try:
+        for obj in (t, (1, [t]), {"x": {"y": p}}, t[1:]):
+            with pytest.raises(RuntimeError, match="cannot be shared between processes yet"):
+                q.put(obj)
+        with pytest.raises(RuntimeError, match="cannot be shared"):
+            q.put_nowait(t)
+        # CPU tensors still travel, and the queue still works after a refusal.
+        q.put((t.cpu(), "cpu"))
+        back, tag = q.get(timeout=60)
+        assert tag == "cpu" and back.tolist() == [0.0, 1.0, 2.0, 3.0]
+        # An oxide tensor hidden inside another object is found only when pickled, in the
+        # feeder thread: the receiver then gets the error instead of blocking.
+        q.put(types.SimpleNamespace(t=t))
+        with pytest.raises(RuntimeError, match="cannot be shared between processes yet"):
+            q.get(timeout=60)
+    finally:
+        q.close()
+        q.join_thread()
+    sq = ctx.SimpleQueue()
+    with pytest.raises(RuntimeError, match="cannot be shared"):
+        sq.put(t)
+    jq = ctx.JoinableQueue()
+    with pytest.raises(RuntimeError, match="cannot be shared"):
+        jq.put([t])
+    jq.close()
+    # torch.save uses its own pickler: oxide tensors still save and load.
+    buf = io.BytesIO()
+    torch.save({"t": t}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)["t"]
+    assert loaded.device == t.device and loaded.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -11,10 +11,11 @@
 //! - when the device is full, the cache is released and the request retried
 //!   once (`num_alloc_retries`), then out-of-memory is reported with the
 //!   requested, allocated, reserved and capacity bytes (`num_ooms`);
-//! - `record_stream` marks a block as used by another stream. With inline
-//!   streams that use has finished by the time the block is freed; an
-//!   asynchronous runtime will defer the block's return to the cache until
-//!   an event recorded on each such stream completes.
+//! - `record_stream` marks a block as used by another stream, of this device
+//!   or another one (as CUDA allows). With inline streams that use has
+//!   finished by the time the block is freed; an asynchronous runtime will
+//!   defer the block's return to the cache until an event recorded on each
+//!   such stream completes.
 
 use std::collections::BTreeSet;
 
@@ -81,7 +82,8 @@ struct Block {
     size: usize,
     requested: usize,
     stream: StreamId,
-    recorded_streams: Vec<StreamId>,
+    /// Other streams that use the block, as (device, stream).
+    recorded_streams: Vec<(usize, StreamId)>,
 }
 
 /// The caching allocator of one device.
@@ -145,7 +147,7 @@ impl CachingAllocator {
 
     fn oom(&mut self, e: Error, bytes: usize) -> Error {
         match e {
-            Error::OutOfMemory { device, capacity, .. } => {
+            Error::OutOfMemory { device, capacity, largest_free_block, .. } => {
                 self.stats.num_ooms += 1;
                 Error::OutOfMemory {
                     device,
@@ -153,6 +155,7 @@ impl CachingAllocator {
                     allocated: self.stats.allocated_bytes.current as usize,
                     reserved: self.stats.reserved_bytes.current as usize,
                     capacity,
+                    largest_free_block,
                 }
             }
             other => other,
@@ -174,15 +177,23 @@ impl CachingAllocator {
         Ok(())
     }
 
-    /// `recordStream`: the block at `ptr` is also used by `stream`.
+    /// `recordStream`: the block at `ptr` is also used by `stream` of `device`
+    /// (any device: a peer copy reads it from there).
     ///
-    /// Errors: [`Error::InvalidPointer`] when `ptr` is not inside a live block.
-    pub fn record_stream(&mut self, ptr: usize, stream: StreamId) -> Result<()> {
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not the start of a live block.
+    pub fn record_stream(&mut self, ptr: usize, device: usize, stream: StreamId) -> Result<()> {
+        let own = self.memory.device();
         let block = self.active.get_mut(&ptr).ok_or(Error::InvalidPointer { ptr })?;
-        if block.stream != stream && !block.recorded_streams.contains(&stream) {
-            block.recorded_streams.push(stream);
+        let use_ = (device, stream);
+        if use_ != (own, block.stream) && !block.recorded_streams.contains(&use_) {
+            block.recorded_streams.push(use_);
         }
         Ok(())
+    }
+
+    /// Streams recorded on the live block at `ptr` with [`Self::record_stream`], as (device, stream).
+    pub fn recorded_streams(&self, ptr: usize) -> Option<&[(usize, StreamId)]> {
+        self.active.get(&ptr).map(|b| b.recorded_streams.as_slice())
     }
 
     /// `emptyCache`: gives every cached block back to device memory.
@@ -288,12 +299,57 @@ mod tests {
     fn peak_and_accumulated_resets() {
         let mut a = alloc(1 << 20);
         let p = a.allocate(4096, 0).unwrap();
-        a.record_stream(p, 3).unwrap();
+        a.record_stream(p, 0, 3).unwrap();
         a.free(p).unwrap();
         a.reset_peak_stats();
         assert_eq!(a.stats().allocated_bytes.peak, 0);
         a.reset_accumulated_stats();
         assert_eq!(a.stats().allocated_bytes.allocated, 0);
         assert_eq!(a.stats().num_device_alloc, 0);
+    }
+
+    #[test]
+    fn record_stream_accepts_other_devices() {
+        let mut a = alloc(1 << 20);
+        let p = a.allocate(4096, 2).unwrap();
+        a.record_stream(p, 0, 2).unwrap();
+        a.record_stream(p, 1, 2).unwrap();
+        a.record_stream(p, 1, 2).unwrap();
+        a.record_stream(p, 0, 5).unwrap();
+        assert_eq!(a.recorded_streams(p).unwrap(), &[(1, 2), (0, 5)], "own stream skipped, duplicates once");
+        assert!(matches!(a.record_stream(p + 512, 0, 1), Err(Error::InvalidPointer { .. })));
+        a.free(p).unwrap();
+    }
+
+    #[test]
+    fn freed_middle_block_does_not_cause_false_oom() {
+        const MIB: usize = 1 << 20;
+        let mut a = alloc(64 * MIB);
+        let x = a.allocate(16 * MIB, 0).unwrap();
+        let y = a.allocate(16 * MIB, 0).unwrap();
+        let z = a.allocate(16 * MIB, 0).unwrap();
+        a.free(y).unwrap();
+        a.empty_cache();
+        assert_eq!(a.memory().capacity() - a.memory().used(), 32 * MIB);
+        let w = a.allocate(24 * MIB, 0).unwrap();
+        assert_eq!(a.stats().num_ooms, 0);
+        // A real out-of-memory names every number a user needs.
+        let err = a.allocate(40 * MIB, 0).unwrap_err();
+        let msg = err.to_string();
+        for part in [
+            "tried to allocate 41943040 bytes on oxide:0",
+            "device capacity 67108864 bytes",
+            "8388608 bytes are free",
+            "58720256 bytes allocated by tensors",
+            "58720256 bytes reserved",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+        assert!(!msg.contains("fragment"), "{msg}");
+        assert_eq!(a.stats().num_ooms, 1);
+        for p in [x, z, w] {
+            assert!(a.is_active(p), "an out-of-memory error leaves live blocks alone");
+            a.free(p).unwrap();
+        }
     }
 }

@@ -9,9 +9,19 @@ pub enum Error {
     InvalidDevice { index: i64, count: usize },
 
     /// A device allocation that does not fit (cudaErrorMemoryAllocation).
-    /// All sizes are in bytes.
-    #[error("oxide out of memory: tried to allocate {requested} bytes on oxide:{device}; {allocated} bytes allocated by tensors, {reserved} bytes reserved by the caching allocator, device capacity {capacity} bytes (set OXIDE_DEVICE_MEMORY to change)")]
-    OutOfMemory { device: usize, requested: usize, allocated: usize, reserved: usize, capacity: usize },
+    /// All sizes are in bytes. `largest_free_block` is set when the request
+    /// is within the free capacity but no free extent of the device's address
+    /// range is large enough (fragmentation).
+    #[error(
+        "oxide out of memory: tried to allocate {requested} bytes on oxide:{device}; device capacity {capacity} bytes, of which {} bytes are free; {allocated} bytes allocated by tensors, {reserved} bytes reserved by the caching allocator{} (set OXIDE_DEVICE_MEMORY to change the capacity)",
+        capacity.saturating_sub(*reserved),
+        fragmentation_note(*largest_free_block)
+    )]
+    OutOfMemory { device: usize, requested: usize, allocated: usize, reserved: usize, capacity: usize, largest_free_block: Option<usize> },
+
+    /// A pinned host allocation the operating system refused.
+    #[error("out of pinned host memory: tried to allocate {requested} bytes; {pinned} bytes of pinned host memory in use")]
+    HostOutOfMemory { requested: usize, pinned: usize },
 
     /// A pointer that is not the start of a live device allocation.
     #[error("pointer {ptr:#x} is not a live allocation on any oxide device")]
@@ -40,6 +50,13 @@ pub enum Error {
     /// The operating system refused to reserve a device's address range.
     #[error("could not reserve {bytes} bytes of address space for oxide:{device}: {reason}")]
     Reserve { device: usize, bytes: usize, reason: String },
+}
+
+fn fragmentation_note(largest_free_block: Option<usize>) -> String {
+    match largest_free_block {
+        Some(b) => format!("; the largest free block is {b} bytes: the device's address range is fragmented"),
+        None => String::new(),
+    }
 }
 
 /// Shorthand used throughout the runtime.

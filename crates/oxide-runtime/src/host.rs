@@ -23,7 +23,7 @@ pub struct HostMemory {
 impl HostMemory {
     /// `cudaMallocHost`: `bytes` of page-aligned host memory (null for 0 bytes).
     ///
-    /// Errors: [`Error::OutOfMemory`] (device reported as `usize::MAX` = host) when the host allocator fails.
+    /// Errors: [`Error::HostOutOfMemory`] when the host allocator fails.
     pub fn malloc(&self, bytes: usize) -> Result<usize> {
         if bytes == 0 {
             return Ok(0);
@@ -40,7 +40,7 @@ impl HostMemory {
     }
 
     fn oom(&self, bytes: usize) -> Error {
-        Error::OutOfMemory { device: usize::MAX, requested: bytes, allocated: self.pinned_bytes(), reserved: self.pinned_bytes(), capacity: 0 }
+        Error::HostOutOfMemory { requested: bytes, pinned: self.pinned_bytes() }
     }
 
     /// `cudaFreeHost`.

@@ -28,13 +28,15 @@ pub use error::{Error, Result};
 pub use event::Event;
 pub use host::HostMemory;
 pub use philox::Philox4x32;
-pub use stream::{StreamId, Streams, DEFAULT_STREAM};
+pub use stream::{Priority, StreamId, Streams, DEFAULT_STREAM};
 
 /// One device: its caching allocator (owning its memory) and its streams.
 pub struct Device {
     index: usize,
     allocator: Mutex<CachingAllocator>,
+    /// The device's address range: start and length (larger than the capacity).
     range: (usize, usize),
+    capacity: usize,
     streams: Streams,
 }
 
@@ -53,7 +55,7 @@ impl Device {
     }
     /// Capacity in bytes.
     pub fn capacity(&self) -> usize {
-        self.range.1
+        self.capacity
     }
     /// `cudaMemGetInfo`: `(free, total)` bytes, where free excludes what the caching allocator holds.
     pub fn mem_get_info(&self) -> (usize, usize) {
@@ -143,8 +145,9 @@ pub fn runtime() -> Result<&'static Runtime> {
             let devices = (0..config.device_count)
                 .map(|i| {
                     let memory = memory::DeviceMemory::reserve(i, config.device_memory)?;
-                    let range = (memory.base(), memory.capacity());
-                    Ok(Device { index: i, allocator: Mutex::new(CachingAllocator::new(memory)), range, streams: Streams::new(i) })
+                    let (range, capacity) = ((memory.base(), memory.span()), memory.capacity());
+                    let allocator = Mutex::new(CachingAllocator::new(memory));
+                    Ok(Device { index: i, allocator, range, capacity, streams: Streams::new(i) })
                 })
                 .collect::<Result<Vec<_>>>()?;
             // SAFETY: registering a plain extern "C" function with no captured state.
@@ -340,7 +343,7 @@ mod tests {
         std::thread::spawn(move || {
             rt.set_device(1).unwrap();
             assert_eq!(rt.current_device(), 1);
-            let s = rt.device(1).unwrap().streams().create();
+            let s = rt.device(1).unwrap().streams().create(0);
             assert_eq!(rt.exchange_stream(1, s).unwrap(), DEFAULT_STREAM);
             assert_eq!(rt.current_stream(1).unwrap(), s);
             assert_eq!(rt.current_stream(0).unwrap(), DEFAULT_STREAM);

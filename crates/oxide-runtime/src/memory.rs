@@ -1,13 +1,20 @@
 //! Device memory: the `cudaMalloc` layer.
 //!
 //! Each device owns one contiguous virtual address range reserved with
-//! `mmap(MAP_NORESERVE)`; pages are committed by the kernel on first touch.
+//! `mmap(MAP_NORESERVE)`, [`ADDRESS_SPACE_FACTOR`] times larger than the
+//! device's capacity; pages are committed by the kernel on first touch and
+//! given back with `MADV_DONTNEED` when their extent is freed. Capacity is
+//! therefore an accounting limit (bytes handed out), not the size of the
+//! range, as with CUDA's expandable segments: a request that fits in the
+//! free capacity finds a hole in the much larger range even when earlier
+//! frees have left the low part of it fragmented, so a program never gets
+//! out-of-memory while the device still reports enough free memory (bar
+//! address-space fragmentation far beyond what real allocation patterns
+//! produce; the error then says so and names the largest free extent).
 //! Because the ranges never overlap, "which device owns this pointer" is a
 //! range check, and no device pointer can alias a host allocation.
 //! Inside the range an address-ordered first-fit free list hands out
-//! [`ALIGNMENT`]-aligned blocks and coalesces neighbours on free. Freed pages
-//! are given back to the OS with `MADV_DONTNEED`, so device memory that is
-//! not reserved does not cost host RAM.
+//! [`ALIGNMENT`]-aligned blocks and coalesces neighbours on free.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +26,21 @@ pub const ALIGNMENT: usize = 512;
 
 /// Size of an x86-64 transparent huge page (2 MiB); device ranges start on one.
 pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Size of the address range reserved per device, in multiples of its
+/// capacity. The worst case of address-ordered first fit under adversarial
+/// patterns grows with the live bytes times `log2(largest / smallest block)`
+/// (Robson, 1977); with 512-byte blocks that logarithm stays below 32 for any
+/// capacity under 2 TiB. Reserving costs only page-table space for touched
+/// pages. Where the OS refuses a range this large, the factor is halved
+/// until it accepts one (at least the capacity itself).
+pub const ADDRESS_SPACE_FACTOR: usize = 32;
+
+/// Largest address range reserved for one device (16 TiB), so that many
+/// large devices still fit a 47-bit user address space.
+pub const MAX_SPAN: usize = 1 << 44;
+
+const PAGE: usize = 4096;
 
 /// Rounds `bytes` up to a multiple of [`ALIGNMENT`] (0 stays 0).
 pub fn round_up(bytes: usize) -> usize {
@@ -33,6 +55,9 @@ pub struct DeviceMemory {
     raw: usize,
     mapped: usize,
     base: usize,
+    /// Bytes of address space usable from `base`.
+    span: usize,
+    /// Bytes that may be handed out at once (the device's memory size).
     capacity: usize,
     /// Free extents, keyed by offset from `base`, value = length.
     free: BTreeMap<usize, usize>,
@@ -45,13 +70,30 @@ pub struct DeviceMemory {
 unsafe impl Send for DeviceMemory {}
 
 impl DeviceMemory {
-    /// Reserves `capacity` bytes of address space for `device`.
+    /// Reserves address space for a device of `capacity` bytes: up to
+    /// [`ADDRESS_SPACE_FACTOR`] times `capacity` (see there).
     ///
-    /// Errors: [`Error::Reserve`] when the OS refuses the mapping.
+    /// Errors: [`Error::Reserve`] when the OS refuses even `capacity` bytes.
     pub fn reserve(device: usize, capacity: usize) -> Result<DeviceMemory> {
         let capacity = capacity / ALIGNMENT * ALIGNMENT;
+        let mut span = capacity.saturating_mul(ADDRESS_SPACE_FACTOR).min(MAX_SPAN).max(capacity);
+        loop {
+            match Self::reserve_span(device, capacity, span) {
+                Err(Error::Reserve { .. }) if span / 2 >= capacity && span > capacity => span = (span / 2).max(capacity),
+                other => return other,
+            }
+        }
+    }
+
+    /// Reserves `span` bytes of address space (at least `capacity`) for a
+    /// device that may hand out `capacity` bytes at once.
+    ///
+    /// Errors: [`Error::Reserve`] when the OS refuses the mapping.
+    pub fn reserve_span(device: usize, capacity: usize, span: usize) -> Result<DeviceMemory> {
+        let capacity = capacity / ALIGNMENT * ALIGNMENT;
+        let span = (span.max(capacity) / ALIGNMENT) * ALIGNMENT;
         // One huge page more than asked, so that the range can start on a huge-page boundary.
-        let mapped = capacity + HUGE_PAGE;
+        let mapped = span + HUGE_PAGE;
         // SAFETY: anonymous private mapping with no fixed address; the result is checked.
         let raw = unsafe {
             libc::mmap(
@@ -64,22 +106,23 @@ impl DeviceMemory {
             )
         };
         if raw == libc::MAP_FAILED {
-            return Err(Error::Reserve {
-                device,
-                bytes: capacity,
-                reason: std::io::Error::last_os_error().to_string(),
-            });
+            return Err(Error::Reserve { device, bytes: span, reason: std::io::Error::last_os_error().to_string() });
         }
         let base = (raw as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
         // Transparent huge pages for the device range, as a GPU maps its memory in
         // large pages: a kernel streaming a 40 MB tensor otherwise takes a TLB miss
         // every 4 KiB. Only a hint: where THP is off, the call fails or is ignored
         // and the range keeps 4 KiB pages.
-        // SAFETY: [base, base + capacity) lies inside the mapping just made.
-        unsafe { libc::madvise(base as *mut libc::c_void, capacity, libc::MADV_HUGEPAGE) };
+        // SAFETY: [base, base + span) lies inside the mapping just made.
+        unsafe { libc::madvise(base as *mut libc::c_void, span, libc::MADV_HUGEPAGE) };
         let mut free = BTreeMap::new();
-        free.insert(0, capacity);
-        Ok(DeviceMemory { device, raw: raw as usize, mapped, base, capacity, free, live: BTreeMap::new(), used: 0 })
+        free.insert(0, span);
+        Ok(DeviceMemory { device, raw: raw as usize, mapped, base, span, capacity, free, live: BTreeMap::new(), used: 0 })
+    }
+
+    /// Index of the device this memory belongs to.
+    pub fn device(&self) -> usize {
+        self.device
     }
 
     /// First address of the device's range.
@@ -87,7 +130,12 @@ impl DeviceMemory {
         self.base
     }
 
-    /// Capacity of the device in bytes.
+    /// Bytes of address space in the device's range (at least the capacity).
+    pub fn span(&self) -> usize {
+        self.span
+    }
+
+    /// Capacity of the device in bytes: the most that can be handed out at once.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -97,27 +145,39 @@ impl DeviceMemory {
         self.used
     }
 
+    /// Length of the largest free extent of the address range.
+    pub fn largest_free_extent(&self) -> usize {
+        self.free.values().copied().max().unwrap_or(0)
+    }
+
     /// True when `ptr` lies anywhere inside this device's address range.
     pub fn contains(&self, ptr: usize) -> bool {
-        ptr >= self.base && ptr < self.base + self.capacity
+        ptr >= self.base && ptr < self.base + self.span
     }
 
     /// Allocates `bytes` (rounded up to [`ALIGNMENT`], at least one unit).
     /// Returns the device pointer.
     ///
-    /// Errors: [`Error::OutOfMemory`] (with `allocated`/`reserved` left 0 for
-    /// the caching layer to fill) when no free extent is large enough.
+    /// Errors: [`Error::OutOfMemory`] (with `allocated`/`reserved` left for
+    /// the caching layer to fill) when the request exceeds the free capacity,
+    /// or, with `largest_free_block` set, when the capacity would allow it but
+    /// no free extent of the address range is large enough.
     pub fn malloc(&mut self, bytes: usize) -> Result<usize> {
         let size = round_up(bytes.max(1));
+        let oom = |largest_free_block| Error::OutOfMemory {
+            device: self.device,
+            requested: bytes,
+            allocated: 0,
+            reserved: self.used,
+            capacity: self.capacity,
+            largest_free_block,
+        };
+        if size > self.capacity - self.used {
+            return Err(oom(None));
+        }
         let found = self.free.iter().find(|(_, &len)| len >= size).map(|(&off, &len)| (off, len));
         let Some((off, len)) = found else {
-            return Err(Error::OutOfMemory {
-                device: self.device,
-                requested: bytes,
-                allocated: 0,
-                reserved: self.used,
-                capacity: self.capacity,
-            });
+            return Err(oom(Some(self.largest_free_extent())));
         };
         self.free.remove(&off);
         if len > size {
@@ -128,14 +188,14 @@ impl DeviceMemory {
         Ok(self.base + off)
     }
 
-    /// Returns the allocation starting at `ptr` to the free list.
+    /// Returns the allocation starting at `ptr` to the free list and its
+    /// pages to the OS.
     ///
     /// Errors: [`Error::InvalidPointer`] when `ptr` is not the start of a live allocation.
     pub fn free(&mut self, ptr: usize) -> Result<()> {
         let off = ptr.checked_sub(self.base).ok_or(Error::InvalidPointer { ptr })?;
         let size = self.live.remove(&off).ok_or(Error::InvalidPointer { ptr })?;
         self.used -= size;
-        self.release_pages(off, size);
         let (mut start, mut len) = (off, size);
         if let Some((&prev, &plen)) = self.free.range(..start).next_back() {
             if prev + plen == start {
@@ -149,6 +209,10 @@ impl DeviceMemory {
             len += nlen;
         }
         self.free.insert(start, len);
+        // The block's pages, plus the pages it shared with now-free neighbours.
+        let lo = (off / PAGE * PAGE).max(start);
+        let hi = (off + size).div_ceil(PAGE).saturating_mul(PAGE).min(start + len);
+        self.release_pages(lo, hi);
         Ok(())
     }
 
@@ -159,14 +223,15 @@ impl DeviceMemory {
         (off < start + len).then_some((self.base + start, len))
     }
 
-    /// Gives whole pages inside a freed extent back to the OS so that freed
-    /// device memory stops counting against host RAM.
-    fn release_pages(&self, off: usize, size: usize) {
-        const PAGE: usize = 4096;
-        let start = (self.base + off).div_ceil(PAGE) * PAGE;
-        let end = (self.base + off + size) / PAGE * PAGE;
-        if end > start && end - start >= 64 * PAGE {
-            // SAFETY: [start, end) lies inside our own mapping and is no longer handed out.
+    /// Gives the whole pages inside the free offsets `[lo, hi)` back to the OS,
+    /// so that freed device memory stops counting against host RAM: what the
+    /// process holds stays bounded by the bytes in use, however scattered
+    /// over the range they are.
+    fn release_pages(&self, lo: usize, hi: usize) {
+        let start = (self.base + lo).div_ceil(PAGE) * PAGE;
+        let end = (self.base + hi) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: [start, end) lies inside our own mapping and no live allocation overlaps it.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         }
     }
@@ -223,10 +288,82 @@ mod tests {
         let mut m = DeviceMemory::reserve(1, 1 << 20).unwrap();
         let _a = m.malloc(1 << 19).unwrap();
         match m.malloc(1 << 20) {
-            Err(Error::OutOfMemory { device, requested, reserved, capacity, .. }) => {
+            Err(Error::OutOfMemory { device, requested, reserved, capacity, largest_free_block, .. }) => {
                 assert_eq!((device, requested, reserved, capacity), (1, 1 << 20, 1 << 19, 1 << 20));
+                assert_eq!(largest_free_block, None, "over capacity: not a fragmentation failure");
             }
             other => panic!("expected OOM, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn capacity_is_accounting_and_does_not_fragment() {
+        const MIB: usize = 1 << 20;
+        let mut m = DeviceMemory::reserve(0, 64 * MIB).unwrap();
+        assert!(m.span() >= 2 * m.capacity(), "address range larger than the capacity");
+        let a = m.malloc(16 * MIB).unwrap();
+        let b = m.malloc(16 * MIB).unwrap();
+        let c = m.malloc(16 * MIB).unwrap();
+        m.free(b).unwrap();
+        // 32 MiB free, no hole of 24 MiB below `c`: a flat 64 MiB range would fail here.
+        let d = m.malloc(24 * MIB).unwrap();
+        assert!(m.contains(d) && m.contains(d + 24 * MIB - 1));
+        assert_eq!(m.used(), 56 * MIB);
+        // SAFETY: d..d + 24 MiB was just allocated inside the mapping.
+        unsafe { std::ptr::write_bytes(d as *mut u8, 3, 24 * MIB) };
+        // Capacity still bounds what is handed out, wherever the holes are.
+        match m.malloc(9 * MIB) {
+            Err(Error::OutOfMemory { requested, reserved, capacity, largest_free_block: None, .. }) => {
+                assert_eq!((requested, reserved, capacity), (9 * MIB, 56 * MIB, 64 * MIB));
+            }
+            other => panic!("expected OOM, got {other:?}"),
+        }
+        let e = m.malloc(8 * MIB).unwrap();
+        for p in [a, c, d, e] {
+            m.free(p).unwrap();
+        }
+        assert_eq!(m.used(), 0);
+        assert_eq!(m.free.len(), 1, "free list coalesces back to the whole range");
+        assert_eq!(m.largest_free_extent(), m.span());
+    }
+
+    #[test]
+    fn address_space_fragmentation_is_reported() {
+        // A range no larger than the capacity can still fragment: the error says so.
+        let mut m = DeviceMemory::reserve_span(2, 1 << 20, 1 << 20).unwrap();
+        let a = m.malloc(256 << 10).unwrap();
+        let b = m.malloc(256 << 10).unwrap();
+        let _c = m.malloc(256 << 10).unwrap();
+        m.free(b).unwrap();
+        assert!(m.contains(a));
+        match m.malloc(384 << 10) {
+            Err(e @ Error::OutOfMemory { largest_free_block: Some(262144), device: 2, .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("393216 bytes") && msg.contains("oxide:2"), "{msg}");
+                assert!(msg.contains("largest free block is 262144 bytes"), "{msg}");
+                assert!(msg.contains("fragment"), "{msg}");
+            }
+            other => panic!("expected a fragmentation OOM, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn freed_pages_go_back_to_the_os() {
+        let mut m = DeviceMemory::reserve(0, 8 << 20).unwrap();
+        let p = m.malloc(64 << 10).unwrap();
+        let q = m.malloc(64 << 10).unwrap();
+        // SAFETY: both blocks were just allocated inside the mapping.
+        unsafe {
+            std::ptr::write_bytes(p as *mut u8, 9, 64 << 10);
+            std::ptr::write_bytes(q as *mut u8, 9, 64 << 10);
+        }
+        m.free(p).unwrap();
+        let p2 = m.malloc(64 << 10).unwrap();
+        assert_eq!(p2, p, "first fit reuses the freed extent");
+        // SAFETY: p2 is live; MADV_DONTNEED pages read back as zero, kept pages as 9.
+        unsafe {
+            assert_eq!(*(p2 as *const u8), 0, "the freed block's pages were released");
+            assert_eq!(*(q as *const u8), 9, "the neighbour's data is intact");
         }
     }
 

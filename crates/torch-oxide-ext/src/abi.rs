@@ -30,6 +30,9 @@ pub const OXIDE_STATUS_INVALID_VALUE: i32 = 3;
 pub const OXIDE_STATUS_FORKED: i32 = 4;
 /// The runtime could not start or an internal error (including a caught panic).
 pub const OXIDE_STATUS_INTERNAL: i32 = 5;
+/// A runtime call the device refuses in its current state, e.g. the elapsed
+/// time between events of two devices (becomes a RuntimeError, as a CUDA error does).
+pub const OXIDE_STATUS_RUNTIME_ERROR: i32 = 9;
 
 /// A kernel rejected its input values (becomes a RuntimeError, as on CPU).
 pub const OXIDE_STATUS_KERNEL_ERROR: i32 = 6;
@@ -98,9 +101,10 @@ impl AbiError {
         use oxide_runtime::Error as E;
         match self {
             AbiError::Runtime(E::InvalidDevice { .. }) => OXIDE_STATUS_INVALID_DEVICE,
-            AbiError::Runtime(E::OutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
+            AbiError::Runtime(E::OutOfMemory { .. } | E::HostOutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
             AbiError::Runtime(E::Forked) => OXIDE_STATUS_FORKED,
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
+            AbiError::Runtime(E::InvalidEvent { .. }) => OXIDE_STATUS_RUNTIME_ERROR,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
             AbiError::Kernel(oxide_kernels::Error::IndexOutOfBounds { .. } | oxide_kernels::Error::OutOfRange { .. }) => OXIDE_STATUS_INDEX_ERROR,
@@ -228,13 +232,16 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
     })
 }
 
-/// Marks the block at `ptr` as used by `stream` of its device (`recordStream`).
+/// Marks the block at `ptr` as used by `stream` of `stream_device` (`recordStream`);
+/// the stream may belong to any device, as with CUDA.
 #[no_mangle]
-pub extern "C" fn oxide_record_stream(ptr: *mut c_void, stream: i64) -> i32 {
+pub extern "C" fn oxide_record_stream(ptr: *mut c_void, stream_device: i32, stream: i64) -> i32 {
     ffi(|| {
         let rt = runtime()?;
+        let user = rt.device(stream_device as i64)?;
+        user.streams().state(stream)?;
         match rt.pointer_kind(ptr as usize) {
-            PointerKind::Device(d) => Ok(rt.device(d as i64)?.allocator().record_stream(ptr as usize, stream)?),
+            PointerKind::Device(d) => Ok(rt.device(d as i64)?.allocator().record_stream(ptr as usize, user.index(), stream)?),
             _ => Err(oxide_runtime::Error::InvalidPointer { ptr: ptr as usize }.into()),
         }
     })
@@ -470,16 +477,18 @@ pub extern "C" fn oxide_stream_exchange(device: i32, stream: i64, out: *mut i64)
     ffi(|| put(out, runtime()?.exchange_stream(device as i64, stream)?))
 }
 
-/// `cudaStreamCreate` on `device`.
+/// `cudaStreamCreateWithPriority` as PyTorch uses it: the next stream of
+/// `device`'s pool for `priority` (negative = high priority), round-robin.
 #[no_mangle]
-pub extern "C" fn oxide_stream_create(device: i32, out: *mut i64) -> i32 {
-    ffi(|| put(out, runtime()?.device(device as i64)?.streams().create()))
+pub extern "C" fn oxide_stream_create(device: i32, priority: i32, out: *mut i64) -> i32 {
+    ffi(|| put(out, runtime()?.device(device as i64)?.streams().create(priority)))
 }
 
-/// A pool stream of `device`.
+/// A pool stream of `device`, from the high-priority pool when `high_priority`.
 #[no_mangle]
-pub extern "C" fn oxide_stream_from_pool(device: i32, out: *mut i64) -> i32 {
-    ffi(|| put(out, runtime()?.device(device as i64)?.streams().from_pool()))
+pub extern "C" fn oxide_stream_from_pool(device: i32, high_priority: bool, out: *mut i64) -> i32 {
+    let class = if high_priority { oxide_runtime::Priority::High } else { oxide_runtime::Priority::Normal };
+    ffi(|| put(out, runtime()?.device(device as i64)?.streams().from_pool(class)))
 }
 
 /// `cudaStreamQuery`.

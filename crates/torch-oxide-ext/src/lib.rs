@@ -70,6 +70,19 @@ fn synchronize(index: i64) -> PyResult<()> {
     runtime().and_then(|rt| rt.synchronize_device(index)).map_err(to_py)
 }
 
+/// Raises RuntimeError when `index` is not a valid device index.
+#[pyfunction]
+fn check_device(index: i64) -> PyResult<()> {
+    device(index).map(|_| ())
+}
+
+/// Number of streams whose state device `index` tracks: fixed (the default
+/// stream and the two pools), however many streams the program has made.
+#[pyfunction]
+fn _stream_count(index: i64) -> PyResult<usize> {
+    Ok(device(index)?.streams().len())
+}
+
 /// Capacity of device `index` in bytes.
 #[pyfunction]
 fn device_capacity(index: i64) -> PyResult<usize> {
@@ -178,6 +191,8 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(current_device, m)?)?;
     m.add_function(wrap_pyfunction!(set_device, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(check_device, m)?)?;
+    m.add_function(wrap_pyfunction!(_stream_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(mem_get_info, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;

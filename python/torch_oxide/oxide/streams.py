@@ -17,10 +17,19 @@ _DeviceLike = Union[int, str, torch.device, None]
 
 
 def _index(device: _DeviceLike) -> int:
-    from . import _device_index, _lazy_init
+    """A valid device index for ``device`` (None or -1: the current device).
+
+    Raises RuntimeError for an index outside ``0..device_count()-1``, as the
+    ``torch.cuda`` stream functions do.
+    """
+    from . import _C, _device_index, _lazy_init, current_device
 
     _lazy_init()
-    return _device_index(device)
+    idx = _device_index(device)
+    if idx == -1:
+        return current_device()
+    _C.check_device(idx)
+    return idx
 
 
 class Stream(torch.Stream):
