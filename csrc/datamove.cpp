@@ -186,6 +186,22 @@ Triple unique_flat(const at::Tensor& self, bool sort, bool return_inverse, bool 
             at::empty({0}, opts)};
   }
   const auto flat = self.contiguous().view({-1});
+  const auto dt = self.scalar_type();
+  if (sort && (dt == at::kBool || dt == at::kByte || dt == at::kChar)) {
+    // One-byte values are counted, not sorted: no n-long int64 arrays besides the inverse.
+    auto values = at::empty({256}, self.options());
+    auto counts = return_counts ? at::empty({256}, opts) : at::Tensor();
+    auto inverse = return_inverse ? at::empty(self.sizes(), opts) : at::empty({0}, opts);
+    const auto device = self.device().index();
+    size_t k = 0;
+    OXIDE_CHECK(oxide_unique_bytes(device, current_stream(device), static_cast<int32_t>(dt), flat.numel(),
+                                   flat.const_data_ptr(), values.mutable_data_ptr(),
+                                   return_inverse ? inverse.mutable_data_ptr<int64_t>() : nullptr,
+                                   return_counts ? counts.mutable_data_ptr<int64_t>() : nullptr, &k));
+    const auto groups = static_cast<int64_t>(k);
+    return {values.narrow(0, 0, groups).clone(), inverse,
+            return_counts ? counts.narrow(0, 0, groups).clone() : at::empty({0}, opts)};
+  }
   auto g = group_rows(flat.view({-1, 1}), sort, return_inverse, return_counts);
   return {flat.index_select(0, g.reps), return_inverse ? g.inverse.view(self.sizes()) : at::empty({0}, opts),
           return_counts ? g.counts : at::empty({0}, opts)};

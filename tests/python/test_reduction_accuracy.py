@@ -218,3 +218,23 @@ def test_empty_integer_reductions():
         assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
     e = torch.zeros(0, 3).to("oxide")
     assert torch.isnan(e.mean(0)).all() and e.mean(0).shape == (3,)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8])
+def test_unique_of_one_byte_values_counts_instead_of_sorting(dtype):
+    n = 1 << 22
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand(n, generator=g) < 0.4) if dtype == torch.bool else torch.randint(-128, 128, (n,), generator=g).to(dtype)
+    for inverse, counts in [(False, False), (True, True), (False, True)]:
+        extra, out = _peak_extra(lambda t: torch.unique(t, return_inverse=inverse, return_counts=counts), x)
+        want = torch.unique(x, return_inverse=inverse, return_counts=counts)
+        out, want = (out, want) if isinstance(want, tuple) else ((out,), (want,))
+        for o, w in zip(out, want):
+            assert torch.equal(o.cpu(), w)
+        # Sorting would take n (key, index) pairs and three n-long int64 arrays; counting
+        # needs only the inverse (8 bytes per element) when it is asked for.
+        assert extra <= (8 * n if inverse else 0) + 64 * 1024, (inverse, counts, extra)
+    # A 2-D input, and unique_consecutive / unique(dim=) keep the general path.
+    y = x.view(1024, -1)
+    torch.testing.assert_close(torch.unique(y.to("oxide"), dim=0).cpu(), torch.unique(y, dim=0))
+    assert torch.equal(torch.unique(y.to("oxide")).cpu(), torch.unique(y))

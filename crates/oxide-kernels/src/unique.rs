@@ -68,6 +68,65 @@ unsafe fn argsort_typed<T: SortKey>(n: usize, m: usize, data: *const T, perm: *m
     perm.iter_mut().zip(&order).for_each(|(p, &i)| *p = i as i64);
 }
 
+/// Sorted flat `unique` of `n` one-byte elements (bool, uint8, int8) by counting,
+/// in place of sorting `n` (key, index) pairs: 256 counters, no memory in
+/// proportion to `n` beyond the `inverse` the caller asks for. Writes the
+/// distinct values in ascending order to `values` (room for 256), their counts
+/// to `counts` (room for 256, may be null) and each element's position among
+/// them to `inverse` (`n`, may be null); returns the number of distinct values.
+///
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for other dtypes.
+///
+/// # Safety
+/// `data` holds `n` readable bytes; the outputs are writable as described.
+pub unsafe fn unique_bytes(dtype: DType, n: usize, data: *const u8, values: *mut u8, inverse: *mut i64, counts: *mut i64) -> Result<usize> {
+    // The rank of a byte in ascending order of its dtype: int8 orders -128 first.
+    let rank: fn(u8) -> usize = match dtype {
+        DType::Bool | DType::U8 => |b: u8| b as usize,
+        DType::I8 => |b: u8| (b ^ 0x80) as usize,
+        d => return Err(crate::Error::UnsupportedDtype { op: "unique", dtype: d }),
+    };
+    // SAFETY: caller contract (an empty tensor's pointer may be null: not read).
+    let data = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, n) } };
+    let chunk = (2 * GRAIN).max(n.div_ceil(rayon::current_num_threads().max(1)));
+    let tally = data
+        .par_chunks(chunk.max(1))
+        .map(|c| {
+            let mut h = [0u64; 256];
+            c.iter().for_each(|&b| h[rank(b)] += 1);
+            h
+        })
+        .reduce(|| [0u64; 256], |mut a, b| {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+            a
+        });
+    // Position of each present rank among the distinct values, and the values themselves.
+    let mut position = [0i64; 256];
+    let mut k = 0usize;
+    for r in 0..256 {
+        if tally[r] > 0 {
+            position[r] = k as i64;
+            let byte = if dtype == DType::I8 { (r as u8) ^ 0x80 } else { r as u8 };
+            // SAFETY: `values` has room for 256, and k < 256 here.
+            unsafe {
+                values.add(k).write(byte);
+                if !counts.is_null() {
+                    counts.add(k).write(tally[r] as i64);
+                }
+            }
+            k += 1;
+        }
+    }
+    if !inverse.is_null() && n > 0 {
+        // SAFETY: caller contract: `inverse` holds n writable int64.
+        let inv = unsafe { std::slice::from_raw_parts_mut(inverse, n) };
+        inv.par_chunks_mut(chunk.max(1)).zip(data.par_chunks(chunk.max(1))).for_each(|(o, c)| {
+            o.iter_mut().zip(c).for_each(|(o, &b)| *o = position[rank(b)]);
+        });
+    }
+    Ok(k)
+}
+
 /// Groups of equal consecutive rows among the `n` contiguous rows of `m`
 /// elements at `data`, visited in the order `perm` gives (null: `0..n`).
 /// For group `g` (numbered in visiting order) writes the row index of its
@@ -142,6 +201,27 @@ unsafe fn groups<T: SortKey>(n: usize, m: usize, data: *const T, perm: *const i6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unique_bytes_counts_in_each_dtype_order() {
+        let data: Vec<u8> = [3u8, 0x80, 3, 255, 0, 0x80, 7].repeat(20000);
+        for (dtype, want) in [(DType::U8, vec![0u8, 3, 7, 0x80, 255]), (DType::I8, vec![0x80, 255, 0, 3, 7])] {
+            let (mut values, mut counts, mut inverse) = ([0u8; 256], [0i64; 256], vec![0i64; data.len()]);
+            let k = unsafe { unique_bytes(dtype, data.len(), data.as_ptr(), values.as_mut_ptr(), inverse.as_mut_ptr(), counts.as_mut_ptr()) }.unwrap();
+            assert_eq!(&values[..k], &want[..], "{dtype:?}");
+            for (i, &b) in data.iter().enumerate() {
+                assert_eq!(values[inverse[i] as usize], b);
+            }
+            let total: i64 = counts[..k].iter().sum();
+            assert_eq!(total as usize, data.len());
+            assert_eq!(counts[want.iter().position(|&v| v == 0x80).unwrap()], 40000);
+        }
+        let bools = [1u8, 0, 1];
+        let mut values = [0u8; 256];
+        let k = unsafe { unique_bytes(DType::Bool, 3, bools.as_ptr(), values.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()) }.unwrap();
+        assert_eq!(&values[..k], &[0, 1]);
+        assert!(unsafe { unique_bytes(DType::I16, 0, std::ptr::null(), values.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()) }.is_err());
+    }
     use crate::dtype::Element;
     use crate::error::Error;
 

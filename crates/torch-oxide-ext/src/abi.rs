@@ -1656,6 +1656,39 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
     })
 }
 
+/// Sorted flat `unique` of `n` contiguous one-byte elements (bool, uint8,
+/// int8) by counting: distinct values to `values` (room for 256), their counts
+/// to `counts` (room for 256, may be null), each element's position among them
+/// to `inverse` (`n`, may be null); the number of distinct values to `*groups`.
+///
+/// # Safety
+/// `data` holds n bytes; the outputs are live device memory of the sizes above.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_unique_bytes(
+    device: i32,
+    stream: i64,
+    dtype_code: i32,
+    n: usize,
+    data: *const c_void,
+    values: *mut c_void,
+    inverse: *mut i64,
+    counts: *mut i64,
+    groups: *mut usize,
+) -> i32 {
+    ffi(|| {
+        let dt = dtype(dtype_code)?;
+        let mut operands = vec![values as *const c_void];
+        if n > 0 {
+            operands.push(data);
+        }
+        operands.extend([inverse as *const c_void, counts as *const c_void].into_iter().filter(|p| !p.is_null()));
+        let k = launch(device, stream, n, &operands, || unsafe {
+            oxide_kernels::unique::unique_bytes(dt, n, data as *const u8, values as *mut u8, inverse, counts)
+        })?;
+        put(groups, k)
+    })
+}
+
 /// `searchsorted`: for each of the `nvalues` contiguous values, its
 /// insertion position in row `i / per_row` of `boundaries` (contiguous rows
 /// of `len`, ordered through `sorter` when non-null), upper bound when
