@@ -231,9 +231,10 @@ def test_unique_of_one_byte_values_counts_instead_of_sorting(dtype):
         out, want = (out, want) if isinstance(want, tuple) else ((out,), (want,))
         for o, w in zip(out, want):
             assert torch.equal(o.cpu(), w)
-        # Sorting would take n (key, index) pairs and three n-long int64 arrays; counting
-        # needs only the inverse (8 bytes per element) when it is asked for.
-        assert extra <= (8 * n if inverse else 0) + 64 * 1024, (inverse, counts, extra)
+        # Sorting would take n (key, index) pairs and three n-long int64 arrays (40 bytes
+        # per element); counting needs only the inverse (8 bytes per element) when it is
+        # asked for, which a cached larger block may hold (hence 10).
+        assert extra <= (10 * n if inverse else 0) + 64 * 1024, (inverse, counts, extra)
     # A 2-D input, and unique_consecutive / unique(dim=) keep the general path.
     y = x.view(1024, -1)
     torch.testing.assert_close(torch.unique(y.to("oxide"), dim=0).cpu(), torch.unique(y, dim=0))
