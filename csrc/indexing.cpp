@@ -25,6 +25,7 @@
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/linspace_native.h>
 #include <ATen/ops/pow.h>
+#include <c10/util/ScopeExit.h>
 #include <c10/util/accumulate.h>
 #include <torch/library.h>
 
@@ -169,14 +170,8 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   }
   indices.push_back(index.reshape({-1}));
   t_reject_negative = true;
-  at::Tensor result;
-  try {
-    result = at::index(source, indices);
-  } catch (...) {
-    t_reject_negative = false;
-    throw;
-  }
-  t_reject_negative = false;
+  const auto reset = c10::make_scope_exit([] { t_reject_negative = false; });
+  auto result = at::index(source, indices);
   if (self.dim() == 0) {
     result = result.reshape({});
   }
