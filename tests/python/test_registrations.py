@@ -1,71 +1,51 @@
 """Every static registration of the glue is live (the linker could drop it silently).
 
-One test per registration macro: REGISTER_ALLOCATOR, C10_REGISTER_GUARD_IMPL,
+Operator kernels (TORCH_LIBRARY_IMPL at PrivateUse1, AutogradPrivateUse1 and
+AutocastPrivateUse1) are compared with a committed snapshot of the dispatcher's own
+registrations; the other registrations get one test each: REGISTER_ALLOCATOR, C10_REGISTER_GUARD_IMPL,
 RegisterPrivateUse1HooksInterface, the generator behind the hooks,
 TORCH_LIBRARY_IMPL(aten, PrivateUse1), TORCH_LIBRARY_IMPL(_, PrivateUse1) and
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1).
 """
 
 import gc
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-NATIVE_OPS = [
-    "aten::empty.memory_format", "aten::empty_strided", "aten::as_strided", "aten::view",
-    "aten::_reshape_alias", "aten::resize_", "aten::_copy_from", "aten::_copy_from_and_resize",
-    "aten::_local_scalar_dense", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
-    "aten::set_.source_Tensor", "aten::set_", "aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_",
-    "aten::record_stream", "aten::convolution_overrideable", "aten::convolution_backward_overrideable",
-    # datamove.cpp: operators and the structured wrappers around stub-backed PyTorch code
-    "aten::scatter_reduce.two", "aten::scatter.reduce", "aten::scatter.value_reduce", "aten::masked_scatter_",
-    "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::searchsorted.Tensor",
-    "aten::bucketize.Tensor", "aten::bincount", "aten::histc",
-    # activation.cpp, nn.cpp, norm.cpp, rnn.cpp, optim.cpp
-    "aten::gelu", "aten::threshold_backward", "aten::silu_backward", "aten::log_sigmoid_forward",
-    "aten::binary_cross_entropy", "aten::_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
-    "aten::nll_loss2d_forward", "aten::embedding_dense_backward", "aten::native_batch_norm",
-    "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
-    "aten::_thnn_fused_lstm_cell_backward_impl", "aten::_thnn_fused_gru_cell",
-    "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
-    # fold.cpp, embedding.cpp, grid_sample.cpp, resample.cpp (linear/trilinear/bicubic upsampling)
-    "aten::im2col", "aten::col2im", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
-    "aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward",
-    "aten::_embedding_bag_per_sample_weights_backward", "aten::grid_sampler_2d", "aten::grid_sampler_2d_backward",
-    "aten::upsample_linear1d", "aten::upsample_linear1d_backward", "aten::upsample_trilinear3d",
-    "aten::upsample_trilinear3d_backward", "aten::upsample_bicubic2d", "aten::upsample_bicubic2d_backward",
-    # rnn_layer.cpp (also registered at AutogradPrivateUse1, tested below)
-    "aten::lstm.input", "aten::gru.input",
-    # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
-    "aten::_scaled_dot_product_fused_attention_overrideable",
-    "aten::_scaled_dot_product_fused_attention_overrideable_backward",
-    # foreach.cpp: the multi-tensor arithmetic torch.optim's foreach implementations call
-    "aten::_foreach_add_.Scalar", "aten::_foreach_add.Scalar", "aten::_foreach_add_.ScalarList",
-    "aten::_foreach_add_.List", "aten::_foreach_add.List", "aten::_foreach_mul_.Scalar",
-    "aten::_foreach_mul_.ScalarList", "aten::_foreach_mul.ScalarList", "aten::_foreach_mul_.List",
-    "aten::_foreach_mul_.Tensor", "aten::_foreach_div_.Scalar", "aten::_foreach_div_.ScalarList",
-    "aten::_foreach_div_.List", "aten::_foreach_lerp_.Scalar", "aten::_foreach_addcmul_.Scalar",
-    "aten::_foreach_addcmul.Scalar", "aten::_foreach_addcdiv_.Scalar", "aten::_foreach_addcdiv_.ScalarList",
-    "aten::_foreach_sqrt", "aten::_foreach_sqrt_", "aten::_foreach_neg", "aten::_foreach_abs",
-    "aten::_foreach_reciprocal_",
-    # pointwise.cpp: complex-related native functions
-    "aten::angle", "aten::angle.out", "aten::conj_physical.out",
-]
+# The committed snapshot of every operator with a kernel at oxide's dispatch keys, as the
+# dispatcher itself reports them. Regenerate after adding or removing a registration:
+#     .venv/bin/python tests/python/test_registrations.py --update
+SNAPSHOT = Path(__file__).with_name("registrations.txt")
+KEYS = ("PrivateUse1", "AutogradPrivateUse1", "AutocastPrivateUse1")
 
 
-@pytest.mark.parametrize("op", NATIVE_OPS)
-def test_kernel_registered_for_privateuse1(op):
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1")
+def live_registrations() -> set[str]:
+    """``"<dispatch key> <operator>"`` for every kernel registered at oxide's keys."""
+    return {f"{key} {op}" for key in KEYS for op in torch._C._dispatch_get_registrations_for_dispatch_key(key)}
 
 
-# Kernels at the autograd key: composite operators that PyTorch would otherwise decompose
-# for every backend before PrivateUse1 is reached.
-AUTOGRAD_OPS = ["aten::lstm.input", "aten::gru.input"]
+def test_registrations_match_snapshot():
+    # A fresh interpreter: what importing the extension registers, not what earlier tests added.
+    out = subprocess.run([sys.executable, __file__, "--print"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    expected = {line for line in SNAPSHOT.read_text().splitlines() if line and not line.startswith("#")}
+    live = set(out.stdout.splitlines())
+    missing, extra = sorted(expected - live), sorted(live - expected)
+    assert not missing and not extra, (
+        f"registrations differ from {SNAPSHOT.name} (regenerate with "
+        f"`python tests/python/test_registrations.py --update` if intended): "
+        f"missing {missing[:20]} ({len(missing)}), new {extra[:20]} ({len(extra)})"
+    )
 
 
-@pytest.mark.parametrize("op", AUTOGRAD_OPS)
-def test_kernel_registered_for_autograd_privateuse1(op):
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutogradPrivateUse1")
+@pytest.mark.parametrize("key", KEYS)
+def test_snapshot_covers_each_key(key):
+    # A snapshot taken without the extension loaded would hold (almost) nothing.
+    assert sum(1 for line in SNAPSHOT.read_text().splitlines() if line.startswith(key + " ")) > 0
 
 
 def test_device_allocator_registered():
@@ -149,3 +129,17 @@ def test_generated_backend_methods():
     seq = torch.nn.utils.rnn.pack_sequence([torch.ones(3, 2), torch.ones(2, 2)])
     packed = seq.oxide()
     assert packed.is_oxide and packed.data.device.type == "oxide"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] not in (["--update"], ["--print"]):
+        sys.exit("usage: python tests/python/test_registrations.py --update | --print")
+    import torch_oxide  # noqa: F401  (autoload may be disabled)
+
+    if sys.argv[1] == "--print":
+        print("\n".join(sorted(live_registrations())))
+        sys.exit(0)
+    lines = sorted(live_registrations())
+    header = "# Generated by `python tests/python/test_registrations.py --update`; one kernel per line.\n"
+    SNAPSHOT.write_text(header + "\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} registrations to {SNAPSHOT}")
