@@ -41,7 +41,7 @@ import resource
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,9 @@ def _digits():
     from test_workloads import demo_model_and_data
     model, x, y = demo_model_and_data()
 
-    def epoch(m, opt, dev, data={}):
+    data = {}  # the dataset on each device, copied once
+
+    def epoch(m, opt, dev):
         # One epoch of the demo: batches of 64 in a fixed order.
         if dev not in data:
             data[dev] = (x.to(dev), y.to(dev))
@@ -70,7 +72,9 @@ def _digits():
 
 
 def _step_fn(loss_fn, batch):
-    def step(m, opt, dev, cache={}):
+    cache = {}  # the batch on each device, copied once
+
+    def step(m, opt, dev):
         if dev not in cache:
             cache[dev] = [t.to(dev) for t in batch]
         opt.zero_grad()
@@ -109,7 +113,7 @@ def _sequence():
             lambda p: torch.optim.Adam(p, lr=1e-3), 1.3)
 
 
-WORKLOADS: Dict[str, Callable] = {
+WORKLOADS: dict[str, Callable] = {
     "digits CNN epoch": _digits,
     "ResNet-18 step (8x3x64x64)": _resnet,
     "GPT-2 step (4 layers, 256 wide, 4x128 tokens)": _gpt2,
@@ -132,7 +136,7 @@ ROUNDS = 9
 PAUSE = 0.05
 
 
-def _cpu_jiffies() -> List[int]:
+def _cpu_jiffies() -> list[int]:
     """The machine's (steal, total) CPU time from ``/proc/stat``, in clock ticks; zeros without procfs."""
     try:
         with open("/proc/stat") as f:
@@ -142,7 +146,7 @@ def _cpu_jiffies() -> List[int]:
         return [0, 0]
 
 
-def _time(step, model, opt, dev, reps: int, warmup: int, steal: Optional[List[int]] = None) -> List[float]:
+def _time(step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None = None) -> list[float]:
     """Seconds of each of `reps` steps after `warmup` untimed ones; adds the host's steal
     and total ticks during the timed steps to `steal`."""
     sync = torch.oxide.synchronize if dev == "oxide" else (lambda: None)
@@ -163,7 +167,7 @@ def _time(step, model, opt, dev, reps: int, warmup: int, steal: Optional[List[in
     return times
 
 
-def run(name: str, reps: int) -> Dict[str, object]:
+def run(name: str, reps: int) -> dict[str, object]:
     model, step, make_opt, target = WORKLOADS[name]()
     model_o = copy.deepcopy(model).to("oxide")
     opt_c, opt_o = make_opt(model.parameters()), make_opt(model_o.parameters())
@@ -194,7 +198,7 @@ def run(name: str, reps: int) -> Dict[str, object]:
     }
 
 
-def write(out: str, results: List[Dict[str, object]], env: Dict[str, object]) -> None:
+def write(out: str, results: list[dict[str, object]], env: dict[str, object]) -> None:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "models.json"), "w") as f:
         json.dump({"env": env, "results": results}, f, indent=2)
@@ -216,7 +220,7 @@ def write(out: str, results: List[Dict[str, object]], env: Dict[str, object]) ->
     print("\n".join(lines))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--only", default="", help="run the workloads whose name contains this text")

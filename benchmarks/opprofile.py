@@ -19,7 +19,6 @@ import copy
 import pathlib
 import sys
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 import torch_oxide  # noqa: F401

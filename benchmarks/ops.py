@@ -59,8 +59,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -83,11 +83,11 @@ class Case:
     shape: str
     inputs: Callable[[], Sequence[torch.Tensor]]
     op: Callable[..., torch.Tensor]
-    target: Optional[float] = None
+    target: float | None = None
     reps: int = 10
     warmup: int = 2
     calls: int = 1
-    flops: Optional[float] = None  # per call, for GFLOP/s
+    flops: float | None = None  # per call, for GFLOP/s
 
 
 @dataclass
@@ -95,21 +95,21 @@ class Result:
     name: str
     group: str
     shape: str
-    target: Optional[float]
+    target: float | None
     oxide_ms: float
     cpu_ms: float
     ratio: float
-    ok: Optional[bool]  # None: no target
+    ok: bool | None  # None: no target
     native: bool
-    fallback_ops: Dict[str, int]  # fallback counters that grew during the oxide runs
+    fallback_ops: dict[str, int]  # fallback counters that grew during the oxide runs
     matches_cpu: bool
     reps: int
     warmup: int
     calls_per_rep: int
-    oxide_rep_ms: List[float] = field(default_factory=list)
-    cpu_rep_ms: List[float] = field(default_factory=list)
-    gflops_oxide: Optional[float] = None
-    gflops_cpu: Optional[float] = None
+    oxide_rep_ms: list[float] = field(default_factory=list)
+    cpu_rep_ms: list[float] = field(default_factory=list)
+    gflops_oxide: float | None = None
+    gflops_cpu: float | None = None
 
 
 N = 10_000_000
@@ -165,9 +165,9 @@ def _softmax(fn, backward=False):
     return run
 
 
-def cases() -> List[Case]:
+def cases() -> list[Case]:
     mat = (1000, 10_000)  # 1e7 elements
-    out: List[Case] = [
+    out: list[Case] = [
         Case("add", "elementwise", "1e7", _randn2(N), torch.add, target=1.1, reps=15),
         Case("mul", "elementwise", "1e7", _randn2(N), torch.mul, target=1.1, reps=15),
         Case("exp", "elementwise", "1e7", _randn(N), torch.exp, target=1.1, reps=15),
@@ -257,8 +257,8 @@ def run_case(case: Case) -> Result:
 
     before = torch.oxide.fallback_stats()
     matches = _matches(run_oxide(), run_cpu())
-    oxide_s: List[float] = []
-    cpu_s: List[float] = []
+    oxide_s: list[float] = []
+    cpu_s: list[float] = []
     per_round = -(-case.reps // ROUNDS)
     for _ in range(ROUNDS):
         for run, sync, times in ((run_oxide, _sync_oxide, oxide_s), (run_cpu, _sync_cpu, cpu_s)):
@@ -319,7 +319,7 @@ def _ok(r: Result) -> str:
 COLUMNS = ("case", "shape", "oxide ms", "cpu ms", "ratio", "target", "ok", "oxide path", "notes")
 
 
-def _row(r: Result) -> List[str]:
+def _row(r: Result) -> list[str]:
     return [
         f"{r.group}: {r.name}",
         r.shape,
@@ -344,7 +344,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _summary(results: List[Result]) -> List[str]:
+def _summary(results: list[Result]) -> list[str]:
     targeted = [r for r in results if r.target is not None]
     native = [r for r in targeted if r.native]
     return [
@@ -355,7 +355,7 @@ def _summary(results: List[Result]) -> List[str]:
     ]
 
 
-def write_markdown(path: str, env: Dict[str, object], results: List[Result]) -> None:
+def write_markdown(path: str, env: dict[str, object], results: list[Result]) -> None:
     lines = [
         "# oxide vs CPU operator benchmarks",
         "",
@@ -375,7 +375,7 @@ def write_markdown(path: str, env: Dict[str, object], results: List[Result]) -> 
         f.write("\n".join(lines))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
                         help="directory for ops.md and ops.json (created if missing)")
@@ -405,7 +405,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     previous_mode = torch.oxide.get_fallback_mode()
     torch.oxide.set_fallback_mode("silent")
-    results: List[Result] = []
+    results: list[Result] = []
     start = time.perf_counter()
     try:
         widths = (34, 10, 10, 10, 7, 8, 4, 13)

@@ -21,8 +21,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402  first: the extension resolves c10 and torch_cpu from the loaded torch
 
-from . import _C  # noqa: E402
-from . import oxide  # noqa: E402
+from . import _C, oxide  # noqa: E402
 
 __version__ = _C.__version__
 __all__ = ["oxide", "__version__"]

@@ -26,7 +26,8 @@ reducers, so saving oxide tensors is unaffected.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

@@ -60,7 +60,8 @@ import os
 import sys
 import threading
 import traceback
-from typing import Any, Dict, Iterator, List, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -94,7 +95,7 @@ def _op_name(func: Any) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def _grown(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
+def _grown(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """The fallback counters that increased from ``before`` to ``after``, with the increase."""
     return {op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)}
 
@@ -103,7 +104,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _by_calls(counts: Dict[str, int]) -> List[tuple]:
+def _by_calls(counts: dict[str, int]) -> list[tuple]:
     """Most calls first, then by name."""
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
@@ -117,13 +118,13 @@ class Coverage:
     """
 
     def __init__(self) -> None:
-        self.native: Dict[str, int] = {}
-        self.fallback: Dict[str, int] = {}
-        self.fallback_via: Dict[str, Dict[str, int]] = {}
+        self.native: dict[str, int] = {}
+        self.fallback: dict[str, int] = {}
+        self.fallback_via: dict[str, dict[str, int]] = {}
         # The autograd engine may run backward operators on its own thread.
         self._lock = threading.Lock()
 
-    def _add(self, op: str, grown: Dict[str, int]) -> None:
+    def _add(self, op: str, grown: dict[str, int]) -> None:
         with self._lock:
             if not grown:
                 self.native[op] = self.native.get(op, 0) + 1
@@ -133,7 +134,7 @@ class Coverage:
             for inner, n in grown.items():
                 via[inner] = via.get(inner, 0) + n
 
-    def totals(self) -> Dict[str, int]:
+    def totals(self) -> dict[str, int]:
         """Distinct operators and calls, native and fallback."""
         return {
             "operators_native": len(self.native),
@@ -142,7 +143,7 @@ class Coverage:
             "calls_fallback": sum(self.fallback.values()),
         }
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready: totals, ``native`` {op: calls}, ``fallback`` {op: {calls, via}}, sorted by calls."""
         return {
             "totals": self.totals(),
@@ -225,9 +226,9 @@ Run a Python script or module and list the aten operators that ran on oxide,
 native or through the CPU fallback, with call counts and totals."""
 
 
-def _parse(argv: List[str]) -> tuple:
+def _parse(argv: list[str]) -> tuple:
     """(json_path, module or None, script or None, program args); exits with the usage on bad input."""
-    json_path: Optional[str] = None
+    json_path: str | None = None
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -248,7 +249,7 @@ def _parse(argv: List[str]) -> tuple:
     sys.exit(2)
 
 
-def _run_program(module: Optional[str], script: Optional[str], args: List[str]) -> None:
+def _run_program(module: str | None, script: str | None, args: list[str]) -> None:
     """Run the module or script as ``__main__``, with sys.argv and sys.path[0] set as ``python`` would."""
     import runpy
 
@@ -261,7 +262,7 @@ def _run_program(module: Optional[str], script: Optional[str], args: List[str]) 
         runpy.run_path(script, run_name="__main__")
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """The ``python -m torch_oxide.coverage`` entry point; exits with the program's status."""
     json_path, module, script, args = _parse(sys.argv[1:] if argv is None else argv)
     command = (["-m", module] if module is not None else [script]) + args

@@ -1,17 +1,15 @@
 """ModuleInfo conformance: every module of PyTorch's module_db, forward and backward,
 train and eval, on oxide against the same module on CPU (same initial weights)."""
 
-import copy
 
 import torch
+from common import MODE, cpu_copy, expecting, fallback_calls, leaf_copy, record, tensors_in, to_cpu
+from expectations import SKIP_MODULES, SUBSET_MODULES
 from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_modules import module_db, modules
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch_oxide  # noqa: F401
-
-from common import MODE, cpu_copy, expecting, fallback_calls, leaf_copy, record, tensors_in, to_cpu
-from expectations import SKIP_MODULES, SUBSET_MODULES
 
 torch.oxide.set_fallback_mode("silent")
 

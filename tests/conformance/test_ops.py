@@ -7,14 +7,13 @@ for the oxide device. OXIDE_CONFORMANCE=full runs all of op_db; the default
 """
 
 import torch
+from common import MODE, cpu_copy, expecting, fallback_calls, metadata, record, tensors_in, to_cpu
+from expectations import METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, op_key
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch_oxide  # noqa: F401
-
-from common import MODE, cpu_copy, expecting, fallback_calls, metadata, record, tensors_in, to_cpu
-from expectations import METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, op_key
 
 torch.oxide.set_fallback_mode("silent")
 

@@ -3,14 +3,17 @@ configurations (with foreach / fused variants where supported), a few steps on
 oxide leave the same parameters as on CPU."""
 
 import torch
+from common import MODE, fallback_calls, record
+from expectations import SKIP_OPTIMIZERS, SUBSET_OPTIMIZERS
 from torch.testing._internal.common_device_type import instantiate_device_type_tests
-from torch.testing._internal.common_optimizers import _get_optim_inputs_including_global_cliquey_kwargs, optim_db, optims
+from torch.testing._internal.common_optimizers import (
+    _get_optim_inputs_including_global_cliquey_kwargs,
+    optim_db,
+    optims,
+)
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 import torch_oxide  # noqa: F401
-
-from common import MODE, fallback_calls, record
-from expectations import SKIP_OPTIMIZERS, SUBSET_OPTIMIZERS
 
 torch.oxide.set_fallback_mode("silent")
 

@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch._dynamo
 import torch._inductor.config
+from conftest import run_python
 from torch._dynamo.device_interface import get_interface_for_device
 from torch._inductor.utils import run_and_get_code
-
-from conftest import run_python
 
 
 @pytest.fixture(autouse=True)

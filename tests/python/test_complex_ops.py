@@ -9,7 +9,6 @@ CPU fallback fails here.
 
 import pytest
 import torch
-
 from test_native_ops import check, to_oxide
 
 COMPLEX = [torch.complex64, torch.complex128]

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from conftest import run_python
 
 ALL_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",

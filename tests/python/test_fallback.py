@@ -7,7 +7,6 @@ import warnings
 
 import pytest
 import torch
-
 from conftest import run_python
 
 

@@ -4,7 +4,6 @@ import gc
 
 import pytest
 import torch
-
 from conftest import run_python
 
 MiB = 2**20

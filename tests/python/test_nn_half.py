@@ -9,7 +9,6 @@ involved, not a loosened float32 check. Every test runs under OXIDE_FALLBACK=err
 import pytest
 import torch
 import torch.nn.functional as F
-
 from test_nn_ops import compare, dname, randn, tol
 
 HALVES = [torch.float16, torch.bfloat16]

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import run_python
 
 

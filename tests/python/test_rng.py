@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import run_python
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

@@ -186,9 +186,9 @@ def test_returned_logsumexp_matches_definition():
 def dropout_mask(p, seed, shape):
     """The keep mask oxide draws for `shape` = (B, H, L, S) under `seed`: with a zero
     query every probability is 1/S, and with v = I the output row is mask / ((1-p) S)."""
-    b, h, l, s = shape
+    b, h, nl, s = shape
     torch.manual_seed(seed)
-    q = torch.zeros(b, h, l, 4, device="oxide")
+    q = torch.zeros(b, h, nl, 4, device="oxide")
     k = torch.randn(b, h, s, 4).to("oxide")
     v = torch.eye(s).expand(b, h, s, s).contiguous().to("oxide")
     out = F.scaled_dot_product_attention(q, k, v, dropout_p=p).cpu().double()

@@ -13,7 +13,7 @@ None (current device) and report bytes. Invalid devices raise ``RuntimeError``
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Union
+from typing import Any
 
 import torch
 
@@ -65,7 +65,7 @@ __all__ = [
     "set_stream",
 ]
 
-_DeviceLike = Union[int, str, torch.device, None]
+_DeviceLike = int | str | torch.device | None
 
 
 def _check_fallback_env() -> None:
@@ -185,7 +185,7 @@ def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     return _C.mem_get_info(_device_index(device))
 
 
-def memory_stats(device: _DeviceLike = None) -> Dict[str, int]:
+def memory_stats(device: _DeviceLike = None) -> dict[str, int]:
     """Caching-allocator statistics, keyed as ``torch.cuda.memory_stats()`` (bytes and counts)."""
     _lazy_init()
     return dict(sorted(_C.memory_stats(_device_index(device)).items()))
@@ -229,7 +229,7 @@ def empty_cache() -> None:
         _C.empty_cache()
 
 
-def fallback_stats() -> Dict[str, int]:
+def fallback_stats() -> dict[str, int]:
     """``{aten operator: calls}`` for operators that ran through the CPU fallback."""
     return dict(_C.fallback_stats())
 
@@ -252,7 +252,7 @@ def set_fallback_mode(mode: str) -> None:
 # The autocast hooks the PrivateUse1 tutorial asks of a device module; torch.autocast("oxide") checks for them.
 
 
-def get_amp_supported_dtype() -> List[torch.dtype]:
+def get_amp_supported_dtype() -> list[torch.dtype]:
     """Lower-precision dtypes torch.autocast("oxide") accepts."""
     return [torch.float16, torch.bfloat16]
 

@@ -7,7 +7,7 @@ A generator state is a ``torch.uint8`` CPU tensor.
 
 from __future__ import annotations
 
-from typing import Iterable, List, Union
+from collections.abc import Iterable
 
 import torch
 
@@ -24,14 +24,14 @@ __all__ = [
 ]
 
 
-def _default_generator(device: Union[int, str, torch.device, None]) -> torch.Generator:
+def _default_generator(device: int | str | torch.device | None) -> torch.Generator:
     from . import _device_index, _lazy_init
 
     _lazy_init()
     return torch._C._accelerator_getDefaultGenerator(_device_index(device))
 
 
-def _all_generators() -> List[torch.Generator]:
+def _all_generators() -> list[torch.Generator]:
     from . import device_count
 
     return [_default_generator(i) for i in range(device_count())]
@@ -67,17 +67,17 @@ def initial_seed() -> int:
     return _default_generator(None).initial_seed()
 
 
-def get_rng_state(device: Union[int, str, torch.device] = "oxide") -> torch.Tensor:
+def get_rng_state(device: int | str | torch.device = "oxide") -> torch.Tensor:
     """State of ``device``'s default generator as a uint8 CPU tensor."""
     return _default_generator(device).get_state()
 
 
-def get_rng_state_all() -> List[torch.Tensor]:
+def get_rng_state_all() -> list[torch.Tensor]:
     """States of every device's default generator."""
     return [g.get_state() for g in _all_generators()]
 
 
-def set_rng_state(new_state: torch.Tensor, device: Union[int, str, torch.device] = "oxide") -> None:
+def set_rng_state(new_state: torch.Tensor, device: int | str | torch.device = "oxide") -> None:
     """Restore ``device``'s default generator from :func:`get_rng_state`."""
     _default_generator(device).set_state(new_state.clone(memory_format=torch.contiguous_format))
 

@@ -7,13 +7,11 @@ helpers. Work is enqueued on the current stream of the current device.
 
 from __future__ import annotations
 
-from typing import Optional, Union
-
 import torch
 
 __all__ = ["Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream", "set_stream"]
 
-_DeviceLike = Union[int, str, torch.device, None]
+_DeviceLike = int | str | torch.device | None
 
 
 def _index(device: _DeviceLike) -> int:
@@ -57,7 +55,7 @@ class Stream(torch.Stream):
         """Make later work on this stream wait for all work queued so far on ``stream``."""
         self.wait_event(stream.record_event())
 
-    def record_event(self, event: Optional[torch.Event] = None) -> torch.Event:
+    def record_event(self, event: torch.Event | None = None) -> torch.Event:
         """Record ``event`` (a new one when None) on this stream and return it."""
         event = Event() if event is None else event
         event.record(self)
@@ -111,9 +109,9 @@ class StreamContext:
     """Context manager selecting ``stream`` (and its device) and restoring both on exit.
     ``None`` makes it a no-op, as ``torch.cuda.StreamContext``."""
 
-    def __init__(self, stream: Optional[torch.Stream]):
+    def __init__(self, stream: torch.Stream | None):
         self.stream = stream
-        self._prev_stream: Optional[torch.Stream] = None
+        self._prev_stream: torch.Stream | None = None
         self._prev_device = -1
 
     def __enter__(self):
@@ -138,6 +136,6 @@ class StreamContext:
         return False
 
 
-def stream(stream: Optional[torch.Stream]) -> StreamContext:
+def stream(stream: torch.Stream | None) -> StreamContext:
     """``with torch.oxide.stream(s):`` runs the block with ``s`` as the current stream."""
     return StreamContext(stream)
