@@ -6,7 +6,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layout::Layout;
+use crate::engine::layout::Layout;
 use crate::with_real_dtype;
 
 /// SELU's alpha.

@@ -4,7 +4,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layout::Layout;
+use crate::engine::layout::Layout;
 use crate::with_real_dtype;
 
 /// Multiplies every element of `data` by `inv_scale` in place (skipped when

@@ -47,9 +47,9 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::math::Float;
+use crate::engine::math::Float;
 use crate::random::BitSource;
-use crate::scratch::{self, Plain};
+use crate::engine::scratch::{self, Plain};
 
 /// Query rows per task and per tile.
 pub const BLOCK_Q: usize = 64;
@@ -182,7 +182,7 @@ fn for_tasks(tasks: usize, threads: usize, f: impl Fn(usize) + Sync + Send) {
     if threads <= 1 || tasks <= 1 {
         (0..tasks).for_each(f);
     } else {
-        crate::iter::for_each_task(tasks, f);
+        crate::engine::iter::for_each_task(tasks, f);
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::layout::Layout;
+use crate::engine::layout::Layout;
 use crate::with_real_dtype;
 
 /// Writes `values` (in iteration order of `layout`, operand 0 = destination)

@@ -19,8 +19,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{map, TensorIter};
-use crate::math::{Float, Num};
+use crate::engine::iter::{map, TensorIter};
+use crate::engine::math::{Float, Num};
 use crate::pointwise::{family, Ctx};
 use crate::reduce::{run_reducer, Norm, Reducer, ReduceOp};
 
@@ -707,7 +707,7 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iter::Operand;
+    use crate::engine::iter::Operand;
     use crate::pointwise::PointwiseOp;
 
     type C = Complex<f64>;

@@ -57,9 +57,9 @@ use std::sync::Mutex;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{for_each_chunk_mut, map_tasks, try_for_each_chunk_mut, GRAIN};
+use crate::engine::iter::{for_each_chunk_mut, map_tasks, try_for_each_chunk_mut, GRAIN};
 use crate::linalg::{gemm, GemmShape, Matrix, SPLIT_MACS};
-use crate::math::Num;
+use crate::engine::math::Num;
 
 /// Spatial dimensions the kernels handle.
 pub const MAX_SPATIAL: usize = 3;
@@ -600,7 +600,7 @@ macro_rules! acc {
             // Summed in double (close to any order of summation CPU uses), in
             // independent lanes so that the loop vectorises.
             fn total<'a>(planes: impl Iterator<Item = &'a [Self]>) -> Self {
-                planes.map(crate::lanes::sum_f64).sum::<f64>() as $t
+                planes.map(crate::engine::lanes::sum_f64).sum::<f64>() as $t
             }
         })*
         $(impl Acc for $i {

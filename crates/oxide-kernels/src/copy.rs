@@ -3,8 +3,8 @@
 
 use crate::error::{Error, Result};
 
-use crate::iter::GRAIN;
-use crate::layout::Layout;
+use crate::engine::iter::GRAIN;
+use crate::engine::layout::Layout;
 
 /// Copies `layout.numel()` elements of `elem_size` bytes from `src` to `dst`
 /// (operand 0 = destination, 1 = source; strides in elements).
@@ -32,7 +32,7 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
             let (a, b) = (t * chunk, ((t + 1) * chunk).min(bytes));
             std::ptr::copy_nonoverlapping(s.get().add(a), d.get().add(a), b - a)
         };
-        if tasks <= 1 { part(0) } else { crate::iter::for_each_task(tasks, part) }
+        if tasks <= 1 { part(0) } else { crate::engine::iter::for_each_task(tasks, part) }
         return Ok(());
     }
     // SAFETY: forwarded caller contract.
@@ -75,7 +75,7 @@ pub unsafe fn cat_contiguous(outer: usize, parts: &[(*const u8, usize)], dst: *m
     } else {
         // Contiguous runs of units per task, balanced by count (parts of one cat
         // are usually alike in size).
-        crate::iter::for_each_task(tasks, |t| (units * t / tasks..units * (t + 1) / tasks).for_each(copy));
+        crate::engine::iter::for_each_task(tasks, |t| (units * t / tasks..units * (t + 1) / tasks).for_each(copy));
     }
 }
 
@@ -158,7 +158,7 @@ unsafe fn strided<T: Copy>(l: &Layout<2>, tasks: usize, dst: *mut u8, src: *cons
         run(0, units);
     } else {
         let chunk = units.div_ceil(tasks);
-        crate::iter::for_each_task(tasks, |t| run(t * chunk, ((t + 1) * chunk).min(units)));
+        crate::engine::iter::for_each_task(tasks, |t| run(t * chunk, ((t + 1) * chunk).min(units)));
     }
 }
 

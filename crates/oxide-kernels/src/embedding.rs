@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 
 /// PyTorch's `mode` argument (0, 1, 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +138,7 @@ fn for_rows<X: Send>(data: &mut [X], per_row: usize, threads: usize, f: impl Fn(
         return;
     }
     if threads > 1 && data.len() > GRAIN {
-        crate::iter::for_each_chunk_mut(data, per_row, threads, f);
+        crate::engine::iter::for_each_chunk_mut(data, per_row, threads, f);
     } else {
         data.chunks_mut(per_row).enumerate().for_each(|(r, c)| f(r, c));
     }

@@ -5,7 +5,7 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::iter::{store, TensorIter, BLOCK};
+use crate::engine::iter::{store, TensorIter, BLOCK};
 
 /// What each element holds.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +73,7 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
 mod tests {
     use super::*;
     use crate::dtype::Element;
-    use crate::iter::Operand;
+    use crate::engine::iter::Operand;
 
     fn run<T: Element>(out: &mut [T], seq: Sequence, threads: usize) {
         let n = out.len() as i64;

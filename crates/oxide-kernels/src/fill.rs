@@ -3,7 +3,7 @@
 //! destination dtype's bytes, so this loop is dtype-agnostic).
 
 use crate::error::Result;
-use crate::layout::Layout;
+use crate::engine::layout::Layout;
 
 /// Writes `pattern` (`elem_size` bytes) to every element of `dst` addressed by `layout`.
 ///

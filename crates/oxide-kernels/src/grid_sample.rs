@@ -31,7 +31,7 @@ use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 
 /// PyTorch's `interpolation_mode` codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 
 /// The integral dtypes CPU's `bincount` dispatches (`AT_DISPATCH_INTEGRAL_TYPES`).
 macro_rules! with_bincount_dtype {
@@ -189,7 +189,7 @@ unsafe fn histc_typed<T: BinFloat>(n: usize, input: usize, stride: isize, edges:
     };
     let tasks = if threads <= 1 { 1 } else { (n / GRAIN).clamp(1, threads) };
     let chunk = n.div_ceil(tasks).max(1);
-    let partial: Vec<Vec<i64>> = if tasks <= 1 { vec![count(0, n)] } else { crate::iter::map_tasks(tasks, |t| count((t * chunk).min(n), ((t + 1) * chunk).min(n))) };
+    let partial: Vec<Vec<i64>> = if tasks <= 1 { vec![count(0, n)] } else { crate::engine::iter::map_tasks(tasks, |t| count((t * chunk).min(n), ((t + 1) * chunk).min(n))) };
     for b in 0..bins {
         let total: i64 = partial.iter().map(|p| p[b]).sum();
         // SAFETY: caller contract; b < bins.

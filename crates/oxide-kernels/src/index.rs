@@ -9,8 +9,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, TensorIter, BLOCK};
-use crate::math::Num;
+use crate::engine::iter::{load, TensorIter, BLOCK};
+use crate::engine::math::Num;
 
 /// Sizes and byte strides of the indexed dimensions, one per index operand.
 #[derive(Debug, Clone)]
@@ -159,7 +159,7 @@ unsafe fn add_into(dtype: DType, d: *mut u8, s: *const u8) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iter::Operand;
+    use crate::engine::iter::Operand;
 
     fn op<T: Element>(v: &mut [T]) -> Operand {
         Operand { ptr: v.as_mut_ptr() as *mut u8, dtype: T::DTYPE }

@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::math::Num;
+use crate::engine::math::Num;
 
 /// One strided matrix operand: pointer to element (0, 0) of batch 0 and
 /// element strides (batch, row, column).
@@ -65,13 +65,13 @@ fn schedule(s: GemmShape, part: impl Fn(usize, Range<usize>, Range<usize>) + Syn
     } else if s.batch >= threads || macs < SPLIT_MACS {
         // Whole batch entries, in one contiguous run per thread.
         let per = s.batch.div_ceil(threads);
-        crate::iter::for_each_task(s.batch.div_ceil(per), |p| (p * per..((p + 1) * per).min(s.batch)).for_each(|b| part(b, 0..s.m, 0..s.n)));
+        crate::engine::iter::for_each_task(s.batch.div_ceil(per), |p| (p * per..((p + 1) * per).min(s.batch)).for_each(|b| part(b, 0..s.m, 0..s.n)));
     } else {
         let by_cols = s.n >= s.m;
         let len = if by_cols { s.n } else { s.m };
         let chunk = len.div_ceil(threads).next_multiple_of(16);
         for b in 0..s.batch {
-            crate::iter::for_each_task(len.div_ceil(chunk), |p| {
+            crate::engine::iter::for_each_task(len.div_ceil(chunk), |p| {
                 let r = p * chunk..((p + 1) * chunk).min(len);
                 if by_cols { part(b, 0..s.m, r) } else { part(b, r, 0..s.n) }
             });

@@ -11,9 +11,9 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, store};
-use crate::lanes;
-use crate::math::Float;
+use crate::engine::iter::{load, store};
+use crate::engine::lanes;
+use crate::engine::math::Float;
 
 /// Rows below this many elements in all run on the calling thread.
 const GRAIN: usize = 32768;
@@ -36,7 +36,7 @@ fn for_rows(rows: usize, dim: usize, threads: usize, f: impl Fn(std::ops::Range<
         return;
     }
     let per = rows.div_ceil(tasks);
-    crate::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(rows)));
+    crate::engine::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(rows)));
 }
 
 /// Loads row `r` (`dst.len()` elements, `inner` apart) of a `[outer, dim, inner]` tensor.

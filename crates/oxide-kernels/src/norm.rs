@@ -8,7 +8,7 @@
 //! Batch norm normalises each channel over `n * s` elements.
 //!
 //! Statistics (means, variances, the sums of the backward) accumulate in
-//! double over independent lanes ([`crate::lanes`]), so they vectorise;
+//! double over independent lanes ([`crate::engine::lanes`]), so they vectorise;
 //! elementwise work runs in the compute type (float32 for float32, float16 and
 //! bfloat16; float64 for float64), as PyTorch's CPU kernels do. `var` is the
 //! biased (population) variance in normalisation, `invstd = 1 / sqrt(var + eps)`.
@@ -20,9 +20,9 @@ use std::ops::Range;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, store};
-use crate::lanes::{dot_f64, sq_dev_f64, sum_f64};
-use crate::math::Float;
+use crate::engine::iter::{load, store};
+use crate::engine::lanes::{dot_f64, sq_dev_f64, sum_f64};
+use crate::engine::math::Float;
 
 /// A raw pointer that may cross into parallel tasks; tasks write disjoint elements.
 #[derive(Clone, Copy)]
@@ -82,7 +82,7 @@ fn ranges(count: usize, work_per_item: usize, threads: usize, f: impl Fn(Range<u
     } else {
         let tasks = threads.min(count);
         let per = count.div_ceil(tasks);
-        crate::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(count)));
+        crate::engine::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(count)));
     }
 }
 
@@ -283,7 +283,7 @@ unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, 
     let partial: Vec<(Vec<f64>, Vec<f64>)> = if threads <= 1 || chunks <= 1 || count * len < 32768 {
         (0..chunks).map(run).collect()
     } else {
-        crate::iter::map_in_runs(chunks, threads, run)
+        crate::engine::iter::map_in_runs(chunks, threads, run)
     };
     if want_params {
         let (mut dw, mut db) = (vec![0.0; sh.c], vec![0.0; sh.c]);

@@ -16,8 +16,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, store};
-use crate::math::Float;
+use crate::engine::iter::{load, store};
+use crate::engine::math::Float;
 
 /// Elements per block: a unit of parallel work, and the size of the float32
 /// staging buffers of half-precision tensors (5 x 4 KiB on the stack).
@@ -96,7 +96,7 @@ fn blocks(n: usize, threads: usize, f: impl Fn(usize, usize) + Sync) {
     }
     let count = n.div_ceil(BLOCK);
     let per = count.div_ceil(threads);
-    crate::iter::for_each_task(threads, |t| {
+    crate::engine::iter::for_each_task(threads, |t| {
         let (b0, b1) = (t * per, ((t + 1) * per).min(count));
         if b0 < b1 {
             let start = b0 * BLOCK;

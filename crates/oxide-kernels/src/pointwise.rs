@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{map, TensorIter};
-use crate::math::{Float, Num};
+use crate::engine::iter::{map, TensorIter};
+use crate::engine::math::{Float, Num};
 
 /// Scalar arguments of one call, given both as double and as int64 so that
 /// integer kernels see exact values (PyTorch's `Scalar`).
@@ -678,7 +678,7 @@ impl PointwiseOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iter::Operand;
+    use crate::engine::iter::Operand;
 
     fn operand<T>(v: &mut [T]) -> Operand {
         Operand { ptr: v.as_mut_ptr() as *mut u8, dtype: DType::F32 }

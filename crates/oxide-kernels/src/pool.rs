@@ -25,7 +25,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 
 /// How the windows of one axis are placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +216,7 @@ fn parallel_rows(rows: usize, work: usize, threads: usize, f: impl Fn(usize, usi
         return f(0, rows);
     }
     let chunk = rows.div_ceil(tasks);
-    crate::iter::try_for_each_task(tasks, |t| f((t * chunk).min(rows), ((t + 1) * chunk).min(rows)))
+    crate::engine::iter::try_for_each_task(tasks, |t| f((t * chunk).min(rows), ((t + 1) * chunk).min(rows)))
 }
 
 /// Max pooling forward: for each of `planes` planes, the maximum of every

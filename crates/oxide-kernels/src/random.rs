@@ -10,7 +10,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::layout::Layout;
+use crate::engine::layout::Layout;
 use crate::with_real_dtype;
 
 /// A counter-based source of random bits: block `index` -> 128 bits.

@@ -24,8 +24,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, store, Operand, TensorIter, BLOCK, GRAIN};
-use crate::math::{Float, Num};
+use crate::engine::iter::{load, store, Operand, TensorIter, BLOCK, GRAIN};
+use crate::engine::math::{Float, Num};
 
 /// What to compute; names are PyTorch's reduction stubs without `_stub`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -214,11 +214,11 @@ fn sum_lanes<A: Num>(xs: &[A]) -> A {
     {
         // SAFETY (both casts): A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
-            let t = crate::lanes::avx2::sum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            let t = crate::engine::lanes::avx2::sum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
             return A::from_f64(t as f64);
         }
         if A::DTYPE == DType::F64 {
-            let t = crate::lanes::avx2::sum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            let t = crate::engine::lanes::avx2::sum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
             return A::from_f64(t);
         }
     }
@@ -248,11 +248,11 @@ fn nansum_lanes<A: Num>(xs: &[A]) -> A {
     {
         // SAFETY (both casts): A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
-            let t = crate::lanes::avx2::nansum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            let t = crate::engine::lanes::avx2::nansum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
             return A::from_f64(t as f64);
         }
         if A::DTYPE == DType::F64 {
-            let t = crate::lanes::avx2::nansum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            let t = crate::engine::lanes::avx2::nansum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
             return A::from_f64(t);
         }
     }
@@ -418,11 +418,11 @@ fn extremum_lanes<A: Num, const MAX: bool>(xs: &[A]) -> (A, bool) {
     {
         // SAFETY (both casts): A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
-            let (v, nan) = crate::lanes::avx2::extremum_f32::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            let (v, nan) = crate::engine::lanes::avx2::extremum_f32::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
             return (A::from_f64(v as f64), nan);
         }
         if A::DTYPE == DType::F64 {
-            let (v, nan) = crate::lanes::avx2::extremum_f64::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            let (v, nan) = crate::engine::lanes::avx2::extremum_f64::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
             return (A::from_f64(v), nan);
         }
     }
@@ -805,7 +805,7 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                     let offs = sp.kept.offsets_at(koffs, j);
                     let tasks = it.tasks_for(nr);
                     let chunk = nr.div_ceil(tasks);
-                    let parts: Vec<Result<R::State>> = crate::iter::map_tasks(tasks, |t| {
+                    let parts: Vec<Result<R::State>> = crate::engine::iter::map_tasks(tasks, |t| {
                         let mut s = r.init();
                         // SAFETY: forwarded contract.
                         unsafe { fold_range(r, &sp.reduced, offs[input], t * chunk, ((t + 1) * chunk).min(nr), &mut s) }.map(|_| s)
@@ -913,7 +913,7 @@ impl TensorIter {
             return f(0, n);
         }
         let chunk = n.div_ceil(tasks);
-        crate::iter::for_each_task(tasks, |t| f(t * chunk, ((t + 1) * chunk).min(n)));
+        crate::engine::iter::for_each_task(tasks, |t| f(t * chunk, ((t + 1) * chunk).min(n)));
     }
 }
 

@@ -31,8 +31,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, store};
-use crate::math::Float;
+use crate::engine::iter::{load, store};
+use crate::engine::math::Float;
 
 /// Gate elements per chunk of rows. Fixed, not derived from the thread count,
 /// so that the chunk-wise bias-gradient sums are reproducible.
@@ -124,7 +124,7 @@ fn chunks<R: Send>(batch: usize, row_elems: usize, threads: usize, f: impl Fn(us
     if threads <= 1 || count <= 1 || batch * row_elems < GRAIN {
         (0..count).map(run).collect()
     } else {
-        crate::iter::map_in_runs(count, threads, run)
+        crate::engine::iter::map_in_runs(count, threads, run)
     }
 }
 

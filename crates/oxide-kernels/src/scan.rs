@@ -4,7 +4,7 @@
 //! A *line* is the 1-d slice along the scanned dimension `dim` at one
 //! position of every other dimension; lines are independent, so they are
 //! split over rayon tasks when there are enough elements
-//! ([`GRAIN`](crate::iter::GRAIN) per task, at most `threads` tasks).
+//! ([`GRAIN`](crate::engine::iter::GRAIN) per task, at most `threads` tasks).
 //! Within a line elements are staged in blocks of [`BLOCK`] elements, so a
 //! block is read before any of it is written: in-place calls (output equal to
 //! the input, element for element) are sound.
@@ -21,8 +21,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{load, store, BLOCK, GRAIN};
-use crate::math::Num;
+use crate::engine::iter::{load, store, BLOCK, GRAIN};
+use crate::engine::math::Num;
 use crate::with_real_dtype;
 
 /// Which cumulative operation [`scan`] runs.
@@ -90,7 +90,7 @@ fn for_line_ranges(count: usize, n: usize, threads: usize, f: impl Fn(usize, usi
         return f(0, count);
     }
     let chunk = count.div_ceil(tasks);
-    crate::iter::try_for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)))
+    crate::engine::iter::try_for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)))
 }
 
 fn check_real(op: &'static str, dtype: DType) -> Result<()> {

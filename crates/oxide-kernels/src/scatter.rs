@@ -19,8 +19,8 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::{TensorIter, GRAIN};
-use crate::math::Num;
+use crate::engine::iter::{TensorIter, GRAIN};
+use crate::engine::math::Num;
 use crate::with_real_dtype;
 
 /// The reductions of `scatter_reduce` and `scatter(reduce=)` (PyTorch's `ReductionType`).
@@ -196,7 +196,7 @@ fn for_line_ranges(count: usize, tasks: usize, f: impl Fn(usize, usize) + Sync) 
         return;
     }
     let chunk = count.div_ceil(tasks);
-    crate::iter::for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)));
+    crate::engine::iter::for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)));
 }
 
 /// The first (in line order) index outside `[0, size)`, as an error.
@@ -316,7 +316,7 @@ pub unsafe fn masked_scatter(it: &TensorIter, source: *const u8, source_len: usi
         });
         n
     };
-    let counts: Vec<usize> = if tasks <= 1 { vec![count(0)] } else { crate::iter::map_tasks(tasks, count) };
+    let counts: Vec<usize> = if tasks <= 1 { vec![count(0)] } else { crate::engine::iter::map_tasks(tasks, count) };
     let total: usize = counts.iter().sum();
     if total > source_len {
         return Err(Error::InvalidValue { op: "masked_scatter", reason: "Number of elements of source < number of ones in mask".into() });
@@ -343,7 +343,7 @@ pub unsafe fn masked_scatter(it: &TensorIter, source: *const u8, source_len: usi
     if tasks <= 1 {
         write(0);
     } else {
-        crate::iter::for_each_task(tasks, write);
+        crate::engine::iter::for_each_task(tasks, write);
     }
     Ok(())
 }
@@ -351,7 +351,7 @@ pub unsafe fn masked_scatter(it: &TensorIter, source: *const u8, source_len: usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::iter::Operand;
+    use crate::engine::iter::Operand;
 
     fn lcg(seed: &mut u64) -> u64 {
         *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -8,7 +8,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 
 /// Where each value would be inserted into its row of `boundaries` to keep it sorted.
 ///
@@ -120,7 +120,7 @@ unsafe fn search_typed<T: Element + PartialOrd>(
         return;
     }
     let chunk = nvalues.div_ceil(tasks);
-    crate::iter::for_each_task(tasks, |t| run((t * chunk).min(nvalues), ((t + 1) * chunk).min(nvalues)));
+    crate::engine::iter::for_each_task(tasks, |t| run((t * chunk).min(nvalues), ((t + 1) * chunk).min(nvalues)));
 }
 
 #[cfg(test)]

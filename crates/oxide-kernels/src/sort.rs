@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 use crate::with_real_dtype;
 
 /// An element type with an order-preserving `u64` key.
@@ -113,7 +113,7 @@ unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: 
     }
     let tasks = tasks.min(rows);
     let chunk = rows.div_ceil(tasks);
-    crate::iter::for_each_task(tasks, |t| do_rows((t * chunk).min(rows), ((t + 1) * chunk).min(rows)));
+    crate::engine::iter::for_each_task(tasks, |t| do_rows((t * chunk).min(rows), ((t + 1) * chunk).min(rows)));
 }
 
 /// Sorts one row of `len` elements at `row`, writing the permutation to `idx`.

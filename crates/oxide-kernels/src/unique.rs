@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::iter::GRAIN;
+use crate::engine::iter::GRAIN;
 use crate::sort::SortKey;
 use crate::with_real_dtype;
 

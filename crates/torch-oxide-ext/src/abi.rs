@@ -1029,8 +1029,8 @@ pub struct OxideIter {
 ///
 /// # Safety
 /// The arrays hold the counts the struct states.
-unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::iter::TensorIter, AbiError> {
-    use oxide_kernels::iter::{Operand, TensorIter};
+unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
+    use oxide_kernels::engine::iter::{Operand, TensorIter};
     // SAFETY: caller contract.
     let (shape, data, dtypes, strides) = unsafe {
         (

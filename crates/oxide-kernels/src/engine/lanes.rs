@@ -7,7 +7,7 @@
 //! but the input. The norms and softmax use these for their row statistics.
 
 use crate::dtype::Element;
-use crate::math::Float;
+use crate::engine::math::Float;
 
 const L: usize = 16;
 

@@ -195,7 +195,7 @@ impl TensorIter {
 /// Runs `f(t)` for every task `t` in `0..tasks`, in parallel.
 ///
 /// With at most one task per thread, from outside the pools, the tasks go to the
-/// kernel thread team ([`crate::team`]): task 0 on the calling thread, task `t`
+/// kernel thread team ([`crate::engine::team`]): task 0 on the calling thread, task `t`
 /// on team worker `t`, the same worker on every call. A kernel that splits a
 /// tensor the same way on every call then has each thread read the same part
 /// every time, which stays in that core's caches between calls (with work
@@ -211,9 +211,9 @@ pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
     match tasks {
         0 => {}
         1 => f(0),
-        _ if crate::team::in_team() => (0..tasks).for_each(&f),
+        _ if crate::engine::team::in_team() => (0..tasks).for_each(&f),
         _ if rayon::current_thread_index().is_some() => (0..tasks).into_par_iter().for_each(|t| f(t)),
-        _ if tasks <= crate::team::size() && crate::team::run(tasks, &f) => {}
+        _ if tasks <= crate::engine::team::size() && crate::engine::team::run(tasks, &f) => {}
         _ => {
             let next = std::sync::atomic::AtomicUsize::new(0);
             let claim = |_: usize| loop {
@@ -223,7 +223,7 @@ pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
                 }
                 f(t);
             };
-            if !crate::team::run(crate::team::size(), &claim) {
+            if !crate::engine::team::run(crate::engine::team::size(), &claim) {
                 claim(0);
             }
         }
