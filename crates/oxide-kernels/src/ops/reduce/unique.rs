@@ -4,7 +4,7 @@
 //! elements (`m == 1` for the flat ops; the glue moves the dimension first).
 //!
 //! [`argsort_rows`] orders the rows (lexicographically, stable, by the same
-//! order-preserving keys as [`crate::sort`]: NaN last, `-0.0 == 0.0`), then
+//! order-preserving keys as [`crate::ops::reduce::sort`]: NaN last, `-0.0 == 0.0`), then
 //! [`unique_consecutive`] splits the ordered rows into groups of equal rows.
 //! Rows are equal when every element compares `==`, as on CPU: a NaN is
 //! never equal to anything, so each row holding one is its own group.
@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::engine::iter::GRAIN;
-use crate::sort::SortKey;
+use crate::ops::reduce::sort::SortKey;
 use crate::with_real_dtype;
 
 /// Writes to `perm` (`n` int64) the stable lexicographic order of the `n`

@@ -919,7 +919,7 @@ impl TensorIter {
 
 /// Runs reduction `op` over `it` (outputs first, then one input).
 ///
-/// Complex operands go to [`crate::complex::reduce`] (sum, mean, prod).
+/// Complex operands go to [`crate::ops::elementwise::complex::reduce`] (sum, mean, prod).
 ///
 /// Errors: [`Error::UnsupportedDtype`] for other complex reductions or a floating-only
 /// reduction (norm) on integers.
@@ -933,7 +933,7 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     let unsupported = |dtype| Error::UnsupportedDtype { op: op.name(), dtype };
     if it.operands.iter().any(|o| matches!(o.dtype, DType::C32 | DType::C64 | DType::C128)) {
         // SAFETY: forwarded contract.
-        return unsafe { crate::complex::reduce(op, it) };
+        return unsafe { crate::ops::elementwise::complex::reduce(op, it) };
     }
     use std::marker::PhantomData as P;
     // Accumulate in the opmath type of `dt`: float for half types, int64 for integers and bool.

@@ -8,7 +8,7 @@
 //! nonzero" ([`Element::from_c64`]).
 //!
 //! The families are keyed by the same op names as the real ones in
-//! [`crate::pointwise`]: a pointwise call whose compute dtype is complex is
+//! [`crate::ops::elementwise::pointwise`]: a pointwise call whose compute dtype is complex is
 //! routed here by name ([`run_pointwise`]); an op without a complex entry is
 //! an [`Error::UnsupportedDtype`] (the glue keeps those on its counted CPU path).
 //!
@@ -21,8 +21,8 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::engine::iter::{map, TensorIter};
 use crate::engine::math::{Float, Num};
-use crate::pointwise::{family, Ctx};
-use crate::reduce::{run_reducer, Norm, Reducer, ReduceOp};
+use crate::ops::elementwise::pointwise::{family, Ctx};
+use crate::ops::reduce::reduce::{run_reducer, Norm, Reducer, ReduceOp};
 
 /// A complex number with c10::complex's memory layout: real part, then imaginary part.
 #[repr(C)]
@@ -675,7 +675,7 @@ impl<A: Cplx> Reducer for CNorm<A> {
 /// Errors: [`Error::UnsupportedDtype`] for any other reduction or dtype combination.
 ///
 /// # Safety
-/// As [`crate::reduce::reduce`].
+/// As [`crate::ops::reduce::reduce::reduce`].
 pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     use std::marker::PhantomData as P;
     let out = it.dtype(0);
@@ -708,7 +708,7 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
 mod tests {
     use super::*;
     use crate::engine::iter::Operand;
-    use crate::pointwise::PointwiseOp;
+    use crate::ops::elementwise::pointwise::PointwiseOp;
 
     type C = Complex<f64>;
 
@@ -923,22 +923,22 @@ mod tests {
         for (op, scale) in [(ReduceOp::Sum, 1.0), (ReduceOp::Mean, n as f64)] {
             let mut out = [C::default()];
             let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[16][..])], 1, 2).unwrap();
-            unsafe { crate::reduce::reduce(op, &it) }.unwrap();
+            unsafe { crate::ops::reduce::reduce::reduce(op, &it) }.unwrap();
             assert!(close(C::new(out[0].re * scale, out[0].im * scale), want, 1e-14), "{op:?}");
         }
         let mut y: Vec<C> = SAMPLES.to_vec();
         let mut out = [C::default()];
         let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
-        unsafe { crate::reduce::reduce(ReduceOp::Prod, &it) }.unwrap();
+        unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Prod, &it) }.unwrap();
         let want = SAMPLES.iter().fold(C::new(1.0, 0.0), |s, &v| s * v);
         assert!(close(out[0], want, 1e-14));
-        let err = unsafe { crate::reduce::reduce(ReduceOp::MaxValues, &it) }.unwrap_err();
+        let err = unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::MaxValues, &it) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
         // Vector norms of the moduli into a real output.
         for p in [2.0, 1.0, f64::INFINITY, 0.0, 3.0] {
             let mut out = [0f64];
             let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
-            unsafe { crate::reduce::reduce(ReduceOp::Norm { p }, &it) }.unwrap();
+            unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Norm { p }, &it) }.unwrap();
             let m: Vec<f64> = SAMPLES.iter().map(|z| z.re.hypot(z.im)).collect();
             let want = match p {
                 0.0 => m.iter().filter(|&&v| v != 0.0).count() as f64,

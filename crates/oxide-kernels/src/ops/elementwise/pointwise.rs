@@ -190,7 +190,7 @@ macro_rules! family {
     };
 }
 
-// The complex families (crate::complex) are declared with the same macro.
+// The complex families (crate::ops::elementwise::complex) are declared with the same macro.
 pub(crate) use family;
 
 family! {
@@ -560,7 +560,7 @@ impl PointwiseOp {
         let compute = common.unwrap_or_else(|| self.default_compute(it));
         if matches!(compute, DType::C64 | DType::C128) {
             // SAFETY: forwarded contract.
-            return unsafe { crate::complex::run_pointwise(self.name(), it, compute, ctx) };
+            return unsafe { crate::ops::elementwise::complex::run_pointwise(self.name(), it, compute, ctx) };
         }
         let op = self.name();
         let unsupported = || Error::UnsupportedDtype { op, dtype: compute };

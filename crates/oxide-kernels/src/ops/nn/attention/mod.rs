@@ -48,7 +48,7 @@
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::engine::math::Float;
-use crate::random::BitSource;
+use crate::ops::random::random::BitSource;
 use crate::engine::scratch::{self, Plain};
 
 /// Query rows per task and per tile.

@@ -30,7 +30,7 @@
 //! plus the bias (broadcast over positions) and its gradient (the sum of `gy`
 //! over batch and positions). In both directions the image is the larger spatial
 //! side (conv input, transposed-conv output) and the columns the other one.
-//! The products run on [`crate::linalg::gemm`] (the `gemm` crate).
+//! The products run on [`crate::ops::linalg::gemm::gemm`] (the `gemm` crate).
 //!
 //! dtypes: float32 and float64 compute in place; float16 and bfloat16 are widened
 //! to float32 on entry, computed in float32 (GEMM and every sum) and rounded
@@ -49,7 +49,7 @@
 //! between im2col and the GEMM, and products land in the output with no scatter. Samples
 //! are split over up to `threads` tasks, each with its own buffers and weight
 //! gradient partial, when the products are small or at least as wide as tall;
-//! otherwise (a large weight, few columns) [`crate::linalg::gemm`] splits each
+//! otherwise (a large weight, few columns) [`crate::ops::linalg::gemm::gemm`] splits each
 //! product over threads and im2col/col2im split channels.
 
 use std::borrow::Cow;
@@ -58,7 +58,7 @@ use std::sync::Mutex;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::engine::iter::{for_each_chunk_mut, map_tasks, try_for_each_chunk_mut, GRAIN};
-use crate::linalg::{gemm, GemmShape, Matrix, SPLIT_MACS};
+use crate::ops::linalg::gemm::{gemm, GemmShape, Matrix, SPLIT_MACS};
 use crate::engine::math::Num;
 
 /// Spatial dimensions the kernels handle.
