@@ -1355,9 +1355,9 @@ pub unsafe extern "C" fn oxide_softmax_backward(device: i32, stream: i64, dtype_
 pub unsafe extern "C" fn oxide_nll_loss(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, reduction: i64, ignore_index: i64, input: *const c_void, target: *const i64, weight: *const c_void, out: *mut c_void, total_weight: *mut c_void) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let sh = oxide_kernels::ops::nn::softmax::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::softmax::Reduction::from_code(reduction)? };
+        let sh = oxide_kernels::ops::nn::nll::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::nll::Reduction::from_code(reduction)? };
         launch(device, stream, n * c * s, &[input], || unsafe {
-            oxide_kernels::ops::nn::softmax::nll_loss(dt, sh, input as *const u8, target, weight as *const u8, out as *mut u8, total_weight as *mut u8)
+            oxide_kernels::ops::nn::nll::nll_loss(dt, sh, input as *const u8, target, weight as *const u8, out as *mut u8, total_weight as *mut u8)
         })
     })
 }
@@ -1370,9 +1370,9 @@ pub unsafe extern "C" fn oxide_nll_loss(device: i32, stream: i64, dtype_code: i3
 pub unsafe extern "C" fn oxide_nll_loss_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, reduction: i64, ignore_index: i64, grad_output: *const c_void, target: *const i64, weight: *const c_void, total_weight: *const c_void, grad_input: *mut c_void) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let sh = oxide_kernels::ops::nn::softmax::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::softmax::Reduction::from_code(reduction)? };
+        let sh = oxide_kernels::ops::nn::nll::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::nll::Reduction::from_code(reduction)? };
         launch(device, stream, n * c * s, &[grad_input as *const c_void], || unsafe {
-            oxide_kernels::ops::nn::softmax::nll_loss_backward(dt, sh, grad_output as *const u8, target, weight as *const u8, total_weight as *const u8, grad_input as *mut u8)
+            oxide_kernels::ops::nn::nll::nll_loss_backward(dt, sh, grad_output as *const u8, target, weight as *const u8, total_weight as *const u8, grad_input as *mut u8)
         })
     })
 }
