@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 use crate::engine::iter::{map, TensorIter};
 use crate::engine::math::{Float, Num};
 use crate::ops::elementwise::pointwise::{family, Ctx};
-use crate::ops::reduce::reduce::{run_reducer, Norm, Reducer, ReduceOp};
+use crate::ops::reduce::reduce::{run_reducer, Reducer, ReduceOp};
+use crate::ops::reduce::reducers::Norm;
 
 /// A complex number with c10::complex's memory layout: real part, then imaginary part.
 #[repr(C)]

@@ -2,6 +2,8 @@
 
 /// Reductions over a reduction iterator: the ops, the inner/outer schedules.
 pub mod reduce;
+/// The folds of `reduce` (sum, prod, extrema, logical, arg extrema, Welford, norms).
+pub(crate) mod reducers;
 /// cumsum, cumprod, cummax, cummin along a dimension.
 pub mod scan;
 /// Stable row sort with indices.
