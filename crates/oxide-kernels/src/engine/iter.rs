@@ -9,10 +9,20 @@
 //! op is written once per compute type and never assumes a layout.
 //!
 //! Work is split into contiguous ranges of the linear iteration index and run
-//! on rayon's pool when there are more than [`GRAIN`] elements per thread.
+//! as tasks when there are more than [`GRAIN`] elements per thread.
 //! Within a range, rows along dimension 0 are processed in blocks of
 //! [`BLOCK`] elements: a contiguous operand of the compute type is used in
-//! place, anything else is staged through a small buffer.
+//! place, anything else is staged through a small buffer; broadcast (stride-0)
+//! inputs are staged once per task. [`map`] is the driver the pointwise
+//! families run on.
+//!
+//! Tasks ([`for_each_task`], [`map_tasks`]) run on the kernel thread team
+//! ([`crate::engine::team`]): task t on the same thread every call (unless its
+//! worker is late, see `team`), so a thread re-reads the part of a tensor it
+//! already has in cache, as OpenMP's static schedule does; more tasks than
+//! threads are claimed one by one by the team's threads, OpenMP's dynamic
+//! schedule. [`for_each_chunk_mut`], [`try_for_each_task`] and [`map_in_runs`]
+//! serve kernels that split a slice or collect per-part results.
 
 use rayon::prelude::*;
 

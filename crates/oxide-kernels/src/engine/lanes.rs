@@ -5,6 +5,8 @@
 //! element per add latency. Sixteen independent lanes let it vectorise; the
 //! lanes are combined in a fixed order, so results do not depend on anything
 //! but the input. The norms and softmax use these for their row statistics.
+//! The `avx2` module adds explicit AVX2 float32/float64 sums and NaN-aware
+//! max/min for the whole-row reductions.
 
 use crate::dtype::Element;
 use crate::engine::math::Float;

@@ -1,4 +1,5 @@
-//! Element conversion between host-side buffers and typed strided operands.
+//! Element conversion between host-side buffers and typed strided operands
+//! (typed writes of host values, e.g. `randperm`'s permutation).
 
 use crate::dtype::{DType, Element};
 use crate::error::Result;

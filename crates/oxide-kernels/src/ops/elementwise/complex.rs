@@ -1,5 +1,7 @@
 //! complex64 / complex128: the element type, its arithmetic and elementary
-//! functions, the complex pointwise families and the complex reductions.
+//! functions, the complex pointwise families (`ComplexUnary`, `ComplexBinary`,
+//! `ComplexCompare`, `ComplexTernary`), the converting [`cast`] between any two
+//! dtypes, and the complex reductions (sum, mean, prod, vector norms).
 //!
 //! [`Complex<T>`] has c10::complex's layout (`#[repr(C)]`, real part first),
 //! so a complex64 tensor's memory is read as `Complex<f32>` in place. The

@@ -1,5 +1,6 @@
 //! Strided copy between two operands of the same dtype (the kernel behind
-//! device-to-device `copy_`, `clone` and `contiguous`).
+//! device-to-device `copy_`, `clone` and `contiguous`), and [`cat_contiguous`]
+//! (`torch.cat` / `torch.stack` of contiguous operands).
 
 use crate::error::{Error, Result};
 

@@ -5,7 +5,10 @@
 //! The op's name is PyTorch's (its `DispatchStub` without `_stub`, or its
 //! aten name) and is what the glue resolves once per stub with
 //! [`PointwiseOp::lookup`]; names and dispatch are derived from the table by
-//! the [`family!`] macro, never written twice.
+//! the [`family!`] macro, never written twice. The families: `FloatUnary`,
+//! `RealUnary`, `IntUnary`, `IntBinary`, `Predicate`, `Compare`, `RealBinary`,
+//! `FloatBinary`, `RealTernary`, `FloatTernary`; the ops include the
+//! activations, their backward, and the pointwise losses.
 //!
 //! The compute type follows PyTorch: float16 and bfloat16 compute in float
 //! (their opmath type), everything else in its own type; the engine converts

@@ -22,6 +22,10 @@
 //! `divide_factor` (fixed windows) or successively by the window extents
 //! (adaptive windows). Backward passes scatter-add in output order, one plane
 //! per task, so results are deterministic.
+//!
+//! Speed: max pooling walks a table of every window's taps one round at a
+//! time over a block of windows (whole small planes per block), so the
+//! compare-and-selects vectorise.
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};

@@ -1,4 +1,3 @@
 //! Random-number kernels.
 
-/// Distributions over a counter-based bit source, dropout scaling, randperm, multinomial.
 pub mod random;

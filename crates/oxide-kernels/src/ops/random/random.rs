@@ -1,4 +1,7 @@
-//! Random distributions over a counter-based bit source.
+//! Random distributions over a counter-based bit source: uniform, normal,
+//! bernoulli, exponential, Cauchy, log-normal, geometric and integers
+//! ([`sample`], [`bernoulli_tensor`]), dropout scaling ([`masked_scale`]),
+//! [`randperm`] and [`multinomial`].
 //!
 //! Every element takes its bits from one 128-bit block whose index is the
 //! element's position in iteration order (plus the caller's offset inside
