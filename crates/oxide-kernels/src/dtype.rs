@@ -130,7 +130,7 @@ pub trait Element: Copy + Send + Sync + 'static {
     }
     /// True for the integral dtypes (not bool, not floating).
     const INTEGRAL: bool = false;
-    /// True for complex64/complex128 (see `crate::complex`).
+    /// True for complex64/complex128 (see `crate::ops::elementwise::complex`).
     const COMPLEX: bool = false;
     /// Widens to a (real, imaginary) pair of doubles; real types have imaginary part 0.
     #[inline(always)]
@@ -326,8 +326,8 @@ macro_rules! with_float_dtype {
 macro_rules! with_dtype {
     ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
         match $dtype {
-            $crate::DType::C64 => { type $T = $crate::complex::Complex<f32>; $body }
-            $crate::DType::C128 => { type $T = $crate::complex::Complex<f64>; $body }
+            $crate::DType::C64 => { type $T = $crate::ops::elementwise::complex::Complex<f32>; $body }
+            $crate::DType::C128 => { type $T = $crate::ops::elementwise::complex::Complex<f64>; $body }
             d => $crate::with_real_dtype!(d, $op, |$T| $body),
         }
     };

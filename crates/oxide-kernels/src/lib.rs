@@ -22,44 +22,12 @@ macro_rules! with_element_bits {
     };
 }
 
-pub mod activation;
-pub mod amp;
-pub mod attention;
-pub mod cast;
-pub mod complex;
-pub mod conv;
-pub mod copy;
 pub mod dtype;
-pub mod embedding;
+pub mod engine;
 pub mod error;
-pub mod factory;
-pub mod fill;
-pub mod grid_sample;
-pub mod histogram;
-pub mod index;
-pub mod iter;
-pub(crate) mod lanes;
-pub mod layout;
-pub mod linalg;
-pub mod math;
-pub mod nn;
-pub mod norm;
-pub mod nonzero;
-pub mod optim;
-pub mod pool;
-pub mod pointwise;
-pub mod random;
-pub mod reduce;
-pub mod rnn;
-pub mod scan;
-pub mod scatter;
-pub(crate) mod scratch;
-pub mod search;
-pub mod sort;
-pub mod team;
-pub mod unique;
+pub mod ops;
 
 pub use dtype::{DType, Element};
 pub use half;
 pub use error::{Error, Result};
-pub use layout::Layout;
+pub use engine::layout::Layout;

@@ -390,7 +390,7 @@ pub unsafe extern "C" fn oxide_copy_strided(
         let layout = Layout::new("copy_", shape, [ds, ss])?;
         launch(device, stream, layout.numel(), &[dst, src], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::copy::copy_strided(elem_size, &layout, dst as *mut u8, src as *const u8) }
+            unsafe { oxide_kernels::ops::elementwise::copy::copy_strided(elem_size, &layout, dst as *mut u8, src as *const u8) }
         })
     })
 }
@@ -417,7 +417,7 @@ pub unsafe extern "C" fn oxide_cat_contiguous(device: i32, stream: i64, count: u
         let bytes = outer * parts.iter().map(|p| p.1).sum::<usize>();
         launch(device, stream, bytes, &operands, || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::copy::cat_contiguous(outer, &parts, dst as *mut u8, threads.max(1) as usize) };
+            unsafe { oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &parts, dst as *mut u8, threads.max(1) as usize) };
             Ok::<(), oxide_kernels::Error>(())
         })
     })
@@ -447,7 +447,7 @@ pub unsafe extern "C" fn oxide_fill_strided(
         let layout = Layout::new("fill_", shape, [strides])?;
         launch(device, stream, layout.numel(), &[dst], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::fill::fill_strided(elem_size, &layout, dst as *mut u8, pattern as *const u8) }
+            unsafe { oxide_kernels::ops::elementwise::fill::fill_strided(elem_size, &layout, dst as *mut u8, pattern as *const u8) }
         })
     })
 }
@@ -718,7 +718,7 @@ pub unsafe extern "C" fn oxide_random_sample(
     dist: OxideDistribution,
     philox_state: OxidePhilox,
 ) -> i32 {
-    use oxide_kernels::random::Distribution as D;
+    use oxide_kernels::ops::random::random::Distribution as D;
     ffi(|| {
         // SAFETY: the glue passes ndim-long arrays.
         let layout = Layout::new("random", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
@@ -737,7 +737,7 @@ pub unsafe extern "C" fn oxide_random_sample(
         let bits = philox(&philox_state);
         launch(device, stream, layout.numel(), &[dst], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::random::sample(dt, &layout, dst as *mut u8, d, &bits) }
+            unsafe { oxide_kernels::ops::random::random::sample(dt, &layout, dst as *mut u8, d, &bits) }
         })
     })
 }
@@ -767,7 +767,7 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(
         let bits = philox(&philox_state);
         launch(device, stream, layout.numel(), &[dst, p], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::random::bernoulli_tensor(dt, &layout, dst as *mut u8, p as *const f64, &bits) }
+            unsafe { oxide_kernels::ops::random::random::bernoulli_tensor(dt, &layout, dst as *mut u8, p as *const f64, &bits) }
         })
     })
 }
@@ -799,7 +799,7 @@ pub unsafe extern "C" fn oxide_masked_scale(
         let dt = dtype(dtype_code)?;
         launch(device, stream, layout.numel(), &[out, input, mask], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::random::masked_scale(dt, &layout, out as *mut u8, input as *const u8, mask as *const bool, scale) }
+            unsafe { oxide_kernels::ops::random::random::masked_scale(dt, &layout, out as *mut u8, input as *const u8, mask as *const bool, scale) }
         })
     })
 }
@@ -816,11 +816,11 @@ pub unsafe extern "C" fn oxide_randperm(device: i32, stream: i64, dtype_code: i3
         let dt = dtype(dtype_code)?;
         let bits = philox(&philox_state);
         launch(device, stream, layout.numel(), &[out], || -> Result<(), AbiError> {
-            let perm = oxide_kernels::random::randperm(n as usize, &bits);
+            let perm = oxide_kernels::ops::random::random::randperm(n as usize, &bits);
             let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
             // SAFETY: out addresses n elements (contract); perm is a host buffer of n i64s
             // converted element by element into the destination dtype.
-            unsafe { oxide_kernels::cast::cast_from_i64(dt, &src, out as *mut u8, &perm)? };
+            unsafe { oxide_kernels::ops::elementwise::cast::cast_from_i64(dt, &src, out as *mut u8, &perm)? };
             Ok(())
         })
     })
@@ -855,12 +855,12 @@ pub unsafe extern "C" fn oxide_multinomial(
                 oxide_kernels::DType::F32 => {
                     // SAFETY: sizes per the contract.
                     let w = unsafe { std::slice::from_raw_parts(weights as *const f32, rows * categories) };
-                    oxide_kernels::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
+                    oxide_kernels::ops::random::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
                 }
                 oxide_kernels::DType::F64 => {
                     // SAFETY: sizes per the contract.
                     let w = unsafe { std::slice::from_raw_parts(weights as *const f64, rows * categories) };
-                    oxide_kernels::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
+                    oxide_kernels::ops::random::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
                 }
                 d => return Err(oxide_kernels::Error::UnsupportedDtype { op: "multinomial", dtype: d }.into()),
             }
@@ -873,8 +873,8 @@ pub unsafe extern "C" fn oxide_multinomial(
 pub const OXIDE_ACT_SELU: i32 = 0;
 pub const OXIDE_ACT_SWISH: i32 = 1;
 
-fn activation_kind(kind: i32) -> Result<(oxide_kernels::activation::Forward, oxide_kernels::activation::Backward), AbiError> {
-    use oxide_kernels::activation::{Backward, Forward};
+fn activation_kind(kind: i32) -> Result<(oxide_kernels::ops::custom::activation::Forward, oxide_kernels::ops::custom::activation::Backward), AbiError> {
+    use oxide_kernels::ops::custom::activation::{Backward, Forward};
     match kind {
         OXIDE_ACT_SELU => Ok((Forward::Selu, Backward::Selu)),
         OXIDE_ACT_SWISH => Ok((Forward::Swish, Backward::Swish)),
@@ -907,7 +907,7 @@ pub unsafe extern "C" fn oxide_activation_forward(
         let dt = dtype(dtype_code)?;
         launch(device, stream, layout.numel(), &[out, x], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::activation::forward(fw, dt, &layout, out as *mut u8, x as *const u8) }
+            unsafe { oxide_kernels::ops::custom::activation::forward(fw, dt, &layout, out as *mut u8, x as *const u8) }
         })
     })
 }
@@ -939,7 +939,7 @@ pub unsafe extern "C" fn oxide_activation_backward(
         let dt = dtype(dtype_code)?;
         launch(device, stream, layout.numel(), &[dx, dy, x], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::activation::backward(bw, dt, &layout, dx as *mut u8, dy as *const u8, x as *const u8) }
+            unsafe { oxide_kernels::ops::custom::activation::backward(bw, dt, &layout, dx as *mut u8, dy as *const u8, x as *const u8) }
         })
     })
 }
@@ -967,7 +967,7 @@ pub unsafe extern "C" fn oxide_amp_unscale(
         let dt = dtype(dtype_code)?;
         let any = launch(device, stream, layout.numel(), &[data], || {
             // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::amp::unscale_and_check(dt, &layout, data as *mut u8, inv_scale) }
+            unsafe { oxide_kernels::ops::optim::amp::unscale_and_check(dt, &layout, data as *mut u8, inv_scale) }
         })?;
         // SAFETY: found is the glue's local.
         if any && !found.is_null() {
@@ -999,7 +999,7 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
             // SAFETY: one element each, per the contract.
             unsafe {
                 let (mut s, mut t) = (scale.read_unaligned(), growth_tracker.read_unaligned());
-                oxide_kernels::amp::update_scale(&mut s, &mut t, found_inf.read_unaligned(), growth_factor, backoff_factor, growth_interval);
+                oxide_kernels::ops::optim::amp::update_scale(&mut s, &mut t, found_inf.read_unaligned(), growth_factor, backoff_factor, growth_interval);
                 scale.write_unaligned(s);
                 growth_tracker.write_unaligned(t);
             }
@@ -1029,8 +1029,8 @@ pub struct OxideIter {
 ///
 /// # Safety
 /// The arrays hold the counts the struct states.
-unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::iter::TensorIter, AbiError> {
-    use oxide_kernels::iter::{Operand, TensorIter};
+unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
+    use oxide_kernels::engine::iter::{Operand, TensorIter};
     // SAFETY: caller contract.
     let (shape, data, dtypes, strides) = unsafe {
         (
@@ -1053,7 +1053,7 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels:
     Ok(TensorIter::new(op, shape, operands, it.noutputs, it.threads.max(1) as usize)?)
 }
 
-/// The id of the pointwise op named `name` (see `oxide_kernels::pointwise`), or -1.
+/// The id of the pointwise op named `name` (see `oxide_kernels::ops::elementwise::pointwise`), or -1.
 /// The glue resolves each name once and caches the id.
 ///
 /// # Safety
@@ -1062,7 +1062,7 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels:
 pub unsafe extern "C" fn oxide_pointwise_lookup(name: *const c_char) -> i32 {
     // SAFETY: caller contract.
     let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
-    oxide_kernels::pointwise::PointwiseOp::lookup(name).map_or(-1, |o| o.id())
+    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::lookup(name).map_or(-1, |o| o.id())
 }
 
 /// Runs pointwise op `op` (an id from [`oxide_pointwise_lookup`]) over `iter`
@@ -1075,13 +1075,13 @@ pub unsafe extern "C" fn oxide_pointwise_lookup(name: *const c_char) -> i32 {
 #[no_mangle]
 pub unsafe extern "C" fn oxide_pointwise(device: i32, stream: i64, op: i32, iter: *const OxideIter, common: i32, f: *const f64, i: *const i64) -> i32 {
     ffi(|| {
-        let o = oxide_kernels::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
+        let o = oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter(o.name(), &*iter) }?;
         let common = if common < 0 { None } else { Some(dtype(common)?) };
         // SAFETY: caller contract.
         let ctx = unsafe {
-            oxide_kernels::pointwise::Ctx { f: std::ptr::read(f as *const [f64; 4]), i: std::ptr::read(i as *const [i64; 4]), ..Default::default() }
+            oxide_kernels::ops::elementwise::pointwise::Ctx { f: std::ptr::read(f as *const [f64; 4]), i: std::ptr::read(i as *const [i64; 4]), ..Default::default() }
         };
         let rt = runtime()?;
         let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { o.run(&it, common, &ctx) })?;
@@ -1090,7 +1090,7 @@ pub unsafe extern "C" fn oxide_pointwise(device: i32, stream: i64, op: i32, iter
 }
 
 /// Runs reduction stub `name` (`sum`, `mean`, `prod`, `max_values`, `argmax`,
-/// `std_var`, `norm`, ... see `oxide_kernels::reduce::ReduceOp::lookup`, with
+/// `std_var`, `norm`, ... see `oxide_kernels::ops::reduce::reduce::ReduceOp::lookup`, with
 /// scalar arguments `a`, `b`) over the reduction iterator `iter`.
 ///
 /// # Safety
@@ -1100,11 +1100,11 @@ pub unsafe extern "C" fn oxide_reduce(device: i32, stream: i64, name: *const c_c
     ffi(|| {
         // SAFETY: caller contract.
         let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
-        let op = oxide_kernels::reduce::ReduceOp::lookup(name, a, b).ok_or_else(|| AbiError::Invalid(format!("unknown reduction {name}")))?;
+        let op = oxide_kernels::ops::reduce::reduce::ReduceOp::lookup(name, a, b).ok_or_else(|| AbiError::Invalid(format!("unknown reduction {name}")))?;
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("reduce", &*iter) }?;
         let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::reduce::reduce(op, &it) })?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::ops::reduce::reduce::reduce(op, &it) })?;
         Ok(r?)
     })
 }
@@ -1139,7 +1139,7 @@ pub unsafe extern "C" fn oxide_gemm(
     beta: f64,
     c: OxideMatrix,
 ) -> i32 {
-    use oxide_kernels::linalg::{gemm, GemmShape, Matrix};
+    use oxide_kernels::ops::linalg::gemm::{gemm, GemmShape, Matrix};
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let mat = |x: &OxideMatrix| Matrix { ptr: x.data as *mut u8, batch_stride: x.batch_stride as isize, row_stride: x.row_stride as isize, col_stride: x.col_stride as isize };
@@ -1174,7 +1174,7 @@ pub unsafe extern "C" fn oxide_index(
     ffi(|| {
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("index", &*iter) }?;
-        let ix = oxide_kernels::index::Indexed {
+        let ix = oxide_kernels::ops::index::index::Indexed {
             sizes: unsafe { dims(sizes, nindexed) },
             strides: unsafe { dims(strides, nindexed) },
             wrap_negative: wrap_negative != 0,
@@ -1182,9 +1182,9 @@ pub unsafe extern "C" fn oxide_index(
         let rt = runtime()?;
         let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe {
             if put != 0 {
-                oxide_kernels::index::index_put(&it, &ix, elem_size, accumulate != 0)
+                oxide_kernels::ops::index::index::index_put(&it, &ix, elem_size, accumulate != 0)
             } else {
-                oxide_kernels::index::index(&it, &ix, elem_size)
+                oxide_kernels::ops::index::index::index(&it, &ix, elem_size)
             }
         })?;
         Ok(r?)
@@ -1198,7 +1198,7 @@ pub unsafe extern "C" fn oxide_index(
 /// As [`oxide_pointwise`].
 #[no_mangle]
 pub unsafe extern "C" fn oxide_fill_sequence(device: i32, stream: i64, iter: *const OxideIter, kind: i32, a: f64, b: f64, ia: i64, ib: i64, steps: i64) -> i32 {
-    use oxide_kernels::factory::{fill_sequence, Sequence};
+    use oxide_kernels::ops::elementwise::factory::{fill_sequence, Sequence};
     ffi(|| {
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("arange", &*iter) }?;
@@ -1245,7 +1245,7 @@ pub unsafe extern "C" fn oxide_scan(
     idx_strides: *const i64,
     threads: i32,
 ) -> i32 {
-    use oxide_kernels::scan::{scan, ScanOp};
+    use oxide_kernels::ops::reduce::scan::{scan, ScanOp};
     ffi(|| {
         let op = match op {
             0 => ScanOp::CumSum,
@@ -1282,7 +1282,7 @@ pub unsafe extern "C" fn oxide_sort_rows(device: i32, stream: i64, dtype_code: i
     ffi(|| {
         let dt = dtype(dtype_code)?;
         launch(device, stream, rows * len, &[data as *const c_void, indices as *const c_void], || unsafe {
-            oxide_kernels::sort::sort_rows(dt, rows, len, data as *mut u8, indices, descending != 0, threads.max(1) as usize)
+            oxide_kernels::ops::reduce::sort::sort_rows(dt, rows, len, data as *mut u8, indices, descending != 0, threads.max(1) as usize)
         })
     })
 }
@@ -1304,10 +1304,10 @@ pub unsafe extern "C" fn oxide_nonzero(device: i32, stream: i64, dtype_code: i32
         let numel: usize = shape.iter().product();
         launch(device, stream, numel, &[data], || unsafe {
             if out.is_null() {
-                *count = oxide_kernels::nonzero::count_nonzero(dt, &shape, &strides, data as *const u8)?;
+                *count = oxide_kernels::ops::reduce::nonzero::count_nonzero(dt, &shape, &strides, data as *const u8)?;
                 Ok::<(), oxide_kernels::Error>(())
             } else {
-                oxide_kernels::nonzero::nonzero(dt, &shape, &strides, data as *const u8, out, *count)
+                oxide_kernels::ops::reduce::nonzero::nonzero(dt, &shape, &strides, data as *const u8, out, *count)
             }
         })
     })
@@ -1324,7 +1324,7 @@ pub unsafe extern "C" fn oxide_softmax(device: i32, stream: i64, in_dtype: i32, 
     ffi(|| {
         let (idt, odt) = (dtype(in_dtype)?, dtype(out_dtype)?);
         launch(device, stream, outer * dim * inner, &[input, out as *const c_void], || unsafe {
-            oxide_kernels::nn::softmax(idt, input as *const u8, odt, out as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
+            oxide_kernels::ops::nn::softmax::softmax(idt, input as *const u8, odt, out as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
         })
     })
 }
@@ -1339,7 +1339,7 @@ pub unsafe extern "C" fn oxide_softmax_backward(device: i32, stream: i64, dtype_
     ffi(|| {
         let (dt, gdt) = (dtype(dtype_code)?, dtype(gin_dtype)?);
         launch(device, stream, outer * dim * inner, &[grad, output, grad_input as *const c_void], || unsafe {
-            oxide_kernels::nn::softmax_backward(dt, grad as *const u8, output as *const u8, gdt, grad_input as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
+            oxide_kernels::ops::nn::softmax::softmax_backward(dt, grad as *const u8, output as *const u8, gdt, grad_input as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
         })
     })
 }
@@ -1355,9 +1355,9 @@ pub unsafe extern "C" fn oxide_softmax_backward(device: i32, stream: i64, dtype_
 pub unsafe extern "C" fn oxide_nll_loss(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, reduction: i64, ignore_index: i64, input: *const c_void, target: *const i64, weight: *const c_void, out: *mut c_void, total_weight: *mut c_void) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let sh = oxide_kernels::nn::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::nn::Reduction::from_code(reduction)? };
+        let sh = oxide_kernels::ops::nn::nll::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::nll::Reduction::from_code(reduction)? };
         launch(device, stream, n * c * s, &[input], || unsafe {
-            oxide_kernels::nn::nll_loss(dt, sh, input as *const u8, target, weight as *const u8, out as *mut u8, total_weight as *mut u8)
+            oxide_kernels::ops::nn::nll::nll_loss(dt, sh, input as *const u8, target, weight as *const u8, out as *mut u8, total_weight as *mut u8)
         })
     })
 }
@@ -1370,9 +1370,9 @@ pub unsafe extern "C" fn oxide_nll_loss(device: i32, stream: i64, dtype_code: i3
 pub unsafe extern "C" fn oxide_nll_loss_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, reduction: i64, ignore_index: i64, grad_output: *const c_void, target: *const i64, weight: *const c_void, total_weight: *const c_void, grad_input: *mut c_void) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let sh = oxide_kernels::nn::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::nn::Reduction::from_code(reduction)? };
+        let sh = oxide_kernels::ops::nn::nll::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::nll::Reduction::from_code(reduction)? };
         launch(device, stream, n * c * s, &[grad_input as *const c_void], || unsafe {
-            oxide_kernels::nn::nll_loss_backward(dt, sh, grad_output as *const u8, target, weight as *const u8, total_weight as *const u8, grad_input as *mut u8)
+            oxide_kernels::ops::nn::nll::nll_loss_backward(dt, sh, grad_output as *const u8, target, weight as *const u8, total_weight as *const u8, grad_input as *mut u8)
         })
     })
 }
@@ -1387,9 +1387,9 @@ pub unsafe extern "C" fn oxide_nll_loss_backward(device: i32, stream: i64, dtype
 pub unsafe extern "C" fn oxide_group_norm(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, g: usize, x: *const c_void, param_dtype: i32, weight: *const c_void, bias: *const c_void, eps: f64, y: *mut c_void, stat_dtype: i32, mean: *mut c_void, rstd: *mut c_void, threads: i32) -> i32 {
     ffi(|| {
         let (dt, pdt, sdt) = (dtype(dtype_code)?, dtype(param_dtype)?, dtype(stat_dtype)?);
-        let sh = oxide_kernels::norm::GroupShape { n, c, s, g };
+        let sh = oxide_kernels::ops::nn::norm::GroupShape { n, c, s, g };
         launch(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
-            oxide_kernels::norm::group_norm(dt, sh, x as _, pdt, weight as _, bias as _, eps, y as _, sdt, mean as _, rstd as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::norm::group_norm(dt, sh, x as _, pdt, weight as _, bias as _, eps, y as _, sdt, mean as _, rstd as _, threads.max(1) as usize)
         })
     })
 }
@@ -1402,9 +1402,9 @@ pub unsafe extern "C" fn oxide_group_norm(device: i32, stream: i64, dtype_code: 
 pub unsafe extern "C" fn oxide_group_norm_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, g: usize, dy: *const c_void, x: *const c_void, stat_dtype: i32, mean: *const c_void, rstd: *const c_void, param_dtype: i32, weight: *const c_void, dx: *mut c_void, dweight: *mut c_void, dbias: *mut c_void, threads: i32) -> i32 {
     ffi(|| {
         let (dt, pdt, sdt) = (dtype(dtype_code)?, dtype(param_dtype)?, dtype(stat_dtype)?);
-        let sh = oxide_kernels::norm::GroupShape { n, c, s, g };
+        let sh = oxide_kernels::ops::nn::norm::GroupShape { n, c, s, g };
         launch(device, stream, n * c * s, &[dy, x], || unsafe {
-            oxide_kernels::norm::group_norm_backward(dt, sh, dy as _, x as _, sdt, mean as _, rstd as _, pdt, weight as _, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::norm::group_norm_backward(dt, sh, dy as _, x as _, sdt, mean as _, rstd as _, pdt, weight as _, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
         })
     })
 }
@@ -1419,10 +1419,10 @@ pub unsafe extern "C" fn oxide_group_norm_backward(device: i32, stream: i64, dty
 pub unsafe extern "C" fn oxide_batch_norm(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, x: *const c_void, param_dtype: i32, weight: *const c_void, bias: *const c_void, running_mean: *mut c_void, running_var: *mut c_void, training: i32, momentum: f64, eps: f64, y: *mut c_void, save_mean: *mut c_void, save_invstd: *mut c_void, threads: i32) -> i32 {
     ffi(|| {
         let (dt, pdt) = (dtype(dtype_code)?, dtype(param_dtype)?);
-        let sh = oxide_kernels::norm::BatchShape { n, c, s };
-        let p = oxide_kernels::norm::BatchParams { weight: weight as _, bias: bias as _, running_mean: running_mean as _, running_var: running_var as _ };
+        let sh = oxide_kernels::ops::nn::norm::BatchShape { n, c, s };
+        let p = oxide_kernels::ops::nn::norm::BatchParams { weight: weight as _, bias: bias as _, running_mean: running_mean as _, running_var: running_var as _ };
         launch(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
-            oxide_kernels::norm::batch_norm(dt, sh, x as _, pdt, p, training != 0, momentum, eps, y as _, save_mean as _, save_invstd as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::norm::batch_norm(dt, sh, x as _, pdt, p, training != 0, momentum, eps, y as _, save_mean as _, save_invstd as _, threads.max(1) as usize)
         })
     })
 }
@@ -1435,10 +1435,10 @@ pub unsafe extern "C" fn oxide_batch_norm(device: i32, stream: i64, dtype_code: 
 pub unsafe extern "C" fn oxide_batch_norm_backward(device: i32, stream: i64, dtype_code: i32, n: usize, c: usize, s: usize, dy: *const c_void, x: *const c_void, param_dtype: i32, weight: *const c_void, running_mean: *const c_void, running_var: *const c_void, save_mean: *const c_void, save_invstd: *const c_void, training: i32, eps: f64, dx: *mut c_void, dweight: *mut c_void, dbias: *mut c_void, threads: i32) -> i32 {
     ffi(|| {
         let (dt, pdt) = (dtype(dtype_code)?, dtype(param_dtype)?);
-        let sh = oxide_kernels::norm::BatchShape { n, c, s };
-        let p = oxide_kernels::norm::BatchParams { weight: weight as _, bias: std::ptr::null(), running_mean: running_mean as _, running_var: running_var as _ };
+        let sh = oxide_kernels::ops::nn::norm::BatchShape { n, c, s };
+        let p = oxide_kernels::ops::nn::norm::BatchParams { weight: weight as _, bias: std::ptr::null(), running_mean: running_mean as _, running_var: running_var as _ };
         launch(device, stream, n * c * s, &[dy, x], || unsafe {
-            oxide_kernels::norm::batch_norm_backward(dt, sh, dy as _, x as _, pdt, p, save_mean as _, save_invstd as _, training != 0, eps, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::norm::batch_norm_backward(dt, sh, dy as _, x as _, pdt, p, save_mean as _, save_invstd as _, training != 0, eps, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
         })
     })
 }
@@ -1473,13 +1473,13 @@ pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: 
         let dt = dtype(dtype_code)?;
         // SAFETY: caller passes a valid struct.
         let h = unsafe { &*h };
-        let hp = oxide_kernels::optim::Adam {
+        let hp = oxide_kernels::ops::optim::fused::Adam {
             lr: h.lr, beta1: h.beta1, beta2: h.beta2, weight_decay: h.weight_decay, eps: h.eps,
             amsgrad: h.amsgrad != 0, maximize: h.maximize != 0, decoupled: h.decoupled != 0, step: h.step,
             grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
         };
         launch(device, stream, n, &[param as *const c_void, grad as *const c_void, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
-            oxide_kernels::optim::adam(dt, n, param as _, grad as _, exp_avg as _, exp_avg_sq as _, max_exp_avg_sq as _, hp, threads.max(1) as usize)
+            oxide_kernels::ops::optim::fused::adam(dt, n, param as _, grad as _, exp_avg as _, exp_avg_sq as _, max_exp_avg_sq as _, hp, threads.max(1) as usize)
         })
     })
 }
@@ -1508,13 +1508,13 @@ pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i
         let dt = dtype(dtype_code)?;
         // SAFETY: caller passes a valid struct.
         let h = unsafe { &*h };
-        let hp = oxide_kernels::optim::Sgd {
+        let hp = oxide_kernels::ops::optim::fused::Sgd {
             lr: h.lr, weight_decay: h.weight_decay, momentum: h.momentum, dampening: h.dampening,
             nesterov: h.nesterov != 0, maximize: h.maximize != 0, is_first_step: h.is_first_step != 0,
             grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
         };
         launch(device, stream, n, &[param as *const c_void, grad as *const c_void], || unsafe {
-            oxide_kernels::optim::sgd(dt, n, param as _, grad as _, momentum_buffer as _, hp, threads.max(1) as usize)
+            oxide_kernels::ops::optim::fused::sgd(dt, n, param as _, grad as _, momentum_buffer as _, hp, threads.max(1) as usize)
         })
     })
 }
@@ -1529,7 +1529,7 @@ pub const OXIDE_REDUCE_PROD: i32 = 4;
 /// Scatter with reduction `reduce` (an `OXIDE_REDUCE_*`) along `dim`: for
 /// every position of the index shape (`ndim` extents), the element of `out`
 /// at that position with coordinate `dim` replaced by the index is combined
-/// with the source element (see `oxide_kernels::scatter::scatter_reduce`).
+/// with the source element (see `oxide_kernels::ops::index::scatter::scatter_reduce`).
 /// `dim_size` is `out`'s extent along `dim`; strides are in elements, `ndim`
 /// per operand (all zero for a scalar source); the index is int64 or int32.
 ///
@@ -1554,7 +1554,7 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
     index_strides: *const i64,
     threads: i32,
 ) -> i32 {
-    use oxide_kernels::scatter::{scatter_reduce, ScatterReduce, Strided};
+    use oxide_kernels::ops::index::scatter::{scatter_reduce, ScatterReduce, Strided};
     ffi(|| {
         let reduce = match reduce {
             OXIDE_REDUCE_MAX => ScatterReduce::Amax,
@@ -1603,7 +1603,7 @@ pub unsafe extern "C" fn oxide_masked_scatter(device: i32, stream: i64, iter: *c
     ffi(|| {
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("masked_scatter", &*iter) }?;
-        launch(device, stream, source_len, &[source], || unsafe { oxide_kernels::scatter::masked_scatter(&it, source as *const u8, source_len) })
+        launch(device, stream, source_len, &[source], || unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source as *const u8, source_len) })
     })
 }
 
@@ -1617,7 +1617,7 @@ pub unsafe extern "C" fn oxide_argsort_rows(device: i32, stream: i64, dtype_code
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let operands: &[*const c_void] = if m == 0 { &[perm as *const c_void] } else { &[data, perm as *const c_void] };
-        launch(device, stream, n, operands, || unsafe { oxide_kernels::unique::argsort_rows(dt, n, m, data as *const u8, perm, threads.max(1) as usize) })
+        launch(device, stream, n, operands, || unsafe { oxide_kernels::ops::reduce::unique::argsort_rows(dt, n, m, data as *const u8, perm, threads.max(1) as usize) })
     })
 }
 
@@ -1651,7 +1651,7 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
                 operands.push(p);
             }
         }
-        let k = launch(device, stream, n, &operands, || unsafe { oxide_kernels::unique::unique_consecutive(dt, n, m, data as *const u8, perm, reps, inverse, counts) })?;
+        let k = launch(device, stream, n, &operands, || unsafe { oxide_kernels::ops::reduce::unique::unique_consecutive(dt, n, m, data as *const u8, perm, reps, inverse, counts) })?;
         put(groups, k)
     })
 }
@@ -1683,7 +1683,7 @@ pub unsafe extern "C" fn oxide_unique_bytes(
         }
         operands.extend([inverse as *const c_void, counts as *const c_void].into_iter().filter(|p| !p.is_null()));
         let k = launch(device, stream, n, &operands, || unsafe {
-            oxide_kernels::unique::unique_bytes(dt, n, data as *const u8, values as *mut u8, inverse, counts)
+            oxide_kernels::ops::reduce::unique::unique_bytes(dt, n, data as *const u8, values as *mut u8, inverse, counts)
         })?;
         put(groups, k)
     })
@@ -1722,7 +1722,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
             }
         }
         launch(device, stream, nvalues, &operands, || unsafe {
-            oxide_kernels::search::searchsorted(dt, values as *const u8, nvalues, per_row, boundaries as *const u8, len, sorter, right != 0, odt, out as *mut u8, threads.max(1) as usize)
+            oxide_kernels::ops::reduce::search::searchsorted(dt, values as *const u8, nvalues, per_row, boundaries as *const u8, len, sorter, right != 0, odt, out as *mut u8, threads.max(1) as usize)
         })
     })
 }
@@ -1737,7 +1737,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
 pub unsafe extern "C" fn oxide_bincount_range(device: i32, stream: i64, dtype_code: i32, n: usize, data: *const c_void, stride: i64, min: *mut i64, max: *mut i64, any: *mut bool) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let r = launch(device, stream, n, &[data], || unsafe { oxide_kernels::histogram::bincount_range(dt, n, data as *const u8, stride as isize) })?;
+        let r = launch(device, stream, n, &[data], || unsafe { oxide_kernels::ops::reduce::histogram::bincount_range(dt, n, data as *const u8, stride as isize) })?;
         let (lo, hi) = r.unwrap_or((0, -1));
         put(min, lo)?;
         put(max, hi)?;
@@ -1765,7 +1765,7 @@ pub unsafe extern "C" fn oxide_bincount(
     out: *mut c_void,
     nbins: usize,
 ) -> i32 {
-    use oxide_kernels::histogram::{bincount, Weights};
+    use oxide_kernels::ops::reduce::histogram::{bincount, Weights};
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let w = if weights_dtype < 0 { None } else { Some(Weights { dtype: dtype(weights_dtype)?, ptr: weights as *const u8, stride: weights_stride as isize }) };
@@ -1808,7 +1808,7 @@ pub unsafe extern "C" fn oxide_histc(
         let dt = dtype(dtype_code)?;
         let operands: &[*const c_void] = if n == 0 { &[edges, hist as *const c_void] } else { &[input, edges, hist as *const c_void] };
         launch(device, stream, nedges, operands, || unsafe {
-            oxide_kernels::histogram::histc(dt, n, input as *const u8, stride as isize, edges as *const u8, nedges, local_search != 0, hist as *mut u8, threads.max(1) as usize)
+            oxide_kernels::ops::reduce::histogram::histc(dt, n, input as *const u8, stride as isize, edges as *const u8, nedges, local_search != 0, hist as *mut u8, threads.max(1) as usize)
         })
     })
 }
@@ -1831,8 +1831,8 @@ pub struct OxidePoolGeometry {
 }
 
 /// The kernel crate's view of a geometry: plane count and the three axes.
-fn pool_axes(g: &OxidePoolGeometry) -> Result<(usize, [oxide_kernels::pool::Axis; 3]), AbiError> {
-    use oxide_kernels::pool::{Axis, Window};
+fn pool_axes(g: &OxidePoolGeometry) -> Result<(usize, [oxide_kernels::ops::nn::pool::Axis; 3]), AbiError> {
+    use oxide_kernels::ops::nn::pool::{Axis, Window};
     let size = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("pooling: negative {what} {v}")));
     let mut axes = [Axis::unit(); 3];
     for (k, a) in axes.iter_mut().enumerate() {
@@ -1850,7 +1850,7 @@ fn plane(extents: &[i64; 3]) -> usize {
     extents.iter().map(|&e| e.max(0) as usize).product()
 }
 
-/// Max pooling forward (`oxide_kernels::pool::max_pool`): the maxima of the
+/// Max pooling forward (`oxide_kernels::ops::nn::pool::max_pool`): the maxima of the
 /// windows of `input` (`planes` contiguous volumes of `dtype_code`) into
 /// `output` and their flat in-plane offsets into `indices` (both contiguous).
 ///
@@ -1864,12 +1864,12 @@ pub unsafe extern "C" fn oxide_max_pool(device: i32, stream: i64, dtype_code: i3
         let g = unsafe { &*geometry };
         let (dt, (planes, axes)) = (dtype(dtype_code)?, pool_axes(g)?);
         launch(device, stream, planes * plane(&g.output), &[input, output as *const c_void, indices as *const c_void], || unsafe {
-            oxide_kernels::pool::max_pool(dt, planes, &axes, input as *const u8, output as *mut u8, indices, threads.max(1) as usize)
+            oxide_kernels::ops::nn::pool::max_pool(dt, planes, &axes, input as *const u8, output as *mut u8, indices, threads.max(1) as usize)
         })
     })
 }
 
-/// Max pooling backward (`oxide_kernels::pool::max_pool_backward`): zeroes
+/// Max pooling backward (`oxide_kernels::ops::nn::pool::max_pool_backward`): zeroes
 /// `grad_input` (`planes` x `in_plane`, contiguous) and adds each
 /// `grad_output` element (`planes` x `out_plane`) at its `indices` offset.
 ///
@@ -1882,13 +1882,13 @@ pub unsafe extern "C" fn oxide_max_pool_backward(device: i32, stream: i64, dtype
         let ops = [grad_output, indices as *const c_void];
         let operands: &[*const c_void] = if planes * out_plane > 0 { &ops } else { &[] };
         launch(device, stream, planes * in_plane, &[&[grad_input as *const c_void], operands].concat(), || unsafe {
-            oxide_kernels::pool::max_pool_backward(dt, planes, in_plane, out_plane, grad_output as *const u8, indices, grad_input as *mut u8, threads.max(1) as usize)
+            oxide_kernels::ops::nn::pool::max_pool_backward(dt, planes, in_plane, out_plane, grad_output as *const u8, indices, grad_input as *mut u8, threads.max(1) as usize)
         })
     })
 }
 
-fn pool_divisor(adaptive: bool, count_include_pad: i32, has_divisor: i32, divisor: i64) -> oxide_kernels::pool::Divisor {
-    use oxide_kernels::pool::Divisor;
+fn pool_divisor(adaptive: bool, count_include_pad: i32, has_divisor: i32, divisor: i64) -> oxide_kernels::ops::nn::pool::Divisor {
+    use oxide_kernels::ops::nn::pool::Divisor;
     if adaptive {
         Divisor::Adaptive
     } else if has_divisor != 0 {
@@ -1898,7 +1898,7 @@ fn pool_divisor(adaptive: bool, count_include_pad: i32, has_divisor: i32, diviso
     }
 }
 
-/// Average pooling (`oxide_kernels::pool::avg_pool`, or `avg_pool_backward`
+/// Average pooling (`oxide_kernels::ops::nn::pool::avg_pool`, or `avg_pool_backward`
 /// when `backward` is nonzero): forward reads `src` (input volumes) and
 /// writes `dst` (output volumes); backward reads `src` (grad_output, output
 /// volumes) and writes `dst` (grad_input, input volumes). The divisor is
@@ -1919,11 +1919,11 @@ pub unsafe extern "C" fn oxide_avg_pool(device: i32, stream: i64, dtype_code: i3
         if backward != 0 {
             let operands: &[*const c_void] = if planes * plane(&g.output) > 0 { &[src, dst as *const c_void] } else { &[dst as *const c_void] };
             launch(device, stream, planes * plane(&g.input), operands, || unsafe {
-                oxide_kernels::pool::avg_pool_backward(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
+                oxide_kernels::ops::nn::pool::avg_pool_backward(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
             })
         } else {
             launch(device, stream, planes * plane(&g.output), &[src, dst as *const c_void], || unsafe {
-                oxide_kernels::pool::avg_pool(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
+                oxide_kernels::ops::nn::pool::avg_pool(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
             })
         }
     })
@@ -1931,7 +1931,7 @@ pub unsafe extern "C" fn oxide_avg_pool(device: i32, stream: i64, dtype_code: i3
 
 /// One convolution (PyTorch's `ConvParams` with the operands' extents): the
 /// first `ndim` (1 to 3) entries of each spatial array are used. Operands are
-/// contiguous; shapes and weight layouts as `oxide_kernels::conv` describes.
+/// contiguous; shapes and weight layouts as `oxide_kernels::ops::nn::conv` describes.
 /// `threads` is PyTorch's `at::get_num_threads()`.
 #[repr(C)]
 pub struct OxideConv {
@@ -1950,8 +1950,8 @@ pub struct OxideConv {
     pub threads: i32,
 }
 
-fn conv_desc(c: &OxideConv) -> Result<oxide_kernels::conv::Conv, AbiError> {
-    use oxide_kernels::conv::{Conv, Spatial, MAX_SPATIAL};
+fn conv_desc(c: &OxideConv) -> Result<oxide_kernels::ops::nn::conv::Conv, AbiError> {
+    use oxide_kernels::ops::nn::conv::{Conv, Spatial, MAX_SPATIAL};
     if c.ndim == 0 || c.ndim > MAX_SPATIAL {
         return Err(AbiError::Invalid(format!("convolution over {} spatial dimensions (1 to {MAX_SPATIAL} supported)", c.ndim)));
     }
@@ -1989,7 +1989,7 @@ pub unsafe extern "C" fn oxide_convolution(
         let work = cv.batch * cv.out_channels;
         let bias = (!bias.is_null()).then_some(bias as *const u8);
         launch(device, stream, work, &operands, || unsafe {
-            oxide_kernels::conv::convolution(dt, &cv, input as *const u8, weight as *const u8, bias, output as *mut u8, c.threads.max(1) as usize)
+            oxide_kernels::ops::nn::conv::convolution(dt, &cv, input as *const u8, weight as *const u8, bias, output as *mut u8, c.threads.max(1) as usize)
         })
     })
 }
@@ -2016,7 +2016,7 @@ pub unsafe extern "C" fn oxide_convolution_backward(
     grad_weight: *mut c_void,
     grad_bias: *mut c_void,
 ) -> i32 {
-    use oxide_kernels::conv::Grads;
+    use oxide_kernels::ops::nn::conv::Grads;
     ffi(|| {
         // SAFETY: caller contract.
         let c = unsafe { &*conv };
@@ -2030,13 +2030,13 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         operands.extend([input, weight, grad_input, grad_weight, grad_bias].into_iter().filter(|p| !p.is_null()).map(|p| p as *const c_void));
         let work = cv.batch * cv.out_channels.max(cv.in_channels);
         launch(device, stream, work, &operands, || unsafe {
-            oxide_kernels::conv::convolution_backward(dt, &cv, grad_output as *const u8, input as *const u8, weight as *const u8, grads, c.threads.max(1) as usize)
+            oxide_kernels::ops::nn::conv::convolution_backward(dt, &cv, grad_output as *const u8, input as *const u8, weight as *const u8, grads, c.threads.max(1) as usize)
         })
     })
 }
 
 // ---------------------------------------------------------------------------
-// Fused recurrent cells (oxide_kernels::rnn), called by csrc/rnn.cpp.
+// Fused recurrent cells (oxide_kernels::ops::nn::rnn), called by csrc/rnn.cpp.
 // ---------------------------------------------------------------------------
 
 /// A read-only 2-D operand of the recurrent-cell kernels: first element and
@@ -2050,8 +2050,8 @@ pub struct OxideMat {
 }
 
 impl OxideMat {
-    fn mat(self) -> oxide_kernels::rnn::Mat {
-        oxide_kernels::rnn::Mat { ptr: self.data as *const u8, row_stride: self.row_stride as isize, col_stride: self.col_stride as isize }
+    fn mat(self) -> oxide_kernels::ops::nn::rnn::Mat {
+        oxide_kernels::ops::nn::rnn::Mat { ptr: self.data as *const u8, row_stride: self.row_stride as isize, col_stride: self.col_stride as isize }
     }
 }
 
@@ -2073,7 +2073,7 @@ pub unsafe extern "C" fn oxide_lstm_cell(device: i32, stream: i64, dtype_code: i
         let dt = dtype(dtype_code)?;
         let ops = present(&[igates.data, hgates.data, cx.data, b_ih, b_hh, hy as *const c_void, cy as *const c_void, workspace as *const c_void]);
         launch(device, stream, batch * hidden, &ops, || unsafe {
-            oxide_kernels::rnn::lstm_cell(dt, batch, hidden, igates.mat(), hgates.mat(), cx.mat(), b_ih as _, b_hh as _, hy as _, cy as _, workspace as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::rnn::lstm_cell(dt, batch, hidden, igates.mat(), hgates.mat(), cx.mat(), b_ih as _, b_hh as _, hy as _, cy as _, workspace as _, threads.max(1) as usize)
         })
     })
 }
@@ -2091,7 +2091,7 @@ pub unsafe extern "C" fn oxide_lstm_cell_backward(device: i32, stream: i64, dtyp
         let dt = dtype(dtype_code)?;
         let ops = present(&[grad_hy.data, grad_cy.data, cx.data, cy.data, workspace.data, grad_gates as *const c_void, grad_cx as *const c_void, grad_bias as *const c_void]);
         launch(device, stream, batch * hidden, &ops, || unsafe {
-            oxide_kernels::rnn::lstm_cell_backward(dt, batch, hidden, grad_hy.mat(), grad_cy.mat(), cx.mat(), cy.mat(), workspace.mat(), grad_gates as _, grad_cx as _, grad_bias as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::rnn::lstm_cell_backward(dt, batch, hidden, grad_hy.mat(), grad_cy.mat(), cx.mat(), cy.mat(), workspace.mat(), grad_gates as _, grad_cx as _, grad_bias as _, threads.max(1) as usize)
         })
     })
 }
@@ -2109,7 +2109,7 @@ pub unsafe extern "C" fn oxide_gru_cell(device: i32, stream: i64, dtype_code: i3
         let dt = dtype(dtype_code)?;
         let ops = present(&[igates.data, hgates.data, hx.data, b_ih, b_hh, hy as *const c_void, workspace as *const c_void]);
         launch(device, stream, batch * hidden, &ops, || unsafe {
-            oxide_kernels::rnn::gru_cell(dt, batch, hidden, igates.mat(), hgates.mat(), hx.mat(), b_ih as _, b_hh as _, hy as _, workspace as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::rnn::gru_cell(dt, batch, hidden, igates.mat(), hgates.mat(), hx.mat(), b_ih as _, b_hh as _, hy as _, workspace as _, threads.max(1) as usize)
         })
     })
 }
@@ -2127,14 +2127,14 @@ pub unsafe extern "C" fn oxide_gru_cell_backward(device: i32, stream: i64, dtype
         let dt = dtype(dtype_code)?;
         let ops = present(&[grad_hy.data, workspace.data, grad_input_gates as *const c_void, grad_hidden_gates as *const c_void, grad_hx as *const c_void, grad_input_bias as *const c_void, grad_hidden_bias as *const c_void]);
         launch(device, stream, batch * hidden, &ops, || unsafe {
-            oxide_kernels::rnn::gru_cell_backward(dt, batch, hidden, grad_hy.mat(), workspace.mat(), grad_input_gates as _, grad_hidden_gates as _, grad_hx as _, grad_input_bias as _, grad_hidden_bias as _, threads.max(1) as usize)
+            oxide_kernels::ops::nn::rnn::gru_cell_backward(dt, batch, hidden, grad_hy.mat(), workspace.mat(), grad_input_gates as _, grad_hidden_gates as _, grad_hx as _, grad_input_bias as _, grad_hidden_bias as _, threads.max(1) as usize)
         })
     })
 }
 
 // ---- fold/unfold, embedding bags, grid sampling ----
 
-/// One `im2col` / `col2im` call over 2-d images (`oxide_kernels::conv::Unfold`):
+/// One `im2col` / `col2im` call over 2-d images (`oxide_kernels::ops::nn::conv::Unfold`):
 /// `batch` images of `channels` planes of `image` (height, width); kernel,
 /// stride, padding and dilation per (height, width).
 #[repr(C)]
@@ -2148,10 +2148,10 @@ pub struct OxideUnfold {
     pub dilation: [i64; 2],
 }
 
-fn unfold_desc(u: &OxideUnfold) -> Result<oxide_kernels::conv::Unfold, AbiError> {
+fn unfold_desc(u: &OxideUnfold) -> Result<oxide_kernels::ops::nn::conv::Unfold, AbiError> {
     let n = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("im2col/col2im: negative {what} {v}")));
     let pair = |what: &str, a: [i64; 2]| -> Result<[usize; 2], AbiError> { Ok([n(what, a[0])?, n(what, a[1])?]) };
-    Ok(oxide_kernels::conv::Unfold {
+    Ok(oxide_kernels::ops::nn::conv::Unfold {
         batch: n("batch", u.batch)?,
         channels: n("channels", u.channels)?,
         image: pair("image extent", u.image)?,
@@ -2163,7 +2163,7 @@ fn unfold_desc(u: &OxideUnfold) -> Result<oxide_kernels::conv::Unfold, AbiError>
 }
 
 /// `im2col` (`fold` zero: `src` images -> `dst` columns) or `col2im` (`fold`
-/// nonzero: `src` columns -> `dst` images), `oxide_kernels::conv::unfold` /
+/// nonzero: `src` columns -> `dst` images), `oxide_kernels::ops::nn::conv::unfold` /
 /// `fold`; both operands contiguous, of `dtype_code`, `elements` the larger
 /// operand's element count (0: nothing to do).
 ///
@@ -2177,9 +2177,9 @@ pub unsafe extern "C" fn oxide_unfold(device: i32, stream: i64, dtype_code: i32,
         launch(device, stream, elements, &[src, dst as *const c_void], || unsafe {
             let threads = threads.max(1) as usize;
             if fold != 0 {
-                oxide_kernels::conv::fold(dt, &u, src as *const u8, dst as *mut u8, threads)
+                oxide_kernels::ops::nn::conv::fold(dt, &u, src as *const u8, dst as *mut u8, threads)
             } else {
-                oxide_kernels::conv::unfold(dt, &u, src as *const u8, dst as *mut u8, threads)
+                oxide_kernels::ops::nn::conv::unfold(dt, &u, src as *const u8, dst as *mut u8, threads)
             }
         })
     })
@@ -2215,7 +2215,7 @@ pub struct OxideBags {
     pub mode: i64,
 }
 
-/// `_embedding_bag` forward (`oxide_kernels::embedding::embedding_bag`): the
+/// `_embedding_bag` forward (`oxide_kernels::ops::nn::embedding::embedding_bag`): the
 /// bags of `weight` (contiguous, `dtype_code`) into `output` `(num_bags, dim)`,
 /// `offset2bag` `(n)`, `bag_size` `(num_bags)` and, in max mode, `max_indices`
 /// `(num_bags, dim)` (all contiguous, int64 but the output). `per_sample_weights`
@@ -2239,7 +2239,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
     max_indices: *mut i64,
     threads: i32,
 ) -> i32 {
-    use oxide_kernels::embedding::{embedding_bag, BagOutputs, Bags, Mode};
+    use oxide_kernels::ops::nn::embedding::{embedding_bag, BagOutputs, Bags, Mode};
     ffi(|| {
         // SAFETY: caller contract.
         let b = unsafe { &*bags };
@@ -2276,7 +2276,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
     })
 }
 
-/// `_embedding_bag_dense_backward` (`oxide_kernels::embedding::embedding_bag_backward`):
+/// `_embedding_bag_dense_backward` (`oxide_kernels::ops::nn::embedding::embedding_bag_backward`):
 /// `grad` `(num_bags, dim)` into `grad_weight` `(num_weights, dim)` (overwritten),
 /// from the forward's `offset2bag` (`n`), `bag_size` (`num_bags`) and, in max
 /// mode, `max_indices` (`num_bags * dim`; may be null otherwise). `bags.offsets` is not read.
@@ -2299,7 +2299,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
     grad_weight: *mut c_void,
     threads: i32,
 ) -> i32 {
-    use oxide_kernels::embedding::{embedding_bag_backward, BagGrad, Mode};
+    use oxide_kernels::ops::nn::embedding::{embedding_bag_backward, BagGrad, Mode};
     ffi(|| {
         // SAFETY: caller contract.
         let b = unsafe { &*bags };
@@ -2339,7 +2339,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
 }
 
 /// `_embedding_bag_per_sample_weights_backward`
-/// (`oxide_kernels::embedding::per_sample_weights_backward`): `out[i]` (`n`, the
+/// (`oxide_kernels::ops::nn::embedding::per_sample_weights_backward`): `out[i]` (`n`, the
 /// weight's dtype) is the dot product of `grad[offset2bag[i]]` and `weight[indices[i]]`.
 /// `bags.offsets` is not read.
 ///
@@ -2373,7 +2373,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(
             }
         }
         launch(device, stream, 1, &operands, || unsafe {
-            oxide_kernels::embedding::per_sample_weights_backward(
+            oxide_kernels::ops::nn::embedding::per_sample_weights_backward(
                 dt,
                 index_slice(b.indices, b.n),
                 index_slice(offset2bag, b.n),
@@ -2390,7 +2390,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(
     })
 }
 
-/// One 2-d grid sampling (`oxide_kernels::grid_sample::GridSample`): extents,
+/// One 2-d grid sampling (`oxide_kernels::ops::nn::grid_sample::GridSample`): extents,
 /// PyTorch's interpolation (0 bilinear, 1 nearest, 2 bicubic) and padding
 /// (0 zeros, 1 border, 2 reflection) codes, `align_corners`.
 #[repr(C)]
@@ -2404,8 +2404,8 @@ pub struct OxideGridSample {
     pub align_corners: bool,
 }
 
-fn grid_sample_desc(g: &OxideGridSample) -> Result<(oxide_kernels::grid_sample::GridSample, usize), AbiError> {
-    use oxide_kernels::grid_sample::GridSample;
+fn grid_sample_desc(g: &OxideGridSample) -> Result<(oxide_kernels::ops::nn::grid_sample::GridSample, usize), AbiError> {
+    use oxide_kernels::ops::nn::grid_sample::GridSample;
     let n = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("grid_sampler_2d: negative {what} {v}")));
     let (interpolation, padding) = GridSample::modes(g.interpolation, g.padding)?;
     let gs = GridSample {
@@ -2422,7 +2422,7 @@ fn grid_sample_desc(g: &OxideGridSample) -> Result<(oxide_kernels::grid_sample::
     Ok((gs, work))
 }
 
-/// `grid_sampler_2d` (`oxide_kernels::grid_sample::grid_sample_2d`): contiguous
+/// `grid_sampler_2d` (`oxide_kernels::ops::nn::grid_sample::grid_sample_2d`): contiguous
 /// input `(N, C, H, W)`, grid `(N, H_out, W_out, 2)`, output `(N, C, H_out, W_out)`, all of `dtype_code`.
 ///
 /// # Safety
@@ -2435,12 +2435,12 @@ pub unsafe extern "C" fn oxide_grid_sample_2d(device: i32, stream: i64, dtype_co
         let dt = dtype(dtype_code)?;
         let operands: &[*const c_void] = if gs.channels * gs.input[0] * gs.input[1] == 0 { &[grid] } else { &[input, grid, output as *const c_void] };
         launch(device, stream, work, operands, || unsafe {
-            oxide_kernels::grid_sample::grid_sample_2d(dt, &gs, input as *const u8, grid as *const u8, output as *mut u8, threads.max(1) as usize)
+            oxide_kernels::ops::nn::grid_sample::grid_sample_2d(dt, &gs, input as *const u8, grid as *const u8, output as *mut u8, threads.max(1) as usize)
         })
     })
 }
 
-/// `grid_sampler_2d_backward` (`oxide_kernels::grid_sample::grid_sample_2d_backward`):
+/// `grid_sampler_2d_backward` (`oxide_kernels::ops::nn::grid_sample::grid_sample_2d_backward`):
 /// `grad_input` (may be null: not requested) and `grad_grid`, overwritten, from
 /// `grad_output`; layouts as [`oxide_grid_sample_2d`].
 ///
@@ -2472,12 +2472,12 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
         }
         let gi = (!grad_input.is_null()).then_some(grad_input as *mut u8);
         launch(device, stream, work, &operands, || unsafe {
-            oxide_kernels::grid_sample::grid_sample_2d_backward(dt, &gs, grad_output as *const u8, input as *const u8, grid as *const u8, gi, grad_grid as *mut u8, threads.max(1) as usize)
+            oxide_kernels::ops::nn::grid_sample::grid_sample_2d_backward(dt, &gs, grad_output as *const u8, input as *const u8, grid as *const u8, gi, grad_grid as *mut u8, threads.max(1) as usize)
         })
     })
 }
 
-// ---- scaled dot-product attention (oxide_kernels::attention) ----
+// ---- scaled dot-product attention (oxide_kernels::ops::nn::attention) ----
 
 /// A 4-d strided tensor operand: data pointer (null = absent) and element
 /// strides (batch, head, row, column); stride 0 on broadcast dims.
@@ -2515,9 +2515,9 @@ pub struct OxideAttention {
     pub threads: i32,
 }
 
-fn attention_dims(a: &OxideAttention) -> Result<oxide_kernels::attention::Dims, AbiError> {
+fn attention_dims(a: &OxideAttention) -> Result<oxide_kernels::ops::nn::attention::Dims, AbiError> {
     let n = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("scaled_dot_product_attention: negative {what} {v}")));
-    Ok(oxide_kernels::attention::Dims {
+    Ok(oxide_kernels::ops::nn::attention::Dims {
         batch: n("batch", a.batch)?,
         heads_q: n("query heads", a.heads_q)?,
         heads_kv: n("key/value heads", a.heads_kv)?,
@@ -2528,17 +2528,17 @@ fn attention_dims(a: &OxideAttention) -> Result<oxide_kernels::attention::Dims, 
     })
 }
 
-fn attention_operand(s: &OxideStrided4) -> oxide_kernels::attention::Operand {
-    oxide_kernels::attention::Operand { ptr: s.data as *mut u8, strides: s.strides }
+fn attention_operand(s: &OxideStrided4) -> oxide_kernels::ops::nn::attention::Operand {
+    oxide_kernels::ops::nn::attention::Operand { ptr: s.data as *mut u8, strides: s.strides }
 }
 
-fn given4(s: &OxideStrided4) -> Option<oxide_kernels::attention::Operand> {
+fn given4(s: &OxideStrided4) -> Option<oxide_kernels::ops::nn::attention::Operand> {
     (!s.data.is_null()).then(|| attention_operand(s))
 }
 
 /// Runs `f` with the kernel's description of `a` (dropout bits borrowed from its Philox state).
-fn with_attention<T>(a: &OxideAttention, dtype_code: i32, f: impl FnOnce(&oxide_kernels::attention::Attention) -> Result<T, AbiError>) -> Result<T, AbiError> {
-    use oxide_kernels::attention::{Attention, Dropout};
+fn with_attention<T>(a: &OxideAttention, dtype_code: i32, f: impl FnOnce(&oxide_kernels::ops::nn::attention::Attention) -> Result<T, AbiError>) -> Result<T, AbiError> {
+    use oxide_kernels::ops::nn::attention::{Attention, Dropout};
     let bits = philox(&a.philox);
     let att = Attention {
         dims: attention_dims(a)?,
@@ -2556,7 +2556,7 @@ fn with_attention<T>(a: &OxideAttention, dtype_code: i32, f: impl FnOnce(&oxide_
 }
 
 /// Philox blocks the dropout mask of `attention` consumes (the generator
-/// offset must advance by this much; see `oxide_kernels::attention`).
+/// offset must advance by this much; see `oxide_kernels::ops::nn::attention`).
 ///
 /// # Safety
 /// `attention` and `out` are valid pointers.
@@ -2565,11 +2565,11 @@ pub unsafe extern "C" fn oxide_attention_dropout_blocks(attention: *const OxideA
     ffi(|| {
         // SAFETY: caller contract.
         let a = unsafe { &*attention };
-        put(out, oxide_kernels::attention::dropout_blocks(&attention_dims(a)?))
+        put(out, oxide_kernels::ops::nn::attention::dropout_blocks(&attention_dims(a)?))
     })
 }
 
-/// Fused attention forward (`oxide_kernels::attention::forward`): writes
+/// Fused attention forward (`oxide_kernels::ops::nn::attention::forward`): writes
 /// `out` (`[B, Hq, L, Ev]`, strided, dtype `dtype_code`) and `logsumexp`
 /// (`[B, Hq, L]` contiguous; float64 for float64 inputs, else float32).
 ///
@@ -2588,12 +2588,12 @@ pub unsafe extern "C" fn oxide_attention_forward(device: i32, stream: i64, dtype
         let work = (a.batch * a.heads_q * a.len_q).max(0) as usize;
         with_attention(a, dtype_code, |att| {
             // SAFETY: caller contract.
-            launch(device, stream, work, &operands, || unsafe { oxide_kernels::attention::forward(att, attention_operand(&out), logsumexp as *mut u8) })
+            launch(device, stream, work, &operands, || unsafe { oxide_kernels::ops::nn::attention::forward(att, attention_operand(&out), logsumexp as *mut u8) })
         })
     })
 }
 
-/// Fused attention backward (`oxide_kernels::attention::backward`) from the
+/// Fused attention backward (`oxide_kernels::ops::nn::attention::backward`) from the
 /// forward's `out` and `logsumexp`: writes each gradient whose data is
 /// non-null (`grad_bias` is the full `[B, Hq, L, S]` gradient; the caller
 /// reduces it to the bias's shape). Dropout must use the forward's Philox state.
@@ -2622,18 +2622,18 @@ pub unsafe extern "C" fn oxide_attention_backward(
         operands.extend([a.bias.data, grad_query.data, grad_key.data, grad_value.data, grad_bias.data].map(|p| p as *const c_void));
         // Absent gradients and empty operands are null; only the others are checked.
         operands.retain(|p| !p.is_null());
-        let grads = oxide_kernels::attention::Grads { query: given4(&grad_query), key: given4(&grad_key), value: given4(&grad_value), bias: given4(&grad_bias) };
+        let grads = oxide_kernels::ops::nn::attention::Grads { query: given4(&grad_query), key: given4(&grad_key), value: given4(&grad_value), bias: given4(&grad_bias) };
         let work = (a.batch * a.heads_q * a.len_q).max(0) as usize;
         with_attention(a, dtype_code, |att| {
             // SAFETY: caller contract.
             launch(device, stream, work, &operands, || unsafe {
-                oxide_kernels::attention::backward(att, attention_operand(&out), attention_operand(&grad_out), logsumexp as *const u8, grads)
+                oxide_kernels::ops::nn::attention::backward(att, attention_operand(&out), attention_operand(&grad_out), logsumexp as *const u8, grads)
             })
         })
     })
 }
 
-// ---- complex64 / complex128 (oxide_kernels::complex) ----
+// ---- complex64 / complex128 (oxide_kernels::ops::elementwise::complex) ----
 
 /// [`oxide_pointwise`] with complex scalar arguments: `re[0..4]` / `i[0..4]`
 /// are the scalars as double and int64 (real scalars as for
@@ -2645,13 +2645,13 @@ pub unsafe extern "C" fn oxide_attention_backward(
 #[no_mangle]
 pub unsafe extern "C" fn oxide_pointwise_complex(device: i32, stream: i64, op: i32, iter: *const OxideIter, common: i32, re: *const f64, i: *const i64, im: *const f64) -> i32 {
     ffi(|| {
-        let o = oxide_kernels::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
+        let o = oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter(o.name(), &*iter) }?;
         let common = if common < 0 { None } else { Some(dtype(common)?) };
         // SAFETY: caller contract.
         let ctx = unsafe {
-            oxide_kernels::pointwise::Ctx {
+            oxide_kernels::ops::elementwise::pointwise::Ctx {
                 f: std::ptr::read(re as *const [f64; 4]),
                 i: std::ptr::read(i as *const [i64; 4]),
                 im: std::ptr::read(im as *const [f64; 4]),
@@ -2668,7 +2668,7 @@ pub unsafe extern "C" fn oxide_pointwise_complex(device: i32, stream: i64, op: i
 /// complex64/complex128 kernel; the glue runs the others on its counted CPU path.
 #[no_mangle]
 pub extern "C" fn oxide_pointwise_complex_supported(op: i32) -> bool {
-    oxide_kernels::pointwise::PointwiseOp::from_id(op).is_some_and(|o| oxide_kernels::complex::supports(o.name()))
+    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).is_some_and(|o| oxide_kernels::ops::elementwise::complex::supports(o.name()))
 }
 
 /// Converting copy on `stream` of `device`: operand 0 of `iter` (any dtype)
@@ -2684,7 +2684,7 @@ pub unsafe extern "C" fn oxide_cast(device: i32, stream: i64, iter: *const Oxide
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("copy_", &*iter) }?;
         let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::complex::cast(&it) })?;
+        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::ops::elementwise::complex::cast(&it) })?;
         Ok(r?)
     })
 }

@@ -1,0 +1,595 @@
+//! The strided iteration engine every pointwise and reduction kernel runs on.
+//!
+//! A [`TensorIter`] is what PyTorch's `TensorIterator` has decided for one
+//! call: the iteration shape (dimension 0 fastest, already coalesced), and per
+//! operand a data pointer, a dtype and byte strides (0 = broadcast). Outputs
+//! come first. Operands may have different dtypes (CPU scalars, `out=` of
+//! another dtype, mixed-dtype inputs): the engine converts each block of
+//! elements into the kernel's compute type on load and back on store, so an
+//! op is written once per compute type and never assumes a layout.
+//!
+//! Work is split into contiguous ranges of the linear iteration index and run
+//! as tasks when there are more than [`GRAIN`] elements per thread.
+//! Within a range, rows along dimension 0 are processed in blocks of
+//! [`BLOCK`] elements: a contiguous operand of the compute type is used in
+//! place, anything else is staged through a small buffer; broadcast (stride-0)
+//! inputs are staged once per task. [`map`] is the driver the pointwise
+//! families run on.
+//!
+//! Tasks ([`for_each_task`], [`map_tasks`]) run on the kernel thread team
+//! ([`crate::engine::team`]): task t on the same thread every call (unless its
+//! worker is late, see `team`), so a thread re-reads the part of a tensor it
+//! already has in cache, as OpenMP's static schedule does; more tasks than
+//! threads are claimed one by one by the team's threads, OpenMP's dynamic
+//! schedule. [`for_each_chunk_mut`], [`try_for_each_task`] and [`map_in_runs`]
+//! serve kernels that split a slice or collect per-part results.
+
+use rayon::prelude::*;
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::with_dtype;
+
+/// Elements per staged block (a few KiB per operand: stays in L1).
+pub const BLOCK: usize = 1024;
+/// Minimum elements per parallel task; PyTorch's `at::internal::GRAIN_SIZE`.
+pub const GRAIN: usize = 32768;
+/// Most operands a kernel takes (outputs and inputs together).
+pub const MAX_OPERANDS: usize = 8;
+
+/// One operand: base pointer (at the first element), dtype, byte strides.
+#[derive(Debug, Clone, Copy)]
+pub struct Operand {
+    pub ptr: *mut u8,
+    pub dtype: DType,
+}
+
+/// An iteration space over strided operands, as the glue describes a `TensorIterator`.
+#[derive(Debug, Clone)]
+pub struct TensorIter {
+    /// Extents, dimension 0 fastest.
+    pub shape: Vec<usize>,
+    /// Operands, outputs first.
+    pub operands: Vec<Operand>,
+    /// `strides[k][d]`: byte stride of operand k along dimension d.
+    pub strides: Vec<Vec<isize>>,
+    /// Number of outputs at the front of `operands`.
+    pub noutputs: usize,
+    /// Threads the caller allows (PyTorch's `at::get_num_threads()`); 1 = serial.
+    pub threads: usize,
+    /// When set, input values of another dtype are rounded to this dtype
+    /// after loading (half-precision type promotion, see `pointwise`).
+    pub round_through: Option<DType>,
+}
+
+// SAFETY (Operand and TensorIter): the pointers are plain addresses into device memory; the glue
+// guarantees they stay valid for the call and that outputs do not partially
+// overlap inputs (TensorIterator's overlap checks).
+unsafe impl Send for Operand {}
+unsafe impl Sync for Operand {}
+unsafe impl Send for TensorIter {}
+unsafe impl Sync for TensorIter {}
+
+impl TensorIter {
+    /// Builds and validates an iteration description.
+    ///
+    /// Errors: [`Error::InvalidLayout`] when a stride array's length differs
+    /// from the number of dimensions, an extent is negative, or there are more
+    /// than [`MAX_OPERANDS`] operands.
+    pub fn new(op: &'static str, shape: &[i64], operands: Vec<(Operand, &[i64])>, noutputs: usize, threads: usize) -> Result<TensorIter> {
+        if operands.len() > MAX_OPERANDS || noutputs > operands.len() {
+            return Err(Error::InvalidLayout { op, reason: format!("{} operands, {noutputs} outputs", operands.len()) });
+        }
+        let shape = shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") }))
+            .collect::<Result<Vec<_>>>()?;
+        let mut ops = Vec::with_capacity(operands.len());
+        let mut strides = Vec::with_capacity(operands.len());
+        for (o, s) in operands {
+            if s.len() != shape.len() {
+                return Err(Error::InvalidLayout { op, reason: format!("{} strides for {} dimensions", s.len(), shape.len()) });
+            }
+            ops.push(o);
+            strides.push(s.iter().map(|&x| x as isize).collect());
+        }
+        Ok(TensorIter { shape, operands: ops, strides, noutputs, threads: threads.max(1), round_through: None })
+    }
+
+    /// Number of elements in the iteration space.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Number of operands.
+    pub fn ntensors(&self) -> usize {
+        self.operands.len()
+    }
+
+    /// Dtype of operand `k`.
+    pub fn dtype(&self, k: usize) -> DType {
+        self.operands[k].dtype
+    }
+
+    /// Byte stride of operand `k` along dimension 0 (0 for a 0-dim space).
+    pub fn inner_stride(&self, k: usize) -> isize {
+        self.strides[k].first().copied().unwrap_or(0)
+    }
+
+    /// How many parallel tasks `n` units of work of `numel` elements deserve.
+    pub fn tasks_for(&self, numel: usize) -> usize {
+        if self.threads <= 1 {
+            1
+        } else {
+            (numel / GRAIN).clamp(1, self.threads)
+        }
+    }
+
+    /// Calls `f(offsets, len)` for every row segment of the linear index range
+    /// `[start, end)`: `offsets[k]` is operand k's byte offset of the segment's
+    /// first element; a segment runs along dimension 0 for `len` elements.
+    pub fn for_each_row_in(&self, start: usize, end: usize, mut f: impl FnMut(&[isize; MAX_OPERANDS], usize)) {
+        if start >= end {
+            return;
+        }
+        let nd = self.shape.len();
+        let n = self.ntensors();
+        if nd == 0 {
+            f(&[0; MAX_OPERANDS], 1);
+            return;
+        }
+        // Multi-index of `start`, dimension 0 fastest.
+        let mut index = [0usize; 16];
+        let mut big_index = vec![0usize; if nd > 16 { nd } else { 0 }];
+        let idx: &mut [usize] = if nd > 16 { &mut big_index } else { &mut index[..nd] };
+        let mut rem = start;
+        for d in 0..nd {
+            idx[d] = rem % self.shape[d];
+            rem /= self.shape[d];
+        }
+        let mut offsets = [0isize; MAX_OPERANDS];
+        for k in 0..n {
+            offsets[k] = (0..nd).map(|d| idx[d] as isize * self.strides[k][d]).sum();
+        }
+        let mut pos = start;
+        let inner = self.shape[0];
+        while pos < end {
+            let len = (inner - idx[0]).min(end - pos);
+            f(&offsets, len);
+            pos += len;
+            if pos >= end {
+                break;
+            }
+            // Advance to the start of the next row.
+            for k in 0..n {
+                offsets[k] += len as isize * self.strides[k][0];
+            }
+            idx[0] += len;
+            let mut d = 0;
+            while idx[d] == self.shape[d] {
+                for k in 0..n {
+                    offsets[k] -= self.shape[d] as isize * self.strides[k][d];
+                }
+                idx[d] = 0;
+                d += 1;
+                if d == nd {
+                    return;
+                }
+                idx[d] += 1;
+                for k in 0..n {
+                    offsets[k] += self.strides[k][d];
+                }
+            }
+        }
+    }
+
+    /// Byte offsets of element `j` of the row that starts at `row` (from [`TensorIter::for_each_row_in`]).
+    #[inline]
+    pub fn offsets_at(&self, row: &[isize; MAX_OPERANDS], j: usize) -> [isize; MAX_OPERANDS] {
+        std::array::from_fn(|k| if k < self.ntensors() { row[k] + j as isize * self.inner_stride(k) } else { 0 })
+    }
+
+    /// Runs `f(start, end)` over `[0, total)` split into contiguous ranges, in
+    /// parallel when `total` elements of work justify more than one task.
+    pub fn parallel_ranges(&self, total: usize, f: impl Fn(usize, usize) + Sync) {
+        let tasks = self.tasks_for(total);
+        if tasks <= 1 {
+            f(0, total);
+            return;
+        }
+        let chunk = total.div_ceil(tasks);
+        for_each_task(tasks, |t| f(t * chunk, ((t + 1) * chunk).min(total)));
+    }
+}
+
+/// Runs `f(t)` for every task `t` in `0..tasks`, in parallel.
+///
+/// With at most one task per thread, from outside the pools, the tasks go to the
+/// kernel thread team ([`crate::engine::team`]): task 0 on the calling thread, task `t`
+/// on team worker `t`, the same worker on every call. A kernel that splits a
+/// tensor the same way on every call then has each thread read the same part
+/// every time, which stays in that core's caches between calls (with work
+/// stealing the parts went to threads at random, and a 40 MB reduction ran at
+/// DRAM speed where CPU PyTorch, with OpenMP's static schedule, reused its cached
+/// half). With more tasks than threads, every team thread takes the next
+/// unclaimed task until none is left (OpenMP's dynamic schedule), which evens
+/// out tasks of unequal cost such as causal attention's row blocks. Inside a
+/// team task (a nested split) the tasks run serially on the calling thread,
+/// since every team thread already has a task. From a rayon thread they are
+/// work-stolen on rayon's pool.
+pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
+    match tasks {
+        0 => {}
+        1 => f(0),
+        _ if crate::engine::team::in_team() => (0..tasks).for_each(&f),
+        _ if rayon::current_thread_index().is_some() => (0..tasks).into_par_iter().for_each(|t| f(t)),
+        _ if tasks <= crate::engine::team::size() && crate::engine::team::run(tasks, &f) => {}
+        _ => {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let claim = |_: usize| loop {
+                let t = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if t >= tasks {
+                    break;
+                }
+                f(t);
+            };
+            if !crate::engine::team::run(crate::engine::team::size(), &claim) {
+                claim(0);
+            }
+        }
+    }
+}
+
+/// [`for_each_task`] collecting each task's result, in task order.
+pub fn map_tasks<T: Send>(tasks: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let slots: Vec<std::sync::Mutex<Option<T>>> = (0..tasks).map(|_| std::sync::Mutex::new(None)).collect();
+    for_each_task(tasks, |t| {
+        let v = f(t);
+        *slots[t].lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+    });
+    slots.into_iter().map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every task ran")).collect()
+}
+
+/// [`for_each_task`] for fallible tasks: every task runs to its end or its first
+/// error, and the error of the lowest-numbered failing task is returned.
+pub fn try_for_each_task<E: Send>(tasks: usize, f: impl Fn(usize) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+    map_tasks(tasks, f).into_iter().collect()
+}
+
+/// `f(i)` for every `i` in `0..count`, results in order, with the indices dealt out
+/// to at most `tasks` tasks in contiguous runs (so each thread takes one run, as
+/// `at::parallel_for` does, rather than one task per index).
+pub fn map_in_runs<R: Send>(count: usize, tasks: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    let per = count.div_ceil(tasks.clamp(1, count.max(1))).max(1);
+    map_tasks(count.div_ceil(per), |t| (t * per..((t + 1) * per).min(count)).map(&f).collect::<Vec<R>>()).into_iter().flatten().collect()
+}
+
+/// A raw pointer that tasks may share; each task touches a disjoint part of what it points to.
+struct SharedMut<T>(*mut T);
+// SAFETY: used only by the chunk helpers below, whose tasks write disjoint ranges
+// of a slice borrowed mutably for the duration of the call.
+unsafe impl<T: Send> Send for SharedMut<T> {}
+unsafe impl<T: Send> Sync for SharedMut<T> {}
+impl<T> SharedMut<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+/// Calls `f(i, chunk)` for every `size`-element chunk `i` of `data` (the last may be
+/// shorter), the chunks dealt out to at most `tasks` tasks in contiguous runs; a
+/// task stops at its first error, and the error of the lowest-numbered failing task
+/// is returned. `size == 0` calls nothing.
+pub fn try_for_each_chunk_mut<T: Send, E: Send>(data: &mut [T], size: usize, tasks: usize, f: impl Fn(usize, &mut [T]) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+    if size == 0 || data.is_empty() {
+        return Ok(());
+    }
+    let (len, chunks) = (data.len(), data.len().div_ceil(size));
+    let per = chunks.div_ceil(tasks.clamp(1, chunks));
+    let base = SharedMut(data.as_mut_ptr());
+    try_for_each_task(chunks.div_ceil(per), |t| {
+        for i in t * per..((t + 1) * per).min(chunks) {
+            let (start, end) = (i * size, ((i + 1) * size).min(len));
+            // SAFETY: chunk i is [start, end) of `data`, disjoint from every other chunk,
+            // and `data` is borrowed mutably until every task has finished.
+            f(i, unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) })?;
+        }
+        Ok(())
+    })
+}
+
+/// [`try_for_each_chunk_mut`] for infallible `f`.
+pub fn for_each_chunk_mut<T: Send>(data: &mut [T], size: usize, tasks: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    let _ = try_for_each_chunk_mut::<T, ()>(data, size, tasks, |i, c| {
+        f(i, c);
+        Ok(())
+    });
+}
+
+/// Loads `n` elements of `dtype` at `src` (byte stride `stride`) into `dst`, converted to `T`.
+///
+/// # Safety
+/// `src + i*stride` must be readable elements of `dtype` for `i < n`; `dst.len() >= n`.
+#[inline]
+pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: usize, dst: &mut [T]) -> Result<()> {
+    if dtype == T::DTYPE && stride == std::mem::size_of::<T>() as isize {
+        // SAFETY: caller contract; same type, contiguous.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const T, dst.as_mut_ptr(), n) };
+        return Ok(());
+    }
+    with_dtype!(dtype, "load", |S| {
+        for (i, d) in dst[..n].iter_mut().enumerate() {
+            // SAFETY: caller contract.
+            *d = unsafe { (src.offset(i as isize * stride) as *const S).read_unaligned() }.cast::<T>();
+        }
+    });
+    Ok(())
+}
+
+/// Rounds every value of `v` to the nearest value of the half-precision `dtype` (others: unchanged).
+fn round_to<T: Element>(dtype: DType, v: &mut [T]) {
+    match dtype {
+        DType::F16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::f16::from_f64(x.to_f64()).to_f64())),
+        DType::BF16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::bf16::from_f64(x.to_f64()).to_f64())),
+        _ => {}
+    }
+}
+
+/// Stores `src` (of `T`) into `n` elements of `dtype` at `dst` (byte stride `stride`), converted.
+///
+/// # Safety
+/// `dst + i*stride` must be writable elements of `dtype` for `i < n`.
+#[inline]
+pub unsafe fn store<T: Element>(dtype: DType, dst: *mut u8, stride: isize, src: &[T]) -> Result<()> {
+    with_dtype!(dtype, "store", |D| {
+        for (i, s) in src.iter().enumerate() {
+            // SAFETY: caller contract.
+            unsafe { (dst.offset(i as isize * stride) as *mut D).write_unaligned(s.cast::<D>()) };
+        }
+    });
+    Ok(())
+}
+
+/// The elementwise driver: for every element, `out = f([in_1, .., in_N])`,
+/// with operand 0 the output and operands 1..=N the inputs, inputs converted
+/// to `I` and the result converted from `O` to the output's dtype.
+///
+/// `f` gets raw block pointers (`out`, `ins`, `n`) so that in-place calls
+/// (output aliasing an input element for element) are sound; write it as a
+/// plain indexed loop and LLVM vectorises it.
+///
+/// Errors: [`Error::UnsupportedDtype`] for an operand dtype the converters do
+/// not handle (complex32), or a complex input to a real compute type `I`.
+///
+/// # Safety
+/// Every element the iterator addresses must be valid device (or host scalar)
+/// memory of the operand's dtype; the output must not partially overlap an input.
+pub unsafe fn map<I: Element, O: Element, const N: usize>(
+    it: &TensorIter,
+    f: impl Fn(*mut O, [*const I; N], usize) + Sync,
+) -> Result<()> {
+    assert!(it.ntensors() == N + 1, "map: {} operands for arity {N}", it.ntensors());
+    // A complex input would lose its imaginary part in a real compute type;
+    // a complex output of a real computation just gets imaginary part 0.
+    for k in 0..=N {
+        let complex = matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128);
+        if !complex || (I::COMPLEX && k > 0) || (k == 0 && it.dtype(k) != DType::C32) {
+            continue;
+        }
+        return Err(Error::UnsupportedDtype { op: "pointwise", dtype: it.dtype(k) });
+    }
+    let numel = it.numel();
+    let error = std::sync::Mutex::new(None);
+    // Staging buffers only for operands that need them, sized to the work (small calls stay cheap).
+    it.parallel_ranges(numel, |start, end| {
+        let cap = BLOCK.min(end - start).max(1);
+        let mut bufs: Vec<Vec<I>> = (0..N).map(|_| Vec::new()).collect();
+        let mut obuf: Vec<O> = Vec::new();
+        // A broadcast input (inner stride 0, such as the CPU scalar of `x * 0.5`)
+        // holds one value per row: its staging buffer is filled once and reused
+        // while the value's address stays the same, instead of being reconverted
+        // for every block (which made `x * 0.5` three times slower than `x * y`).
+        let mut filled_from = [std::ptr::null::<u8>(); N];
+        let mut filled_len = [0usize; N];
+        it.for_each_row_in(start, end, |offs, len| {
+            let mut b = 0;
+            while b < len {
+                let n = BLOCK.min(len - b);
+                let mut ins = [std::ptr::null::<I>(); N];
+                for k in 0..N {
+                    let op = it.operands[k + 1];
+                    let s = it.inner_stride(k + 1);
+                    // SAFETY: in-bounds by the iterator's construction.
+                    let p = unsafe { op.ptr.offset(offs[k + 1] + b as isize * s) };
+                    if op.dtype == I::DTYPE && s == std::mem::size_of::<I>() as isize {
+                        ins[k] = p as *const I;
+                    } else if s == 0 && filled_from[k] == p as *const u8 && filled_len[k] >= n {
+                        ins[k] = bufs[k].as_ptr();
+                    } else if let Err(e) = unsafe {
+                        if bufs[k].is_empty() {
+                            bufs[k] = vec![I::from_i64(0); cap];
+                        }
+                        load::<I>(op.dtype, p, s, n, &mut bufs[k])
+                    } {
+                        *error.lock().unwrap() = Some(e);
+                        return;
+                    } else {
+                        if let Some(h) = it.round_through.filter(|&h| h != op.dtype) {
+                            round_to(h, &mut bufs[k][..n]);
+                        }
+                        ins[k] = bufs[k].as_ptr();
+                        (filled_from[k], filled_len[k]) = if s == 0 { (p as *const u8, n) } else { (std::ptr::null(), 0) };
+                    }
+                }
+                let out = it.operands[0];
+                let s = it.inner_stride(0);
+                // SAFETY: as above.
+                let p = unsafe { out.ptr.offset(offs[0] + b as isize * s) };
+                if out.dtype == O::DTYPE && s == std::mem::size_of::<O>() as isize {
+                    // In-place ops pass the output as an input. LLVM's runtime alias check
+                    // treats exact aliasing as overlap and would run the scalar loop, so the
+                    // aliased input is read from a copy of the block instead (L1-resident).
+                    for k in 0..N {
+                        if ins[k] as *const u8 == p as *const u8 && I::DTYPE == O::DTYPE {
+                            if bufs[k].is_empty() {
+                                bufs[k] = vec![I::from_i64(0); cap];
+                            }
+                            // SAFETY: `n` elements of I at ins[k] (checked contiguous above).
+                            unsafe { std::ptr::copy_nonoverlapping(ins[k], bufs[k].as_mut_ptr(), n) };
+                            ins[k] = bufs[k].as_ptr();
+                            filled_from[k] = std::ptr::null();
+                        }
+                    }
+                    f(p as *mut O, ins, n);
+                } else {
+                    if obuf.is_empty() {
+                        obuf = vec![O::from_i64(0); cap];
+                    }
+                    f(obuf.as_mut_ptr(), ins, n);
+                    if let Err(e) = unsafe { store::<O>(out.dtype, p, s, &obuf[..n]) } {
+                        *error.lock().unwrap() = Some(e);
+                        return;
+                    }
+                }
+                b += n;
+            }
+        });
+    });
+    match error.into_inner().unwrap() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_and_run_helpers_cover_every_index_once_in_order() {
+        for (len, size, tasks) in [(0, 3, 2), (10, 3, 1), (10, 3, 2), (10, 3, 8), (7, 7, 2), (5, 0, 2), (100, 1, 3)] {
+            let mut data = vec![0usize; len];
+            for_each_chunk_mut(&mut data, size, tasks, |i, c| {
+                assert!(c.len() <= size && !c.is_empty());
+                c.iter_mut().for_each(|v| *v += i + 1);
+            });
+            let want: Vec<usize> = if size == 0 { vec![0; len] } else { (0..len).map(|j| j / size + 1).collect() };
+            assert_eq!(data, want, "len {len} size {size} tasks {tasks}");
+            assert_eq!(map_in_runs(len, tasks, |i| i * 2), (0..len).map(|i| i * 2).collect::<Vec<_>>());
+        }
+        // The lowest-numbered failing chunk's error wins; earlier chunks still ran.
+        let mut data = vec![0u8; 40];
+        let r = try_for_each_chunk_mut(&mut data, 4, 2, |i, c| {
+            c.fill(1);
+            if i == 3 || i == 7 { Err(i) } else { Ok(()) }
+        });
+        assert_eq!(r, Err(3));
+        assert!(data[..16].iter().all(|&v| v == 1));
+        assert_eq!(try_for_each_task(3, |t| if t > 0 { Err(t) } else { Ok(()) }), Err(1));
+        assert_eq!(try_for_each_task::<()>(3, |_| Ok(())), Ok(()));
+    }
+
+    #[test]
+    fn tasks_run_once_each_on_the_caller_or_the_team() {
+        use std::sync::Mutex;
+        let threads = rayon::current_num_threads();
+        for tasks in [0, 1, 2, threads, threads + 3] {
+            let runs = |_: ()| {
+                let seen = Mutex::new(vec![]);
+                for_each_task(tasks, |t| {
+                    // More tasks than threads still run on the team (dynamic schedule), not on rayon's pool.
+                    assert!(rayon::current_thread_index().is_none());
+                    let me = std::thread::current();
+                    seen.lock().unwrap().push((t, format!("{:?}", me.id()), me.name().unwrap_or("").to_string()))
+                });
+                let mut seen = seen.into_inner().unwrap();
+                seen.sort();
+                seen
+            };
+            let (first, second) = (runs(()), runs(()));
+            assert_eq!(first.iter().map(|p| p.0).collect::<Vec<_>>(), (0..tasks).collect::<Vec<_>>());
+            if (2..=threads).contains(&tasks) {
+                // On the team: task 0 on the caller; task t on its worker, or on the
+                // caller when the worker had not claimed it yet (see team.rs).
+                let caller = format!("{:?}", std::thread::current().id());
+                for run in [&first, &second] {
+                    assert_eq!(run[0].1, caller);
+                    for (t, id, name) in &run[1..] {
+                        assert!(id == &caller || name == &format!("oxide-team-{t}"), "task {t} ran on {name}");
+                    }
+                }
+            }
+            assert_eq!(map_tasks(tasks, |t| t * 10), (0..tasks).map(|t| t * 10).collect::<Vec<_>>());
+        }
+        // Nested inside the pool, tasks are work-stolen and still each run once.
+        let nested = Mutex::new(vec![]);
+        rayon::scope(|s| s.spawn(|_| for_each_task(threads.max(2), |t| nested.lock().unwrap().push(t))));
+        let mut nested = nested.into_inner().unwrap();
+        nested.sort();
+        assert_eq!(nested, (0..threads.max(2)).collect::<Vec<_>>());
+    }
+
+    fn op<T>(p: &mut [T], dtype: DType) -> Operand {
+        Operand { ptr: p.as_mut_ptr() as *mut u8, dtype }
+    }
+
+    #[test]
+    fn rows_cover_ranges_exactly_once() {
+        let mut a = [0f32; 24];
+        // A (4, 3, 2) space (dim 0 fastest) over a transposed buffer.
+        let it = TensorIter::new("t", &[4, 3, 2], vec![(op(&mut a, DType::F32), &[12, 16, 48][..])], 1, 1).unwrap();
+        for (start, end) in [(0, 24), (5, 17), (3, 4), (23, 24)] {
+            let mut seen = vec![];
+            it.for_each_row_in(start, end, |o, len| (0..len as isize).for_each(|i| seen.push((o[0] + i * 12) / 4)));
+            let mut want: Vec<isize> = (start..end)
+                .map(|l| {
+                    let (i, j, k) = (l % 4, (l / 4) % 3, l / 12);
+                    (i * 3 + j * 4 + k * 12) as isize
+                })
+                .collect();
+            seen.sort();
+            want.sort();
+            assert_eq!(seen, want, "range {start}..{end}");
+        }
+    }
+
+    #[test]
+    fn map_converts_broadcasts_and_writes_strided() {
+        // out (int64, stride 2) = a (float32, contiguous) + b (int32 scalar, stride 0), 0-size, 0-dim.
+        let mut out = [0i64; 6];
+        let mut a = [1.5f32, 2.5, -3.5];
+        let mut b = [10i32];
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(op(&mut out, DType::I64), &[16][..]), (op(&mut a, DType::F32), &[4][..]), (op(&mut b, DType::I32), &[0][..])],
+            1,
+            2,
+        )
+        .unwrap();
+        unsafe {
+            map::<f32, f32, 2>(&it, |o, [x, y], n| {
+                for i in 0..n {
+                    *o.add(i) = *x.add(i) + *y.add(i);
+                }
+            })
+        }
+        .unwrap();
+        assert_eq!(out, [11, 0, 12, 0, 6, 0]);
+        let it = TensorIter::new("t", &[], vec![(op(&mut out, DType::I64), &[][..]), (op(&mut b, DType::I32), &[][..])], 1, 1).unwrap();
+        unsafe { map::<i64, i64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 2)) }.unwrap();
+        assert_eq!(out[0], 20);
+        let it = TensorIter::new("t", &[0], vec![(op(&mut out, DType::I64), &[8][..]), (op(&mut b, DType::I32), &[4][..])], 1, 1).unwrap();
+        unsafe { map::<i64, i64, 1>(&it, |_, _, _| panic!("no elements")) }.unwrap();
+    }
+
+    #[test]
+    fn parallel_map_matches_serial() {
+        let n = 3 * GRAIN + 17;
+        let mut a: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let mut out = vec![0f64; n];
+        let it = TensorIter::new("t", &[n as i64], vec![(op(&mut out, DType::F64), &[8][..]), (op(&mut a, DType::F64), &[8][..])], 1, 4).unwrap();
+        unsafe { map::<f64, f64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 3.0)) }.unwrap();
+        assert!(out.iter().enumerate().all(|(i, &v)| v == 3.0 * i as f64));
+    }
+}

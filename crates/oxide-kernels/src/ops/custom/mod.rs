@@ -1,0 +1,3 @@
+//! The custom-operator example family (the seed's custom autograd examples).
+
+pub mod activation;

@@ -1,0 +1,3 @@
+//! Linear algebra kernels.
+
+pub mod gemm;

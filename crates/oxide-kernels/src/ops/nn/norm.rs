@@ -1,0 +1,590 @@
+//! Normalisation layers: batch norm, group norm and layer norm, forward and backward.
+//!
+//! Layout: inputs are contiguous `[n, c, s]` (`s` = product of the spatial
+//! sizes). Group norm splits the `c` channels of each sample into `g` groups;
+//! each group's `(c / g) * s` elements are contiguous, and the affine weight
+//! and bias are per channel. Layer norm over the last `k` elements of an
+//! `[m, k]` input is group norm with `n = m, c = k, s = 1, g = 1`.
+//! Batch norm normalises each channel over `n * s` elements.
+//!
+//! Statistics (means, variances, the sums of the backward) accumulate in
+//! double over independent lanes ([`crate::engine::lanes`]), so they vectorise;
+//! elementwise work runs in the compute type (float32 for float32, float16 and
+//! bfloat16; float64 for float64), as PyTorch's CPU kernels do. `var` is the
+//! biased (population) variance in normalisation, `invstd = 1 / sqrt(var + eps)`.
+//! Running variance is updated with the unbiased estimate, as PyTorch does.
+//! Gradients follow from `y = (x - mean) * invstd * w + b` (Ioffe & Szegedy
+//! 2015, Wu & He 2018, Ba et al. 2016).
+
+use std::ops::Range;
+
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::engine::iter::{load, store};
+use crate::engine::lanes::{dot_f64, sq_dev_f64, sum_f64};
+use crate::engine::math::Float;
+
+/// A raw pointer that may cross into parallel tasks; tasks write disjoint elements.
+#[derive(Clone, Copy)]
+struct Ptr(*mut u8);
+// SAFETY: tasks touch disjoint elements (contract of the public functions).
+unsafe impl Send for Ptr {}
+unsafe impl Sync for Ptr {}
+
+impl Ptr {
+    fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
+
+fn check(op: &'static str, dt: DType) -> Result<()> {
+    match dt {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
+        d => Err(Error::UnsupportedDtype { op, dtype: d }),
+    }
+}
+
+/// Reads `dst.len()` contiguous elements of `dt` at element offset `off`.
+unsafe fn read<T: Element>(dt: DType, p: Ptr, off: usize, dst: &mut [T]) {
+    // SAFETY: caller guarantees the range lies in the tensor.
+    unsafe { load(dt, p.0.add(off * dt.size()), dt.size() as isize, dst.len(), dst).expect("checked dtype") }
+}
+
+/// Writes `src` as contiguous elements of `dt` at element offset `off`.
+unsafe fn write<T: Element>(dt: DType, p: Ptr, off: usize, src: &[T]) {
+    // SAFETY: caller guarantees the range lies in the tensor.
+    unsafe {
+        let dst = p.0.add(off * dt.size());
+        if dt == T::DTYPE {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut T, src.len());
+        } else {
+            store(dt, dst, dt.size() as isize, src).expect("checked dtype");
+        }
+    }
+}
+
+/// Reads a whole optional parameter vector (`len` elements), or `fill` values when null.
+unsafe fn param<T: Element>(dt: DType, p: Ptr, len: usize, fill: T) -> Vec<T> {
+    let mut v = vec![fill; len];
+    if !p.is_null() {
+        // SAFETY: caller guarantees `len` elements.
+        unsafe { read(dt, p, 0, &mut v) };
+    }
+    v
+}
+
+/// Runs `f` over contiguous ranges of `0..count` (one per task, up to
+/// `threads` tasks; one range on the calling thread for small problems), so
+/// that each task allocates its buffers once.
+fn ranges(count: usize, work_per_item: usize, threads: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    if threads <= 1 || count <= 1 || count * work_per_item < 32768 {
+        f(0..count);
+    } else {
+        let tasks = threads.min(count);
+        let per = count.div_ceil(tasks);
+        crate::engine::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(count)));
+    }
+}
+
+/// Elements per chunk of groups in [`group_norm_backward`]: fixed, not derived
+/// from the thread count, so that the chunk-wise parameter-gradient sums are
+/// reproducible.
+const CHUNK: usize = 16384;
+
+/// Shape of a group/layer norm problem (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupShape {
+    pub n: usize,
+    pub c: usize,
+    pub s: usize,
+    pub g: usize,
+}
+
+impl GroupShape {
+    fn group_len(&self) -> usize {
+        self.c / self.g * self.s
+    }
+}
+
+/// Group norm forward (and layer norm, see the module docs): writes `y`
+/// (`[n, c, s]`, dtype `dt`) and per-group `mean` and `rstd` (`[n, g]`, dtype
+/// `stat_dt`). `weight`/`bias` (`[c]`, dtype `param_dt`) may be null.
+///
+/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes;
+/// [`Error::InvalidLayout`] when `g` does not divide `c`.
+///
+/// # Safety
+/// Every pointer addresses a live contiguous tensor of the shape above.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn group_norm(dt: DType, sh: GroupShape, x: *const u8, param_dt: DType, weight: *const u8, bias: *const u8, eps: f64, y: *mut u8, stat_dt: DType, mean: *mut u8, rstd: *mut u8, threads: usize) -> Result<()> {
+    check("group_norm", dt)?;
+    check("group_norm", param_dt)?;
+    check("group_norm", stat_dt)?;
+    if sh.g == 0 || sh.c % sh.g != 0 {
+        return Err(Error::InvalidLayout { op: "group_norm", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
+    }
+    let args = (Ptr(x as *mut u8), param_dt, Ptr(weight as *mut u8), Ptr(bias as *mut u8), eps, Ptr(y), stat_dt, Ptr(mean), Ptr(rstd));
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => group_norm_in::<f64>(dt, sh, args, threads),
+            _ => group_norm_in::<f32>(dt, sh, args, threads),
+        }
+    }
+    Ok(())
+}
+
+type GroupArgs = (Ptr, DType, Ptr, Ptr, f64, Ptr, DType, Ptr, Ptr);
+
+unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: GroupArgs, threads: usize) {
+    let (x, param_dt, weight, bias, eps, y, stat_dt, mean, rstd) = args;
+    let len = sh.group_len();
+    let cpg = sh.c / sh.g;
+    // SAFETY: c elements each when non-null (contract).
+    let (w, b): (Vec<F>, Vec<F>) = unsafe { (param(param_dt, weight, sh.c, F::ONE), param(param_dt, bias, sh.c, F::ZERO)) };
+    // A float32/float64 input is read and written in place: only float16/bfloat16
+    // go through the widening buffers (the two copies were a fifth of a
+    // [512, 256] float32 layer norm).
+    let direct = dt == F::DTYPE;
+    ranges(sh.n * sh.g, len, threads, |groups| {
+        let (mut buf, mut out) = if direct { (Vec::new(), Vec::new()) } else { (vec![F::ZERO; len], vec![F::ZERO; len]) };
+        for grp in groups {
+            // SAFETY: group `grp` spans elements [grp*len, (grp+1)*len) of x and y, which
+            // do not overlap (y is the output); `direct` means both hold `F`.
+            let (src, dst): (&[F], &mut [F]) = unsafe {
+                if direct && len > 0 {
+                    (std::slice::from_raw_parts((x.0 as *const F).add(grp * len), len), std::slice::from_raw_parts_mut((y.0 as *mut F).add(grp * len), len))
+                } else {
+                    read(dt, x, grp * len, &mut buf);
+                    (&buf, &mut out)
+                }
+            };
+            let m = if len == 0 { 0.0 } else { sum_f64(src) / len as f64 };
+            let var = if len == 0 { 0.0 } else { sq_dev_f64(src, m) / len as f64 };
+            let r = 1.0 / (var + eps).sqrt();
+            let (mf, rf) = (F::from_f64(m), F::from_f64(r));
+            let c0 = (grp % sh.g) * cpg;
+            if sh.s == 1 {
+                let (w, b) = (&w[c0..c0 + len], &b[c0..c0 + len]);
+                for (((o, &v), &wj), &bj) in dst.iter_mut().zip(src).zip(w).zip(b) {
+                    *o = (v - mf) * rf * wj + bj;
+                }
+            } else {
+                for (k, (run, src)) in dst.chunks_exact_mut(sh.s).zip(src.chunks_exact(sh.s)).enumerate() {
+                    let (scale, shift) = (rf * w[c0 + k], b[c0 + k]);
+                    run.iter_mut().zip(src).for_each(|(o, &v)| *o = (v - mf) * scale + shift);
+                }
+            }
+            // SAFETY: as above; mean/rstd hold n*g elements.
+            unsafe {
+                if !direct {
+                    write(dt, y, grp * len, dst);
+                }
+                write(stat_dt, mean, grp, &[m]);
+                write(stat_dt, rstd, grp, &[r]);
+            }
+        }
+    });
+}
+
+/// Group norm backward. With `xhat = (x - mean) * rstd` and `d = dy * w[ch]`,
+/// `dx = rstd * (d - mean(d) - xhat * mean(d * xhat))` over each group,
+/// `dweight[ch] = sum(dy * xhat)`, `dbias[ch] = sum(dy)` over samples and positions.
+/// Outputs that are null are not computed; `weight` may be null (ones).
+///
+/// Errors: as [`group_norm`].
+///
+/// # Safety
+/// As [`group_norm`]; `dx` is `[n, c, s]`, `dweight`/`dbias` `[c]` of `param_dt`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, dy: *const u8, x: *const u8, stat_dt: DType, mean: *const u8, rstd: *const u8, param_dt: DType, weight: *const u8, dx: *mut u8, dweight: *mut u8, dbias: *mut u8, threads: usize) -> Result<()> {
+    check("group_norm_backward", dt)?;
+    check("group_norm_backward", param_dt)?;
+    check("group_norm_backward", stat_dt)?;
+    if sh.g == 0 || sh.c % sh.g != 0 {
+        return Err(Error::InvalidLayout { op: "group_norm_backward", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
+    }
+    let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(mean as *mut u8), Ptr(rstd as *mut u8), Ptr(weight as *mut u8)];
+    let outs = [Ptr(dx), Ptr(dweight), Ptr(dbias)];
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => group_norm_backward_in::<f64>(dt, sh, ins, stat_dt, param_dt, outs, threads),
+            _ => group_norm_backward_in::<f32>(dt, sh, ins, stat_dt, param_dt, outs, threads),
+        }
+    }
+    Ok(())
+}
+
+unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, ins: [Ptr; 5], stat_dt: DType, param_dt: DType, outs: [Ptr; 3], threads: usize) {
+    let [dy, x, mean, rstd, weight] = ins;
+    let [dx, dweight, dbias] = outs;
+    let len = sh.group_len();
+    let cpg = sh.c / sh.g;
+    // SAFETY: contract: parameter vectors hold c elements, statistics n*g.
+    let (w, means, rstds): (Vec<F>, Vec<f64>, Vec<f64>) =
+        unsafe { (param(param_dt, weight, sh.c, F::ONE), param(stat_dt, mean, sh.n * sh.g, 0.0), param(stat_dt, rstd, sh.n * sh.g, 0.0)) };
+    let want_params = !dweight.is_null() || !dbias.is_null();
+    let count = sh.n * sh.g;
+    let per = (CHUNK / len.max(1)).max(1);
+    let chunks = count.div_ceil(per);
+    // Per-chunk parameter gradients over all channels, combined in chunk order.
+    let run = |k: usize| -> (Vec<f64>, Vec<f64>) {
+        let np = if want_params { sh.c } else { 0 };
+        let (mut dw, mut db) = (vec![0.0; np], vec![0.0; np]);
+        let (mut g, mut v, mut d) = (vec![F::ZERO; len], vec![F::ZERO; len], vec![F::ZERO; len]);
+        for grp in k * per..((k + 1) * per).min(count) {
+            // SAFETY: group `grp` spans [grp*len, (grp+1)*len) of dy, x, dx.
+            unsafe {
+                read(dt, dy, grp * len, &mut g);
+                read(dt, x, grp * len, &mut v);
+            }
+            let (mf, rf) = (F::from_f64(means[grp]), F::from_f64(rstds[grp]));
+            let c0 = (grp % sh.g) * cpg;
+            v.iter_mut().for_each(|e| *e = (*e - mf) * rf);
+            if want_params {
+                if sh.s == 1 {
+                    for (((pw, pb), &gj), &vj) in dw[c0..c0 + len].iter_mut().zip(&mut db[c0..c0 + len]).zip(&g).zip(&v) {
+                        *pw += (gj * vj).to_f64();
+                        *pb += gj.to_f64();
+                    }
+                } else {
+                    for (kc, (gr, vr)) in g.chunks_exact(sh.s).zip(v.chunks_exact(sh.s)).enumerate() {
+                        dw[c0 + kc] += dot_f64(gr, vr);
+                        db[c0 + kc] += sum_f64(gr);
+                    }
+                }
+            }
+            if !dx.is_null() && len > 0 {
+                if sh.s == 1 {
+                    // Zipped slices, not indices: indexing `w[c0 + j]` kept a bounds check and a
+                    // reload of `w`'s pointer in the loop, which then ran one float at a time
+                    // (perf: a quarter of layer_norm's backward).
+                    for ((o, &e), &wk) in d.iter_mut().zip(&g).zip(&w[c0..c0 + len]) {
+                        *o = e * wk;
+                    }
+                } else {
+                    for (kc, (dr, gr)) in d.chunks_exact_mut(sh.s).zip(g.chunks_exact(sh.s)).enumerate() {
+                        let wk = w[c0 + kc];
+                        dr.iter_mut().zip(gr).for_each(|(o, &e)| *o = e * wk);
+                    }
+                }
+                let a = F::from_f64(sum_f64(&d) / len as f64);
+                let bsum = F::from_f64(dot_f64(&d, &v) / len as f64);
+                for (o, &vj) in d.iter_mut().zip(&v) {
+                    *o = rf * (*o - a - vj * bsum);
+                }
+                // SAFETY: as above.
+                unsafe { write(dt, dx, grp * len, &d) };
+            }
+        }
+        (dw, db)
+    };
+    let partial: Vec<(Vec<f64>, Vec<f64>)> = if threads <= 1 || chunks <= 1 || count * len < 32768 {
+        (0..chunks).map(run).collect()
+    } else {
+        crate::engine::iter::map_in_runs(chunks, threads, run)
+    };
+    if want_params {
+        let (mut dw, mut db) = (vec![0.0; sh.c], vec![0.0; sh.c]);
+        for (pw, pb) in &partial {
+            dw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
+            db.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
+        }
+        // SAFETY: c elements each when non-null.
+        unsafe {
+            if !dweight.is_null() {
+                write(param_dt, dweight, 0, &dw);
+            }
+            if !dbias.is_null() {
+                write(param_dt, dbias, 0, &db);
+            }
+        }
+    }
+}
+
+/// Batch norm shape: input `[n, c, s]` contiguous, statistics per channel.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchShape {
+    pub n: usize,
+    pub c: usize,
+    pub s: usize,
+}
+
+/// Pointers of the per-channel tensors (`[c]`, dtype `param_dt`); any may be null.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchParams {
+    pub weight: *const u8,
+    pub bias: *const u8,
+    pub running_mean: *mut u8,
+    pub running_var: *mut u8,
+}
+
+/// Gathers channel `ch` (`n * s` values) of an `[n, c, s]` tensor.
+unsafe fn channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, dst: &mut [T]) {
+    for i in 0..sh.n {
+        // SAFETY: caller: the tensor is [n, c, s].
+        unsafe { read(dt, p, (i * sh.c + ch) * sh.s, &mut dst[i * sh.s..(i + 1) * sh.s]) };
+    }
+}
+
+/// Scatters channel `ch` of an `[n, c, s]` tensor.
+unsafe fn set_channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, src: &[T]) {
+    for i in 0..sh.n {
+        // SAFETY: caller: the tensor is [n, c, s].
+        unsafe { write(dt, p, (i * sh.c + ch) * sh.s, &src[i * sh.s..(i + 1) * sh.s]) };
+    }
+}
+
+/// Batch norm forward. Training: per channel, normalise with the batch
+/// statistics, store `save_mean` and `save_invstd` (`[c]`, dtype
+/// `param_dt`), and update non-null running statistics with `momentum`.
+/// Evaluation: normalise with the running statistics (`save_*` untouched).
+///
+/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+///
+/// # Safety
+/// `x`, `y` are `[n, c, s]` of `dt`; every non-null per-channel pointer holds `c` elements of `param_dt`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn batch_norm(dt: DType, sh: BatchShape, x: *const u8, param_dt: DType, p: BatchParams, training: bool, momentum: f64, eps: f64, y: *mut u8, save_mean: *mut u8, save_invstd: *mut u8, threads: usize) -> Result<()> {
+    check("batch_norm", dt)?;
+    check("batch_norm", param_dt)?;
+    let hyper = (training, momentum, eps);
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => batch_norm_in::<f64>(dt, sh, Ptr(x as *mut u8), param_dt, p, hyper, [Ptr(y), Ptr(save_mean), Ptr(save_invstd)], threads),
+            _ => batch_norm_in::<f32>(dt, sh, Ptr(x as *mut u8), param_dt, p, hyper, [Ptr(y), Ptr(save_mean), Ptr(save_invstd)], threads),
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn batch_norm_in<F: Float + Element>(dt: DType, sh: BatchShape, x: Ptr, param_dt: DType, p: BatchParams, hyper: (bool, f64, f64), outs: [Ptr; 3], threads: usize) {
+    let (training, momentum, eps) = hyper;
+    let [y, sm_p, si_p] = outs;
+    let count = sh.n * sh.s;
+    let (rm_p, rv_p) = (Ptr(p.running_mean), Ptr(p.running_var));
+    // SAFETY: contract: c elements each when non-null.
+    let (w, b, rm, rv): (Vec<F>, Vec<F>, Vec<f64>, Vec<f64>) = unsafe {
+        (
+            param(param_dt, Ptr(p.weight as *mut u8), sh.c, F::ONE),
+            param(param_dt, Ptr(p.bias as *mut u8), sh.c, F::ZERO),
+            param(param_dt, rm_p, sh.c, 0.0),
+            param(param_dt, rv_p, sh.c, 1.0),
+        )
+    };
+    ranges(sh.c, count, threads, |channels| {
+        let mut v = vec![F::ZERO; count];
+        for ch in channels {
+            // SAFETY: channel ch of [n, c, s]; each task owns its channels' elements and parameter slots.
+            unsafe {
+                channel(dt, x, sh, ch, &mut v);
+                let (m, invstd) = if training {
+                    let m = if count == 0 { f64::NAN } else { sum_f64(&v) / count as f64 };
+                    let var = if count == 0 { f64::NAN } else { sq_dev_f64(&v, m) / count as f64 };
+                    if !rm_p.is_null() {
+                        write(param_dt, rm_p, ch, &[(1.0 - momentum) * rm[ch] + momentum * m]);
+                    }
+                    if !rv_p.is_null() {
+                        let unbiased = if count > 1 { var * count as f64 / (count - 1) as f64 } else { f64::INFINITY };
+                        write(param_dt, rv_p, ch, &[(1.0 - momentum) * rv[ch] + momentum * unbiased]);
+                    }
+                    let invstd = 1.0 / (var + eps).sqrt();
+                    write(param_dt, sm_p, ch, &[m]);
+                    write(param_dt, si_p, ch, &[invstd]);
+                    (m, invstd)
+                } else {
+                    (rm[ch], 1.0 / (rv[ch] + eps).sqrt())
+                };
+                let (mf, scale, shift) = (F::from_f64(m), F::from_f64(invstd) * w[ch], b[ch]);
+                v.iter_mut().for_each(|e| *e = (*e - mf) * scale + shift);
+                set_channel(dt, y, sh, ch, &v);
+            }
+        }
+    });
+}
+
+/// Batch norm backward. Training uses the saved batch statistics:
+/// `dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`; evaluation
+/// uses the running ones: `dx = dy * w * invstd`. In both,
+/// `dweight = sum(dy * xhat)`, `dbias = sum(dy)`. Null outputs are skipped.
+///
+/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+///
+/// # Safety
+/// As [`batch_norm`]; `dy`, `dx` are `[n, c, s]` of `dt`; `save_mean`/`save_invstd`
+/// hold `c` elements when `training`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, dy: *const u8, x: *const u8, param_dt: DType, p: BatchParams, save_mean: *const u8, save_invstd: *const u8, training: bool, eps: f64, dx: *mut u8, dweight: *mut u8, dbias: *mut u8, threads: usize) -> Result<()> {
+    check("batch_norm_backward", dt)?;
+    check("batch_norm_backward", param_dt)?;
+    let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(save_mean as *mut u8), Ptr(save_invstd as *mut u8)];
+    let outs = [Ptr(dx), Ptr(dweight), Ptr(dbias)];
+    // SAFETY: forwarded contract.
+    unsafe {
+        match dt {
+            DType::F64 => batch_norm_backward_in::<f64>(dt, sh, ins, param_dt, p, (training, eps), outs, threads),
+            _ => batch_norm_backward_in::<f32>(dt, sh, ins, param_dt, p, (training, eps), outs, threads),
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn batch_norm_backward_in<F: Float + Element>(dt: DType, sh: BatchShape, ins: [Ptr; 4], param_dt: DType, p: BatchParams, hyper: (bool, f64), outs: [Ptr; 3], threads: usize) {
+    let [dy, x, save_mean, save_invstd] = ins;
+    let [dx, dw_p, db_p] = outs;
+    let (training, eps) = hyper;
+    let count = sh.n * sh.s;
+    // SAFETY: contract: c elements each when non-null.
+    let (w, mean, invstd): (Vec<F>, Vec<f64>, Vec<f64>) = unsafe {
+        let w = param(param_dt, Ptr(p.weight as *mut u8), sh.c, F::ONE);
+        if training {
+            (w, param(param_dt, save_mean, sh.c, 0.0), param(param_dt, save_invstd, sh.c, 1.0))
+        } else {
+            let rv: Vec<f64> = param(param_dt, Ptr(p.running_var), sh.c, 1.0);
+            (w, param(param_dt, Ptr(p.running_mean), sh.c, 0.0), rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
+        }
+    };
+    ranges(sh.c, count, threads, |channels| {
+        let mut g = vec![F::ZERO; count];
+        let mut v = vec![F::ZERO; count];
+        for ch in channels {
+            // SAFETY: channel ch; each task owns its channels' elements and parameter slots.
+            unsafe {
+                channel(dt, dy, sh, ch, &mut g);
+                channel(dt, x, sh, ch, &mut v);
+                let (mf, rf) = (F::from_f64(mean[ch]), F::from_f64(invstd[ch]));
+                v.iter_mut().for_each(|e| *e = (*e - mf) * rf);
+                let sum_g = sum_f64(&g);
+                let sum_gx = dot_f64(&g, &v);
+                if !dx.is_null() {
+                    let k = w[ch] * rf;
+                    if training && count > 0 {
+                        let (mg, mgx) = (F::from_f64(sum_g / count as f64), F::from_f64(sum_gx / count as f64));
+                        g.iter_mut().zip(&v).for_each(|(a, &b)| *a = k * (*a - mg - b * mgx));
+                    } else {
+                        g.iter_mut().for_each(|a| *a = k * *a);
+                    }
+                    set_channel(dt, dx, sh, ch, &g);
+                }
+                if !dw_p.is_null() {
+                    write(param_dt, dw_p, ch, &[sum_gx]);
+                }
+                if !db_p.is_null() {
+                    write(param_dt, db_p, ch, &[sum_g]);
+                }
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(v: &[f64]) -> *const u8 {
+        v.as_ptr() as *const u8
+    }
+
+    #[test]
+    fn group_norm_normalises_each_group_and_applies_the_affine() {
+        let sh = GroupShape { n: 2, c: 4, s: 3, g: 2 };
+        let x: Vec<f64> = (0..24).map(|k| ((k * 7 % 11) as f64) * 0.5 - 2.0).collect();
+        let w = [1.0, 2.0, 0.5, -1.0];
+        let b = [0.0, 1.0, -1.0, 0.25];
+        let mut y = vec![0.0; 24];
+        let (mut mean, mut rstd) = (vec![0.0; 4], vec![0.0; 4]);
+        unsafe { group_norm(DType::F64, sh, p(&x), DType::F64, p(&w), p(&b), 1e-5, y.as_mut_ptr() as _, DType::F64, mean.as_mut_ptr() as _, rstd.as_mut_ptr() as _, 2) }.unwrap();
+        for grp in 0..4 {
+            let xs = &x[grp * 6..grp * 6 + 6];
+            let m: f64 = xs.iter().sum::<f64>() / 6.0;
+            let var: f64 = xs.iter().map(|v| (v - m).powi(2)).sum::<f64>() / 6.0;
+            assert!((mean[grp] - m).abs() < 1e-12 && (rstd[grp] - 1.0 / (var + 1e-5).sqrt()).abs() < 1e-9);
+            for j in 0..6 {
+                let ch = (grp % 2) * 2 + j / 3;
+                let want = (xs[j] - m) * rstd[grp] * w[ch] + b[ch];
+                assert!((y[grp * 6 + j] - want).abs() < 1e-12);
+            }
+        }
+    }
+
+    /// Finite-difference check of every gradient of `sum(y * r)` for a fixed `r`.
+    #[test]
+    fn group_norm_backward_matches_finite_differences() {
+        let sh = GroupShape { n: 2, c: 2, s: 3, g: 1 };
+        let x: Vec<f64> = (0..12).map(|k| (k as f64 * 0.61).sin()).collect();
+        let w = [1.3, -0.7];
+        let b = [0.1, 0.2];
+        let r: Vec<f64> = (0..12).map(|k| (k as f64 * 1.7).cos()).collect();
+        let f = |x: &[f64], w: &[f64]| -> f64 {
+            let mut y = vec![0.0; 12];
+            let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
+            unsafe { group_norm(DType::F64, sh, p(x), DType::F64, p(w), p(&b), 1e-5, y.as_mut_ptr() as _, DType::F64, m.as_mut_ptr() as _, s.as_mut_ptr() as _, 1) }.unwrap();
+            y.iter().zip(&r).map(|(a, b)| a * b).sum()
+        };
+        let mut y = vec![0.0; 12];
+        let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
+        let (mut dx, mut dw, mut db) = (vec![0.0; 12], vec![0.0; 2], vec![0.0; 2]);
+        unsafe {
+            group_norm(DType::F64, sh, p(&x), DType::F64, p(&w), p(&b), 1e-5, y.as_mut_ptr() as _, DType::F64, m.as_mut_ptr() as _, s.as_mut_ptr() as _, 1).unwrap();
+            group_norm_backward(DType::F64, sh, p(&r), p(&x), DType::F64, p(&m), p(&s), DType::F64, p(&w), dx.as_mut_ptr() as _, dw.as_mut_ptr() as _, db.as_mut_ptr() as _, 1).unwrap();
+        }
+        for k in 0..12 {
+            let (mut xp, mut xm) = (x.clone(), x.clone());
+            xp[k] += 1e-6;
+            xm[k] -= 1e-6;
+            let fd = (f(&xp, &w) - f(&xm, &w)) / 2e-6;
+            assert!((fd - dx[k]).abs() < 1e-5, "dx[{k}]: {fd} vs {}", dx[k]);
+        }
+        for k in 0..2 {
+            let (mut wp, mut wm) = (w.to_vec(), w.to_vec());
+            wp[k] += 1e-6;
+            wm[k] -= 1e-6;
+            let fd = (f(&x, &wp) - f(&x, &wm)) / 2e-6;
+            assert!((fd - dw[k]).abs() < 1e-5, "dw[{k}]: {fd} vs {}", dw[k]);
+        }
+        let want_db: Vec<f64> = (0..2).map(|c| (0..2).flat_map(|i| (0..3).map(move |j| (i * 2 + c) * 3 + j)).map(|k| r[k]).sum()).collect();
+        assert!((db[0] - want_db[0]).abs() < 1e-12 && (db[1] - want_db[1]).abs() < 1e-12);
+    }
+
+    #[test]
+    fn batch_norm_training_updates_running_stats_and_backward_matches_finite_differences() {
+        let sh = BatchShape { n: 3, c: 2, s: 2 };
+        let x: Vec<f64> = (0..12).map(|k| (k as f64 * 0.83).sin() * 2.0).collect();
+        let w = [0.9, 1.4];
+        let b = [0.0, -0.5];
+        let r: Vec<f64> = (0..12).map(|k| (k as f64 * 0.37).cos()).collect();
+        let run = |x: &[f64], rm: &mut [f64], rv: &mut [f64]| -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+            let mut y = vec![0.0; 12];
+            let (mut sm, mut si) = (vec![0.0; 2], vec![0.0; 2]);
+            let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: rm.as_mut_ptr() as _, running_var: rv.as_mut_ptr() as _ };
+            unsafe { batch_norm(DType::F64, sh, p(x), DType::F64, prm, true, 0.1, 1e-5, y.as_mut_ptr() as _, sm.as_mut_ptr() as _, si.as_mut_ptr() as _, 2) }.unwrap();
+            (y, sm, si)
+        };
+        let (mut rm, mut rv) = (vec![0.0; 2], vec![1.0; 2]);
+        let (_, sm, si) = run(&x, &mut rm, &mut rv);
+        let ch0: Vec<f64> = [0, 1, 4, 5, 8, 9].iter().map(|&k| x[k]).collect();
+        let m0 = ch0.iter().sum::<f64>() / 6.0;
+        let v0 = ch0.iter().map(|v| (v - m0).powi(2)).sum::<f64>() / 6.0;
+        assert!((sm[0] - m0).abs() < 1e-12 && (rm[0] - 0.1 * m0).abs() < 1e-12);
+        assert!((rv[0] - (0.9 + 0.1 * v0 * 6.0 / 5.0)).abs() < 1e-12);
+        let mut dx = vec![0.0; 12];
+        let (mut dw, mut db) = (vec![0.0; 2], vec![0.0; 2]);
+        let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: std::ptr::null_mut(), running_var: std::ptr::null_mut() };
+        unsafe { batch_norm_backward(DType::F64, sh, p(&r), p(&x), DType::F64, prm, p(&sm), p(&si), true, 1e-5, dx.as_mut_ptr() as _, dw.as_mut_ptr() as _, db.as_mut_ptr() as _, 1) }.unwrap();
+        let f = |x: &[f64]| -> f64 {
+            let (mut a, mut c) = (vec![0.0; 2], vec![1.0; 2]);
+            run(x, &mut a, &mut c).0.iter().zip(&r).map(|(a, b)| a * b).sum()
+        };
+        for k in 0..12 {
+            let (mut xp, mut xm) = (x.clone(), x.clone());
+            xp[k] += 1e-6;
+            xm[k] -= 1e-6;
+            let fd = (f(&xp) - f(&xm)) / 2e-6;
+            assert!((fd - dx[k]).abs() < 1e-5, "dx[{k}]: {fd} vs {}", dx[k]);
+        }
+    }
+}

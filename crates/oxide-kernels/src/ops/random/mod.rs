@@ -1,0 +1,3 @@
+//! Random-number kernels.
+
+pub mod random;
