@@ -66,6 +66,11 @@ struct ScalarArgs {
   }
 };
 
+// The current stream of `t`'s device: where a kernel on `t` is queued.
+inline int64_t stream_of(const at::Tensor& t) {
+  return current_stream(t.device().index());
+}
+
 // The pointwise op id for a name (resolved once per call site via a static).
 int32_t pointwise_id(const char* name);
 

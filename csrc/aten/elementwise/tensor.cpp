@@ -1,34 +1,22 @@
-// The minimal native operator set every PrivateUse1 backend needs before
-// anything else works: allocation (empty, empty_strided), views (as_strided,
-// view, _reshape_alias), resizing (resize_, set_), copies between host and
-// devices (_copy_from, _copy_from_and_resize), _local_scalar_dense, and
-// fill_/zero_ (needed by every factory such as zeros, ones, full).
-// View semantics (also view_as_real, view_as_complex, unfold: views whose only
-// kernels are per backend) are PyTorch's own device-generic implementations; only
-// memory and copies are ours.
+// The tensor itself on oxide: allocation (empty, empty_strided), views
+// (as_strided, view, _reshape_alias; view_as_real, view_as_complex, unfold:
+// views whose only kernels are per backend), resizing (resize_, set_),
+// record_stream and _has_compatible_shallow_copy_type. With copy.cpp and
+// fill.cpp, the minimal operator set every PrivateUse1 backend needs before
+// anything else works. View semantics are PyTorch's own; only memory is ours.
 #include "common/device_check.h"
-#include "common/kernels.h"
+#include "common/oxide.h"
 
 #include <ATen/EmptyTensor.h>
-#include <ATen/Dispatch_v2.h>
-#include <ATen/MemoryOverlap.h>
-#include <ATen/ops/_conj.h>
-#include <ATen/ops/_neg_view.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
-#include <ATen/native/Resize.h>
-#include <ATen/ops/_local_scalar_dense.h>
-#include <ATen/ops/_reshape_alias_native.h>
-#include <ATen/ops/as_strided_native.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_strided.h>
-#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
-
-#include <cstring>
 
 namespace oxide {
 namespace {
@@ -123,153 +111,6 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(storage), 0, {0}, {});
 }
 
-int64_t stream_of(const at::Tensor& t) {
-  return current_stream(t.device().index());
-}
-
-void memcpy_on(const at::Tensor& device_side, void* dst, const void* src, size_t bytes, int32_t kind) {
-  const auto index = device_side.device().index();
-  const int64_t stream = current_stream(index);
-  OXIDE_CHECK(oxide_memcpy_async(dst, src, bytes, kind, index, stream));
-  OXIDE_CHECK(oxide_stream_synchronize(index, stream));
-}
-
-// Same dtype, both on oxide (possibly different devices), src already expanded to dst's shape.
-void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
-  if (src.device() != dst.device()) {
-    OXIDE_CHECK(oxide_device_synchronize(src.device().index()));
-  }
-  const c10::DeviceGuard guard(dst.device());
-  const auto ndim = static_cast<size_t>(dst.dim());
-  OXIDE_CHECK(oxide_copy_strided(dst.device().index(), stream_of(dst), dst.element_size(), ndim,
-                                 dst.sizes().data(), dst.data_ptr(), dst.strides().data(), src.const_data_ptr(),
-                                 src.strides().data()));
-}
-
-// A converting copy between dtypes on the device (every dtype pair,
-// complex included): TensorIterator broadcasts the source, checks overlap and
-// gives both layouts; a source on another oxide device first moves there
-// unconverted.
-void cast_on_device(const at::Tensor& src_in, const at::Tensor& dst) {
-  const at::Tensor src = src_in.device() != dst.device() ? src_in.to(dst.device()) : src_in;
-  const c10::DeviceGuard guard(dst.device());
-  auto iter = at::TensorIteratorConfig()
-                  .add_output(dst)
-                  .add_const_input(src)
-                  .check_all_same_dtype(false)
-                  .resize_outputs(false)
-                  .build();
-  IterArgs args(iter);
-  OXIDE_CHECK(oxide_cast(dst.device().index(), stream_of(dst), &args.abi));
-}
-
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
-  if (dst.numel() == 0 || self.is_same(dst)) {
-    return dst;
-  }
-  // Lazy conjugate / negative bits: copy the plain data, then apply the bit to the
-  // destination (through the dispatcher, so CPU destinations stay on CPU).
-  // Going through clone() instead would re-enter _copy_from forever.
-  if (self.is_conj() || self.is_neg()) {
-    at::Tensor plain = self.is_conj() ? at::_conj(self) : self;
-    plain = plain.is_neg() ? at::_neg_view(plain) : plain;
-    copy_from(plain, dst, non_blocking);
-    if (self.is_conj()) {
-      dst.conj_physical_();
-    }
-    if (self.is_neg()) {
-      dst.neg_();
-    }
-    return dst;
-  }
-  if (dst.is_conj() || dst.is_neg()) {
-    // Writing into a lazily conjugated/negated view: write the transformed source into the plain data.
-    at::Tensor plain = dst.is_conj() ? at::_conj(dst) : dst;
-    plain = plain.is_neg() ? at::_neg_view(plain) : plain;
-    at::Tensor src = dst.is_conj() ? self.conj_physical() : self;
-    src = dst.is_neg() ? src.neg() : src;
-    copy_from(src, plain, non_blocking);
-    return dst;
-  }
-  const bool src_dev = self.is_privateuseone();
-  const bool dst_dev = dst.is_privateuseone();
-  TORCH_CHECK((src_dev || self.is_cpu()) && (dst_dev || dst.is_cpu()),
-              "oxide copies only between cpu and oxide tensors, got ", self.device(), " -> ", dst.device());
-  at::assert_no_internal_overlap(dst);
-
-  if (src_dev && dst_dev) {
-    if (self.scalar_type() != dst.scalar_type()) {
-      cast_on_device(self, dst);
-      return dst;
-    }
-    // CPU's copy_ rejects any overlap except the identical view (TensorIterator's check).
-    const bool identical = self.data_ptr() == dst.data_ptr() && self.strides() == dst.strides() &&
-                           self.sizes() == dst.sizes();
-    if (identical) {
-      return dst;
-    }
-    at::assert_no_overlap(dst, self);
-    copy_device_to_device(self.expand(dst.sizes()), dst);
-    return dst;
-  }
-
-  if (dst_dev) {  // host -> device
-    const c10::DeviceGuard guard(dst.device());
-    const at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes());
-    if (!dst.is_non_overlapping_and_dense()) {
-      at::Tensor staging = at::empty(dst.sizes(), dst.options());
-      copy_from(src, staging, non_blocking);
-      copy_device_to_device(staging, dst);
-      return dst;
-    }
-    // Lay the host data out exactly like dst, then move the bytes in one copy.
-    at::Tensor host = at::empty_strided(dst.sizes(), dst.strides(), src.options());
-    host.copy_(src);
-    memcpy_on(dst, dst.data_ptr(), host.const_data_ptr(), host.nbytes(), OXIDE_MEMCPY_HOST_TO_DEVICE);
-    return dst;
-  }
-
-  // device -> host
-  const c10::DeviceGuard guard(self.device());
-  const at::Tensor src = self.is_non_overlapping_and_dense() ? self : self.contiguous();
-  at::Tensor host = at::empty_strided(src.sizes(), src.strides(), src.options().device(at::kCPU));
-  memcpy_on(src, host.data_ptr(), src.const_data_ptr(), host.nbytes(), OXIDE_MEMCPY_DEVICE_TO_HOST);
-  dst.copy_(host);
-  return dst;
-}
-
-at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
-  // The scalar converted to self's dtype with Scalar::to<T>, which raises on
-  // overflow exactly as CPU's fill_ does; the kernel then copies those bytes.
-  alignas(16) unsigned char element[16] = {};
-  AT_DISPATCH_V2(
-      self.scalar_type(), "fill_", AT_WRAP([&] {
-        const scalar_t v = value.to<scalar_t>();
-        std::memcpy(element, &v, sizeof(scalar_t));
-      }),
-      AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), AT_EXPAND(AT_FLOAT8_TYPES), AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES),
-      at::kHalf, at::kBFloat16, at::kBool, at::kComplexHalf);
-  if (self.numel() == 0) {
-    return self;
-  }
-  const c10::DeviceGuard guard(self.device());
-  OXIDE_CHECK(oxide_fill_strided(self.device().index(), stream_of(self), self.element_size(),
-                                 static_cast<size_t>(self.dim()), self.sizes().data(), self.data_ptr(),
-                                 self.strides().data(), element));
-  return self;
-}
-
-at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
-  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
-              value.dim(), " dimensions.");
-  return self.fill_(value.item());  // self may be a CPU tensor filled from a 0-dim oxide value
-}
-
-at::Tensor& zero_(at::Tensor& self) {
-  return fill_scalar(self, 0);
-}
-
 // Tensor.record_stream: the block must not be reused before `stream`'s work is done.
 // The stream may be on another oxide device (a peer reads the tensor there), as CUDA allows.
 void record_stream(at::Tensor& self, c10::Stream stream) {
@@ -278,17 +119,6 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   if (self.storage().data() != nullptr) {
     OXIDE_CHECK(oxide_record_stream(self.storage().mutable_data(), stream.device_index(), stream.id()));
   }
-}
-
-at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (!dst.sizes().equals(self.sizes())) {
-    dst.resize_(self.sizes());
-  }
-  return copy_from(self, dst, false);
-}
-
-at::Scalar local_scalar_dense(const at::Tensor& self) {
-  return at::_local_scalar_dense(self.to(at::kCPU));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -341,27 +171,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
   OXIDE_IMPL(m, "set_.source_Tensor", TORCH_FN(set_tensor));
   OXIDE_IMPL(m, "set_", TORCH_FN(set_empty));
-  OXIDE_IMPL(m, "_copy_from", TORCH_FN(copy_from));
-  OXIDE_IMPL(m, "_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
-  OXIDE_IMPL(m, "_local_scalar_dense", TORCH_FN(local_scalar_dense));
-  OXIDE_IMPL(m, "fill_.Scalar", TORCH_FN(fill_scalar));
-  OXIDE_IMPL(m, "fill_.Tensor", TORCH_FN(fill_tensor_));
-  OXIDE_IMPL(m, "zero_", TORCH_FN(zero_));
   OXIDE_IMPL(m, "record_stream", TORCH_FN(record_stream));
   OXIDE_IMPL(m, "_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
-}
-
-// The Conjugate and Negative keys sit above PrivateUse1; their fallbacks would
-// materialise a lazily conjugated/negated source with clone(), which copies
-// through _copy_from again, forever. Let the bits through: copy_from handles them.
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  OXIDE_IMPL(m, "_copy_from", torch::CppFunction::makeFallthrough());
-  OXIDE_IMPL(m, "_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
-  OXIDE_IMPL(m, "_copy_from", torch::CppFunction::makeFallthrough());
-  OXIDE_IMPL(m, "_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 } // namespace oxide
