@@ -8,6 +8,7 @@
 #include <ATen/OpMathType.h>
 #include "common/structured.h"
 
+#include <ATen/ScalarOps.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/Lerp.h>
 #include <ATen/native/PointwiseOps.h>
@@ -48,6 +49,7 @@
 #include <ATen/ops/exp2_native.h>
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/expm1_native.h>
+#include <ATen/ops/floor_divide_native.h>
 #include <ATen/ops/floor_native.h>
 #include <ATen/ops/fmax_native.h>
 #include <ATen/ops/fmin_native.h>
@@ -84,6 +86,7 @@
 #include <ATen/ops/pow_native.h>
 #include <ATen/ops/reciprocal_native.h>
 #include <ATen/ops/relu_native.h>
+#include <ATen/ops/remainder.h>
 #include <ATen/ops/remainder_native.h>
 #include <ATen/ops/round_native.h>
 #include <ATen/ops/rshift_native.h>
@@ -452,6 +455,13 @@ using S = const c10::Scalar&;
 using OptS = const std::optional<c10::Scalar>&;
 using OptT = const std::optional<at::Tensor>&;
 
+// Scalar % tensor: the scalar as a wrapped number, so it does not take part in type promotion.
+at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& other) {
+  auto wrapped = c10::scalar_to_tensor(self);
+  wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return at::remainder(wrapped, other);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -491,6 +501,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_div_out_mode, "div.Tensor_mode", "div_.Tensor_mode", "div.out_mode", T,
                    std::optional<c10::string_view>);
   OXIDE_STRUCTURED(m, structured_remainder_out, "remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out", T);
+  // floor_divide: PyTorch's native functions over div_floor_stub.
+  OXIDE_IMPL(m, "floor_divide", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&at::native::floor_divide)));
+  OXIDE_IMPL(m, "floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
+  OXIDE_IMPL(m, "floor_divide.out", TORCH_FN(at::native::floor_divide_out));
+  OXIDE_IMPL(m, "remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
   OXIDE_STRUCTURED(m, structured_fmod_out, "fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out", T);
   OXIDE_STRUCTURED(m, structured_atan2_out, "atan2", "atan2_", "atan2.out", T);
   OXIDE_STRUCTURED(m, structured_hypot_out, "hypot", "hypot_", "hypot.out", T);

@@ -1,32 +1,31 @@
-// Operators whose CPU kernels are CPU-specific but which compose exactly from
-// oxide's native kernels: gather/scatter/index_add/index_copy through
-// advanced indexing (index, index_put_), tril/triu through a broadcast
-// comparison and where, flip/roll/take through indexing and cat. Argument
-// checks and output sizing come from PyTorch's structured meta functions;
-// the compositions never leave the device.
+// Scatter and gather on oxide. gather, scatter, scatter_add, index_add,
+// index_copy and index_fill_ compose exactly from the native index kernels
+// (index, index_put_), with checks and output sizing from PyTorch's structured
+// meta functions. scatter with a reduction (scatter_reduce, scatter(reduce=)) and
+// masked_scatter_ run PyTorch's own operators around stubs on oxide_kernels::scatter.
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"
 
-#include <ATen/ScalarOps.h>
-#include <string_view>
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
-#include <ATen/WrapDimUtilsMulti.h>
+#include <ATen/native/IndexKernel.h>
+#include <ATen/native/ReductionType.h>
+#include <ATen/native/TensorAdvancedIndexing.h>
 #include <ATen/ops/arange.h>
-#include <ATen/ops/cat.h>
-#include <ATen/ops/floor_divide_native.h>
 #include <ATen/ops/gather_meta.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/index_add_meta.h>
 #include <ATen/ops/index_copy_meta.h>
-#include <ATen/ops/remainder.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/scatter_add_meta.h>
 #include <ATen/ops/scatter_meta.h>
-#include <ATen/ops/tril_meta.h>
-#include <ATen/ops/triu_meta.h>
-#include <ATen/ops/where.h>
+#include <ATen/ops/scatter_native.h>
+#include <ATen/ops/scatter_reduce_native.h>
 #include <torch/library.h>
+
+#include <string_view>
 
 namespace oxide {
 namespace {
@@ -206,86 +205,6 @@ at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim, const at::Tensor
   return out;
 }
 
-// tril/triu keep element (i, j) of the last two dims when j - i <= k (tril) or >= k (triu).
-template <bool Lower>
-void triangle(const at::Tensor& self, int64_t k, const at::Tensor& out) {
-  if (out.numel() == 0) {
-    return;
-  }
-  const auto opts = self.options().dtype(at::kLong);
-  const auto rows = at::arange(self.size(-2), opts).unsqueeze(1);
-  const auto cols = at::arange(self.size(-1), opts).unsqueeze(0);
-  const auto diff = cols.sub(rows);
-  const auto keep = Lower ? diff.le(k) : diff.ge(k);
-  if (out.is_same(self)) {
-    out.masked_fill_(keep.logical_not(), 0);
-  } else {
-    out.copy_(at::where(keep, self, at::scalar_tensor(0, self.options())));
-  }
-}
-struct Tril : at::meta::structured_tril {
-  void impl(const at::Tensor& self, int64_t k, const at::Tensor& out) { triangle<true>(self, k, out); }
-};
-struct Triu : at::meta::structured_triu {
-  void impl(const at::Tensor& self, int64_t k, const at::Tensor& out) { triangle<false>(self, k, out); }
-};
-
-at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
-  const auto wrapped = at::dim_list_to_bitset(dims, self.dim());  // raises on duplicates / out of range
-  auto result = self;
-  for (int64_t d = 0; d < self.dim(); ++d) {
-    if (wrapped[d] && self.size(d) > 1) {
-      const auto n = self.size(d);
-      result = result.index_select(d, at::arange(n - 1, -1, -1, self.options().dtype(at::kLong)));
-    }
-  }
-  return result.is_same(self) ? self.clone() : result;
-}
-
-at::Tensor roll_dim(const at::Tensor& self, int64_t shift, int64_t dim) {
-  const auto n = self.size(dim);
-  if (n == 0) {
-    return self.clone();
-  }
-  const auto s = ((shift % n) + n) % n;
-  if (s == 0) {
-    return self.clone();
-  }
-  return at::cat({self.narrow(dim, n - s, s), self.narrow(dim, 0, n - s)}, dim);
-}
-
-at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef dims) {
-  TORCH_CHECK(!shifts.empty(), "`shifts` required");
-  if (dims.empty() && shifts.size() == 1) {
-    return roll_dim(self.flatten(), shifts[0], 0).view(self.sizes());
-  }
-  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
-              ", dims:", dims.size());
-  auto result = self;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    result = roll_dim(result, shifts[i], at::maybe_wrap_dim(dims[i], self.dim()));
-  }
-  return result;
-}
-
-at::Tensor take_impl(const at::Tensor& self, const at::Tensor& index) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ", index.scalar_type());
-  TORCH_CHECK(self.device() == index.device(), "take(): self and index must be on the same device. self.device() = ",
-              self.device(), ", index.device() = ", index.device());
-  TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0), "take(): tried to take from an empty tensor");
-  Indices idx;
-  idx.push_back(index);
-  return at::index(self.reshape({-1}), idx);
-}
-
-at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor& out) {
-  const auto r = take_impl(self, index);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
-}
-
-// Scalar % tensor: the scalar as a wrapped number, so it does not take part in type promotion.
 // index_fill_: the slices of `dim` selected by `index` set to `value` (what `x[idx] = 7` runs).
 at::Tensor& index_fill_scalar(at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value) {
   TORCH_CHECK_INDEX(index.dim() <= 1, "index_fill_(): Index is supposed to be a vector");
@@ -309,17 +228,100 @@ at::Tensor& index_fill_tensor(at::Tensor& self, int64_t dim, const at::Tensor& i
   return index_fill_scalar(self, dim, index, value.item());
 }
 
-at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& other) {
-  auto wrapped = c10::scalar_to_tensor(self);
-  wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return at::remainder(wrapped, other);
+// ---- scatter with reductions, masked_scatter_: PyTorch's operators over stubs ----
+
+using at::native::ReductionType;
+static_assert(static_cast<int>(ReductionType::MAX) == OXIDE_REDUCE_MAX);
+static_assert(static_cast<int>(ReductionType::MEAN) == OXIDE_REDUCE_MEAN);
+static_assert(static_cast<int>(ReductionType::MIN) == OXIDE_REDUCE_MIN);
+static_assert(static_cast<int>(ReductionType::SUM) == OXIDE_REDUCE_SUM);
+static_assert(static_cast<int>(ReductionType::PROD) == OXIDE_REDUCE_PROD);
+
+// The scatter stubs: `self` already holds the result's starting values (PyTorch's
+// impl copied the input and, for include_self=False, filled the touched slots).
+// A scalar source is one device element read with all-zero strides.
+void scatter_reduce_run(const at::Tensor& self_, int64_t dim, const at::Tensor& index_, const at::Tensor& src_,
+                        bool scalar, ReductionType reduce) {
+  if (index_.numel() == 0) {
+    return;
+  }
+  const auto self = as_vector(self_);
+  const auto index = as_vector(index_);
+  const auto src = scalar ? src_ : as_vector(src_);
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  const std::vector<int64_t> zeros(index.dim(), 0);
+  const auto device = self.device().index();
+  OXIDE_CHECK(oxide_scatter_reduce(
+      device, current_stream(device), static_cast<int32_t>(reduce), static_cast<int32_t>(self.scalar_type()),
+      static_cast<size_t>(index.dim()), index.sizes().data(), static_cast<size_t>(dim), self.size(dim),
+      self.mutable_data_ptr(), self.strides().data(), src.const_data_ptr(), scalar ? zeros.data() : src.strides().data(),
+      static_cast<int32_t>(index.scalar_type()), index.const_data_ptr(), index.strides().data(),
+      static_cast<int32_t>(at::get_num_threads())));
+}
+
+void scatter_reduce_kernel(const at::Tensor& self, const int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                           const ReductionType& reduce) {
+  scatter_reduce_run(self, dim, index, src, false, reduce);
+}
+
+void scatter_scalar_reduce_kernel(const at::Tensor& self, const int64_t dim, const at::Tensor& index,
+                                  const c10::Scalar& value, const ReductionType& reduce) {
+  // CPU converts the value to self's dtype before reducing; so does the device scalar.
+  scatter_reduce_run(self, dim, index, at::scalar_tensor(value, self.options()), true, reduce);
+}
+
+// masked_scatter_stub: PyTorch's masked_scatter_ built the iterator (self, expanded
+// bool mask; linear order) and made the source contiguous.
+void masked_scatter_kernel(at::TensorIterator& iter, const at::TensorBase& source) {
+  IterArgs args(iter);
+  const auto device = iter.device(0).index();
+  OXIDE_CHECK(oxide_masked_scatter(device, current_stream(device), &args.abi, source.const_data_ptr(),
+                                   static_cast<size_t>(source.numel())));
+}
+
+// masked_scatter_: PyTorch's checks and iterator (its CPU entry point refuses other
+// devices), the loop through the stub kernel above.
+at::Tensor& masked_scatter_inplace(at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
+  at::assert_no_internal_overlap(self);
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "masked_scatter_: expected self and source to have same dtypes but got ", self.scalar_type(), " and ",
+              source.scalar_type());
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.device() == mask.device() && self.device() == source.device(),
+              "masked_scatter_: expected self, mask and source on the same device, but got ", self.device(), ", ",
+              mask.device(), " and ", source.device());
+  const auto b_mask = at::expand_inplace(self, mask, "masked_scatter_");
+  const auto src = source.contiguous();
+  auto iter = at::TensorIteratorConfig()
+                  .set_check_mem_overlap(false)
+                  .check_all_same_dtype(false)
+                  .resize_outputs(false)
+                  .enforce_linear_iteration()  // the k-th set element takes source[k]
+                  .add_output(self)
+                  .add_const_input(*b_mask)
+                  .build();
+  masked_scatter_kernel(iter, src);
+  return self;
 }
 
 } // namespace
+} // namespace oxide
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(scatter_reduce_stub, &::oxide::scatter_reduce_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(scatter_reduce_two_stub, &::oxide::scatter_reduce_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(scatter_scalar_reduce_stub, &::oxide::scatter_scalar_reduce_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(masked_scatter_stub, &::oxide::masked_scatter_kernel)
+} // namespace at::native
+
+namespace oxide {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace at::native;
   using T = const at::Tensor&;
   using S = const c10::Scalar&;
+  using Str = c10::string_view;
   OXIDE_STRUCTURED(m, Gather, "gather", "", "gather.out", int64_t, T, bool);
   OXIDE_STRUCTURED(m, ScatterSrc, "scatter.src", "scatter_.src", "scatter.src_out", int64_t, T, T);
   OXIDE_STRUCTURED(m, ScatterValue, "scatter.value", "scatter_.value", "scatter.value_out", int64_t, T, S);
@@ -330,18 +332,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "index_copy", TORCH_FN(index_copy_functional<at::meta::structured_index_copy>));
   OXIDE_IMPL(m, "index_copy_", TORCH_FN(index_copy_inplace<at::meta::structured_index_copy>));
   OXIDE_IMPL(m, "index_copy.out", TORCH_FN(index_copy_out<at::meta::structured_index_copy>));
-  OXIDE_STRUCTURED(m, Tril, "tril", "tril_", "tril.out", int64_t);
-  OXIDE_STRUCTURED(m, Triu, "triu", "triu_", "triu.out", int64_t);
-  OXIDE_IMPL(m, "flip", TORCH_FN(flip));
-  OXIDE_IMPL(m, "roll", TORCH_FN(roll));
-  OXIDE_IMPL(m, "take", TORCH_FN(take_impl));
-  OXIDE_IMPL(m, "take.out", TORCH_FN(take_out));
-  OXIDE_IMPL(m, "floor_divide", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&at::native::floor_divide)));
-  OXIDE_IMPL(m, "floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
-  OXIDE_IMPL(m, "floor_divide.out", TORCH_FN(at::native::floor_divide_out));
-  OXIDE_IMPL(m, "remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
   OXIDE_IMPL(m, "index_fill_.int_Scalar", TORCH_FN(index_fill_scalar));
   OXIDE_IMPL(m, "index_fill_.int_Tensor", TORCH_FN(index_fill_tensor));
+  OXIDE_STRUCTURED(m, structured_scatter_reduce_two, "scatter_reduce.two", "scatter_reduce_.two",
+                   "scatter_reduce.two_out", int64_t, T, T, Str, bool);
+  OXIDE_STRUCTURED(m, structured_scatter_reduce_out, "scatter.reduce", "scatter_.reduce", "scatter.reduce_out", int64_t,
+                   T, T, Str);
+  OXIDE_STRUCTURED(m, structured_scatter_value_reduce_out, "scatter.value_reduce", "scatter_.value_reduce",
+                   "scatter.value_reduce_out", int64_t, T, S, Str);
+  // masked_scatter (functional) is CompositeExplicitAutograd over masked_scatter_.
+  OXIDE_IMPL(m, "masked_scatter_", TORCH_FN(masked_scatter_inplace));
 }
 
 } // namespace oxide
