@@ -71,7 +71,7 @@ inline int64_t current_stream(c10::DeviceIndex device) {
   return s;
 }
 
-// The registered device allocator (allocator.cpp).
+// The registered device allocator (runtime/allocator.cpp).
 c10::Allocator* device_allocator();
 
 // Grows or shrinks a storage to `nbytes`, keeping min(old, new) bytes
@@ -86,10 +86,10 @@ namespace oxide {
 // Philox state for one kernel that consumes `blocks` 128-bit blocks: the
 // generator's seed and current offset; the offset then advances by `blocks`.
 // `gen` empty means the default generator of `device`; a generator of another
-// device type raises (generator.cpp).
+// device type raises (runtime/generator.cpp).
 OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks);
-// A new generator on `device` (-1: current device); raises for an invalid index (generator.cpp).
+// A new generator on `device` (-1: current device); raises for an invalid index (runtime/generator.cpp).
 at::Generator make_generator(c10::DeviceIndex device);
-// The default generator of `device` (-1: current device), created on first use (generator.cpp).
+// The default generator of `device` (-1: current device), created on first use (runtime/generator.cpp).
 const at::Generator& default_generator(c10::DeviceIndex device);
 } // namespace oxide

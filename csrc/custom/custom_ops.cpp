@@ -1,6 +1,6 @@
 // The `oxide::` operator namespace: operators PyTorch does not have. Schemas
 // live here; kernels are registered per dispatch key next to their
-// implementations (serialization.cpp, autograd.cpp).
+// implementations (runtime/serialization.cpp, custom/autograd.cpp).
 #include <torch/library.h>
 
 TORCH_LIBRARY(oxide, m) {

@@ -71,6 +71,6 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
 }
 
-// conj_physical_ runs natively: pointwise.cpp registers conj_physical.out and its stub.
+// conj_physical_ runs natively: aten/elementwise/pointwise.cpp registers conj_physical.out and its stub.
 
 } // namespace oxide

@@ -47,7 +47,7 @@ struct OxideHooks final : at::PrivateUse1HooksInterface {
     return default_generator(device_index);
   }
   at::Generator getNewGenerator(c10::DeviceIndex device_index) const override {
-    // The factory registered through REGISTER_GENERATOR_PRIVATEUSE1's mechanism (generator.cpp).
+    // The factory registered through REGISTER_GENERATOR_PRIVATEUSE1's mechanism (runtime/generator.cpp).
     const auto& factory = at::GetGeneratorPrivate();
     TORCH_INTERNAL_ASSERT(factory.has_value(), "oxide generator factory is not registered");
     return (*factory)(device_index);

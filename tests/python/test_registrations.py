@@ -17,29 +17,30 @@ NATIVE_OPS = [
     "aten::_local_scalar_dense", "aten::set_.source_Storage", "aten::set_.source_Storage_storage_offset",
     "aten::set_.source_Tensor", "aten::set_", "aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_",
     "aten::record_stream", "aten::convolution_overrideable", "aten::convolution_backward_overrideable",
-    # datamove.cpp: operators and the structured wrappers around stub-backed PyTorch code
+    # aten/index/scatter.cpp, aten/reduce/{unique,search,histogram}.cpp: operators and the
+    # structured wrappers around stub-backed PyTorch code
     "aten::scatter_reduce.two", "aten::scatter.reduce", "aten::scatter.value_reduce", "aten::masked_scatter_",
     "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::searchsorted.Tensor",
     "aten::bucketize.Tensor", "aten::bincount", "aten::histc",
-    # activation.cpp, nn.cpp, norm.cpp, rnn.cpp, optim.cpp
+    # aten/elementwise/activation.cpp, aten/nn/{softmax,nll,norm,rnn}.cpp, aten/optim/fused.cpp
     "aten::gelu", "aten::threshold_backward", "aten::silu_backward", "aten::log_sigmoid_forward",
     "aten::binary_cross_entropy", "aten::_softmax", "aten::_log_softmax_backward_data", "aten::nll_loss_forward",
     "aten::nll_loss2d_forward", "aten::embedding_dense_backward", "aten::native_batch_norm",
     "aten::native_layer_norm_backward", "aten::native_group_norm", "aten::_thnn_fused_lstm_cell",
     "aten::_thnn_fused_lstm_cell_backward_impl", "aten::_thnn_fused_gru_cell",
     "aten::_thnn_fused_gru_cell_backward", "aten::_fused_adamw_", "aten::_fused_sgd_",
-    # fold.cpp, embedding.cpp, grid_sample.cpp, resample.cpp (linear/trilinear/bicubic upsampling)
+    # aten/nn/{fold,embedding,grid_sample,resample}.cpp (resample: linear/trilinear/bicubic upsampling)
     "aten::im2col", "aten::col2im", "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
     "aten::_embedding_bag_backward", "aten::_embedding_bag_dense_backward",
     "aten::_embedding_bag_per_sample_weights_backward", "aten::grid_sampler_2d", "aten::grid_sampler_2d_backward",
     "aten::upsample_linear1d", "aten::upsample_linear1d_backward", "aten::upsample_trilinear3d",
     "aten::upsample_trilinear3d_backward", "aten::upsample_bicubic2d", "aten::upsample_bicubic2d_backward",
-    # rnn_layer.cpp (also registered at AutogradPrivateUse1, tested below)
+    # aten/nn/rnn_layer.cpp (also registered at AutogradPrivateUse1, tested below)
     "aten::lstm.input", "aten::gru.input",
-    # attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
+    # aten/nn/attention.cpp (its _fused_sdp_choice_stub entry is proven live by test_sdpa.py's fused-path tests)
     "aten::_scaled_dot_product_fused_attention_overrideable",
     "aten::_scaled_dot_product_fused_attention_overrideable_backward",
-    # foreach.cpp: the multi-tensor arithmetic torch.optim's foreach implementations call
+    # aten/optim/foreach.cpp: the multi-tensor arithmetic torch.optim's foreach implementations call
     "aten::_foreach_add_.Scalar", "aten::_foreach_add.Scalar", "aten::_foreach_add_.ScalarList",
     "aten::_foreach_add_.List", "aten::_foreach_add.List", "aten::_foreach_mul_.Scalar",
     "aten::_foreach_mul_.ScalarList", "aten::_foreach_mul.ScalarList", "aten::_foreach_mul_.List",
@@ -48,7 +49,7 @@ NATIVE_OPS = [
     "aten::_foreach_addcmul.Scalar", "aten::_foreach_addcdiv_.Scalar", "aten::_foreach_addcdiv_.ScalarList",
     "aten::_foreach_sqrt", "aten::_foreach_sqrt_", "aten::_foreach_neg", "aten::_foreach_abs",
     "aten::_foreach_reciprocal_",
-    # pointwise.cpp: complex-related native functions
+    # aten/elementwise/pointwise.cpp: complex-related native functions
     "aten::angle", "aten::angle.out", "aten::conj_physical.out",
 ]
 

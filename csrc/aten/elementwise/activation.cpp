@@ -2,7 +2,7 @@
 //
 // Most are PyTorch structured kernels whose impl calls a DispatchStub with the
 // iterator's device type: registering the stub (REGISTER_PRIVATEUSE1_DISPATCH)
-// and the structured wrappers (structured.h) is all they need, and the meta
+// and the structured wrappers (common/structured.h) is all they need, and the meta
 // functions keep PyTorch's shape, dtype and argument checks. GELU's CPU impl
 // names kCPU explicitly, so it gets an impl class of its own here. Every loop
 // is a pointwise op of oxide_kernels::pointwise, named like the stub.

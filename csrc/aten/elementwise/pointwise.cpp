@@ -1,7 +1,9 @@
 // Native pointwise operators: PyTorch's structured kernels (meta + impl, run
-// through the wrappers in structured.h) and non-structured native functions
+// through the wrappers in common/structured.h) and non-structured native functions
 // that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
 // each stub's TensorIterator to oxide_kernels::pointwise by op name.
+// complex64/128 operands run the op's complex kernel where one exists, else a
+// counted CPU path (complex_on_cpu).
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include <ATen/Dispatch.h>

@@ -2,8 +2,9 @@
 // SDPA backend: F.scaled_dot_product_attention asks _fused_sdp_choice_stub
 // for the device's backend; ours answers `overrideable` when the fused Rust
 // kernel (oxide_kernels::attention, FlashAttention-2 style, through
-// oxide_attention_forward / _backward) supports the inputs and `math` (the
-// composite, which also raises PyTorch's errors) otherwise.
+// oxide_attention_forward / _backward; dropout from the generator's Philox
+// stream) supports the inputs and `math` (the composite, which also raises
+// PyTorch's errors) otherwise.
 //
 // What PyTorch does before calling the overrideable op (attention.cpp,
 // scaled_dot_product_attention): a bool mask becomes a float mask of the

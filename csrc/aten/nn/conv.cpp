@@ -18,6 +18,9 @@
 // _convolution_double_backward built from convolutions), so everything a user
 // can call is differentiable and native. Registering aten::convolution itself
 // would skip all of those checks and cases and re-derive them here.
+//
+// Dtypes: float32/64, float16/bfloat16 (computed in float32), integers
+// (wrapping, a plain GEMM loop; CPU convolves them too).
 #include "common/device_check.h"
 #include "common/oxide.h"
 

@@ -12,9 +12,13 @@
 // composite for every backend unless a backend registers at its Autograd key:
 // a kernel at PrivateUse1 alone is reached only where autograd is not in the
 // key set (inference mode). So the layer is registered at AutogradPrivateUse1
-// (normal use) and PrivateUse1 (inference tensors). It is itself a
-// composition of differentiable at:: ops, called above autograd, so the
-// autograd graph is built from those ops and no backward is written here.
+// (normal use) and PrivateUse1 (inference tensors). When a gradient is
+// wanted, each layer and direction is one autograd node (`LayerFunction`):
+// its backward runs per step only the fused cell backward and one GEMM, then
+// the weight, bias and input gradients as whole-sequence GEMMs;
+// create_graph=True differentiates the composite instead. The composite (the
+// same ops, autograd building the graph) also runs without gradients, under
+// autocast, forward-mode AD and functorch transforms (see `run_direction`).
 //
 // Numerics: the same operations as ATen's path in a different grouping (the
 // biases are added in the projections, the LSTM's two biases folded into
