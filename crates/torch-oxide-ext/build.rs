@@ -1,5 +1,7 @@
-//! Builds the C++ glue in `<repo>/csrc` against the torch that the building
-//! interpreter imports, and generates `oxide_abi.h` from `src/abi.rs`.
+//! Builds the C++ glue in `<repo>/csrc` (every `*.cpp` in its folders; `csrc/`
+//! is the include root, so glue files write `#include "common/oxide.h"`)
+//! against the torch that the building interpreter imports, and generates
+//! `oxide_abi.h` from `src/abi.rs`.
 //!
 //! The interpreter is `OXIDE_PYTHON`, else `PYO3_PYTHON` (set by maturin), else
 //! `python3`. From it we take torch's include and library paths and the
@@ -53,15 +55,13 @@ fn main() {
     println!("cargo:warning=building the oxide glue against torch {version}");
     generate_device_check(Path::new(yaml), &out);
 
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(&csrc)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "cpp"))
-        .collect();
-    sources.sort();
-    for s in &sources {
-        println!("cargo:rerun-if-changed={}", s.display());
+    // Every file under csrc/ (folders by layer and family, any depth) reruns the
+    // build when it changes; the *.cpp among them are the glue's sources.
+    let files = walk(&csrc);
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
     }
+    let sources: Vec<&PathBuf> = files.iter().filter(|p| p.extension().is_some_and(|x| x == "cpp")).collect();
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -91,6 +91,25 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=stdc++");
 }
 
+/// The files under `dir`, recursively, sorted (so the archive's member order
+/// does not depend on the file system's listing order).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("could not read {}: {e}", d.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 fn generate_header(manifest: &Path, out: &Path) {
     let config = cbindgen::Config {
         language: cbindgen::Language::C,
@@ -110,7 +129,7 @@ fn generate_header(manifest: &Path, out: &Path) {
 
 /// Writes `oxide_device_check.h`: the sorted names (`op` or `op.overload`) of the
 /// operators that native_functions.yaml marks `device_check: NoCheck`, for
-/// csrc/device_check.h. The yaml is read line by line: each entry starts with
+/// csrc/common/device_check.h. The yaml is read line by line: each entry starts with
 /// `- func: name.overload(...)` and its keys are indented below it.
 fn generate_device_check(yaml: &Path, out: &Path) {
     println!("cargo:rerun-if-changed={}", yaml.display());

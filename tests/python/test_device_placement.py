@@ -1,7 +1,7 @@
 """Operands on the wrong device fail as they fail on CUDA.
 
 Every operator registered for oxide runs the device check torchgen generates into
-a real backend's registration (csrc/device_check.h): tensors on another oxide
+a real backend's registration (csrc/common/device_check.h): tensors on another oxide
 device, or on the CPU, are refused with CUDA's "Expected all tensors to be on the
 same device" error, except where PyTorch's native_functions.yaml lets an operator
 take them (TensorIterator's CPU scalars, CPU indices, copies).

@@ -1,4 +1,4 @@
-"""`_foreach_*` operators on oxide (csrc/foreach.cpp) against CPU PyTorch.
+"""`_foreach_*` operators on oxide (csrc/aten/optim/foreach.cpp) against CPU PyTorch.
 
 Lists of contiguous float32/float64 tensors take the native multi-tensor path; any
 other list goes to PyTorch's per-tensor kernels. Both are compared with CPU, the

@@ -569,7 +569,7 @@ RNN_LAYERS = {
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("config", list(RNN_LAYERS))
 def test_recurrent_layer_variants_match_cpu(kind, config):
-    """Every layer variant oxide's own lstm/gru layer kernels (rnn_layer.cpp) handle:
+    """Every layer variant oxide's own lstm/gru layer kernels (csrc/aten/nn/rnn_layer.cpp) handle:
     outputs, final states and the gradients of input, initial state and every parameter."""
     kwargs, train, with_state = RNN_LAYERS[config]
     dt = torch.float64
@@ -646,7 +646,7 @@ def test_recurrent_layer_projects_the_whole_sequence_once(kind):
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 def test_recurrent_layer_backward_is_one_node_per_layer(kind):
-    """The fused layer backward (rnn_layer.cpp's LayerFunction) is live: one autograd node per
+    """The fused layer backward (csrc/aten/nn/rnn_layer.cpp's LayerFunction) is live: one autograd node per
     layer, and its backward runs one GEMM per step (the hidden-state gradient) plus three
     whole-sequence GEMMs (input, W_ih and W_hh gradients), where the per-step graph ran two GEMMs
     per step and accumulated W_hh's gradient step by step."""

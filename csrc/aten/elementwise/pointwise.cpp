@@ -1,0 +1,567 @@
+// Native pointwise operators: PyTorch's structured kernels (meta + impl, run
+// through the wrappers in common/structured.h) and non-structured native functions
+// that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
+// each stub's TensorIterator to oxide_kernels::pointwise by op name.
+// complex64/128 operands run the op's complex kernel where one exists, else a
+// counted CPU path (complex_on_cpu).
+#include "common/device_check.h"
+#include "common/kernels.h"
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include "common/structured.h"
+
+#include <ATen/ScalarOps.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Lerp.h>
+#include <ATen/native/PointwiseOps.h>
+#include <ATen/native/Pow.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/abs_native.h>
+#include <ATen/ops/acos_native.h>
+#include <ATen/ops/acosh_native.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/addcdiv_native.h>
+#include <ATen/ops/addcmul_native.h>
+#include <ATen/ops/angle_native.h>
+#include <ATen/ops/conj_physical_native.h>
+#include <ATen/ops/asin_native.h>
+#include <ATen/ops/asinh_native.h>
+#include <ATen/ops/atan2_native.h>
+#include <ATen/ops/atan_native.h>
+#include <ATen/ops/atanh_native.h>
+#include <ATen/ops/bitwise_and_native.h>
+#include <ATen/ops/bitwise_left_shift_native.h>
+#include <ATen/ops/bitwise_not_native.h>
+#include <ATen/ops/bitwise_or_native.h>
+#include <ATen/ops/bitwise_right_shift_native.h>
+#include <ATen/ops/bitwise_xor_native.h>
+#include <ATen/ops/ceil_native.h>
+#include <ATen/ops/clamp_max_native.h>
+#include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/clamp_native.h>
+#include <ATen/ops/copysign_native.h>
+#include <ATen/ops/cos_native.h>
+#include <ATen/ops/cosh_native.h>
+#include <ATen/ops/div_native.h>
+#include <ATen/ops/eq_native.h>
+#include <ATen/ops/erf_native.h>
+#include <ATen/ops/erfc_native.h>
+#include <ATen/ops/erfinv_native.h>
+#include <ATen/ops/exp2_native.h>
+#include <ATen/ops/exp_native.h>
+#include <ATen/ops/expm1_native.h>
+#include <ATen/ops/floor_divide_native.h>
+#include <ATen/ops/floor_native.h>
+#include <ATen/ops/fmax_native.h>
+#include <ATen/ops/fmin_native.h>
+#include <ATen/ops/fmod_native.h>
+#include <ATen/ops/frac_native.h>
+#include <ATen/ops/ge_native.h>
+#include <ATen/ops/gt_native.h>
+#include <ATen/ops/heaviside_native.h>
+#include <ATen/ops/hypot_native.h>
+#include <ATen/ops/isnan_native.h>
+#include <ATen/ops/isneginf_native.h>
+#include <ATen/ops/isposinf_native.h>
+#include <ATen/ops/le_native.h>
+#include <ATen/ops/lerp_native.h>
+#include <ATen/ops/lgamma_native.h>
+#include <ATen/ops/log10_native.h>
+#include <ATen/ops/log1p_native.h>
+#include <ATen/ops/log2_native.h>
+#include <ATen/ops/log_native.h>
+#include <ATen/ops/logaddexp2_native.h>
+#include <ATen/ops/logaddexp_native.h>
+#include <ATen/ops/logical_and_native.h>
+#include <ATen/ops/logical_not_native.h>
+#include <ATen/ops/logical_or_native.h>
+#include <ATen/ops/logical_xor_native.h>
+#include <ATen/ops/lshift_native.h>
+#include <ATen/ops/lt_native.h>
+#include <ATen/ops/maximum_native.h>
+#include <ATen/ops/minimum_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/nan_to_num_native.h>
+#include <ATen/ops/ne_native.h>
+#include <ATen/ops/neg_native.h>
+#include <ATen/ops/pow_native.h>
+#include <ATen/ops/reciprocal_native.h>
+#include <ATen/ops/relu_native.h>
+#include <ATen/ops/remainder.h>
+#include <ATen/ops/remainder_native.h>
+#include <ATen/ops/round_native.h>
+#include <ATen/ops/rshift_native.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/sgn_native.h>
+#include <ATen/ops/sigmoid_backward_native.h>
+#include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/sign_native.h>
+#include <ATen/ops/signbit_native.h>
+#include <ATen/ops/sin_native.h>
+#include <ATen/ops/sinc_native.h>
+#include <ATen/ops/sinh_native.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/sub_native.h>
+#include <ATen/ops/tan_native.h>
+#include <ATen/ops/tanh_backward_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <ATen/ops/trunc_native.h>
+#include <ATen/ops/where_native.h>
+#include <ATen/ops/xlogy_native.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/addcdiv.h>
+#include <ATen/ops/addcmul.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/lerp.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/where.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <limits>
+
+namespace oxide {
+
+void check_scalar_fits(const c10::Scalar& s, at::ScalarType t) {
+  switch (t) {
+#define OXIDE_CHECK_FITS(T, name) \
+  case at::ScalarType::name:      \
+    (void)s.to<T>();              \
+    return;
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(OXIDE_CHECK_FITS)
+#undef OXIDE_CHECK_FITS
+    default:
+      return;
+  }
+}
+
+
+int32_t pointwise_id(const char* name) {
+  const int32_t id = oxide_pointwise_lookup(name);
+  TORCH_INTERNAL_ASSERT(id >= 0, "oxide: no pointwise kernel named ", name);
+  return id;
+}
+
+void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars,
+               std::optional<at::ScalarType> compute) {
+  // Empty iterators still reach the kernel, which rejects unsupported dtypes as CPU does.
+  IterArgs args(iter);
+  const auto common = compute ? compute : iter.maybe_common_dtype();
+  const auto device = iter.device(0).index();
+  const auto target = common ? *common : iter.dtype(0);
+  if (!at::isComplexType(target)) {
+    // A complex scalar for a real computation: Scalar::to raises CPU's overflow error.
+    for (size_t k = 0; k < scalars.im.size(); ++k) {
+      if (scalars.im[k] != 0) {
+        AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, target, "pointwise", [&] {
+          (void)c10::Scalar(c10::complex<double>(scalars.f[k], scalars.im[k])).to<scalar_t>();
+        });
+      }
+    }
+  }
+  OXIDE_CHECK(oxide_pointwise_complex(device, current_stream(device), id, &args.abi,
+                                      common ? static_cast<int32_t>(*common) : -1, scalars.f.data(),
+                                      scalars.i.data(), scalars.im.data()));
+}
+
+namespace {
+
+// complex64/complex128 operands of an op with a Rust complex kernel
+// (oxide_kernels::complex) run natively. Other complex cases (complex32, ops
+// without a complex kernel) run the same operator on host copies of the
+// operands through PyTorch's CPU kernels and copy the result back. That is a
+// CPU fallback, counted (and refused under OXIDE_FALLBACK=error) like one, as
+// "aten::<op> (complex)".
+bool complex_on_cpu(at::TensorIteratorBase& iter, const char* op_name, int32_t id, const c10::Scalar* scalar) {
+  bool complex = false;
+  bool native_dtypes = true;
+  for (int k = 0; k < iter.ntensors(); ++k) {
+    const auto t = iter.dtype(k);
+    complex |= at::isComplexType(t);
+    native_dtypes &= !at::isComplexType(t) || t == at::kComplexFloat || t == at::kComplexDouble;
+  }
+  // Real operands (every call on the hot path) return before any lookup or string work.
+  if (!complex || (native_dtypes && oxide_pointwise_complex_supported(id))) {
+    return false;
+  }
+  const std::string op = op_name;
+  const std::string name = "aten::" + op + " (complex)";
+  switch (oxide_fallback_record(name.c_str())) {
+    case OXIDE_FALLBACK_ERROR:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", name, "' has no native oxide kernel, and "
+                                  "OXIDE_FALLBACK=error forbids running it on the CPU fallback");
+    case OXIDE_FALLBACK_WARN:
+      TORCH_WARN("oxide: operator '", name, "' has no native oxide kernel and runs on the CPU fallback.");
+      break;
+    default:
+      break;
+  }
+  std::vector<at::Tensor> in;
+  for (int k = iter.noutputs(); k < iter.ntensors(); ++k) {
+    in.push_back(at::Tensor(iter.tensor_base(k)).cpu());
+  }
+  const c10::Scalar s = scalar != nullptr ? *scalar : c10::Scalar(1);
+  at::Tensor r;
+  if (in.size() == 1 && op == "pow_tensor_scalar") {
+    r = at::pow(in[0], s);
+  } else if (in.size() == 1) {
+    // Unary ops: the stub's name is the aten functional's.
+    r = c10::Dispatcher::singleton()
+            .findSchemaOrThrow(("aten::" + op).c_str(), "")
+            .typed<at::Tensor(const at::Tensor&)>()
+            .call(in[0]);
+  } else if (op == "add") {
+    r = at::add(in[0], in[1], s);
+  } else if (op == "mul") {
+    r = at::mul(in[0], in[1]);
+  } else if (op == "div_true") {
+    r = at::div(in[0], in[1]);
+  } else if (op == "eq") {
+    r = at::eq(in[0], in[1]);
+  } else if (op == "ne") {
+    r = at::ne(in[0], in[1]);
+  } else if (op == "pow") {
+    r = at::pow(in[0], in[1]);
+  } else if (op == "where") {
+    r = at::where(in[0], in[1], in[2]);
+  } else if (op == "addcmul") {
+    r = at::addcmul(in[0], in[1], in[2], s);
+  } else if (op == "addcdiv") {
+    r = at::addcdiv(in[0], in[1], in[2], s);
+  } else if (op == "lerp_scalar") {
+    r = at::lerp(in[0], in[1], s);
+  } else if (op == "lerp_tensor") {
+    r = at::lerp(in[0], in[1], in[2]);
+  } else {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: '", op, "' is not implemented for complex dtypes");
+  }
+  at::Tensor(iter.tensor_base(0)).copy_(r);
+  return true;
+}
+
+template <const char* Op>
+void unary(at::TensorIteratorBase& iter) {
+  OXIDE_NAMED(Op);
+  if (complex_on_cpu(iter, Op, id, nullptr)) {
+    return;
+  }
+  pointwise(iter, id);
+}
+template <const char* Op>
+void unary_it(at::TensorIterator& iter) {
+  OXIDE_NAMED(Op);
+  if (complex_on_cpu(iter, Op, id, nullptr)) {
+    return;
+  }
+  pointwise(iter, id);
+}
+template <const char* Op>
+void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  OXIDE_NAMED(Op);
+  if (complex_on_cpu(iter, Op, id, &s)) {
+    return;
+  }
+  ScalarArgs a;
+  a.set(0, s);
+  pointwise(iter, id, a);
+}
+
+template <const char* Op>
+void with_checked_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  check_scalar_fits(s, iter.common_dtype());
+  with_scalar<Op>(iter, s);
+}
+template <const char* Op>
+void with_checked_opmath_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  check_scalar_fits(s, at::toOpMathType(iter.dtype()));
+  with_scalar<Op>(iter, s);
+}
+
+void clamp_scalar(at::TensorIteratorBase& iter, const c10::Scalar& lo, const c10::Scalar& hi) {
+  OXIDE_NAMED("clamp_scalar");
+  ScalarArgs a;
+  a.set(0, lo);
+  a.set(1, hi);
+  pointwise(iter, id, a);
+}
+void clamp_min_scalar(at::TensorIteratorBase& iter, c10::Scalar lo) {
+  OXIDE_NAMED("clamp_min_scalar");
+  ScalarArgs a;
+  a.set(0, lo);
+  pointwise(iter, id, a);
+}
+void clamp_max_scalar(at::TensorIteratorBase& iter, c10::Scalar hi) {
+  OXIDE_NAMED("clamp_max_scalar");
+  ScalarArgs a;
+  a.set(0, hi);
+  pointwise(iter, id, a);
+}
+void round_decimals(at::TensorIteratorBase& iter, int64_t decimals) {
+  OXIDE_NAMED("round_decimals");
+  ScalarArgs a;
+  a.set(0, std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals)));
+  a.set(1, decimals < 0 ? 1.0 : 0.0);
+  pointwise(iter, id, a);
+}
+
+// nan_to_num's defaults are the output dtype's finite limits.
+void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::optional<double> posinf,
+                std::optional<double> neginf) {
+  OXIDE_NAMED("nan_to_num");
+  double hi = 0;
+  switch (iter.dtype(0)) {
+    case at::kHalf: hi = static_cast<double>(std::numeric_limits<c10::Half>::max()); break;
+    case at::kBFloat16: hi = static_cast<double>(std::numeric_limits<c10::BFloat16>::max()); break;
+    case at::kFloat: hi = std::numeric_limits<float>::max(); break;
+    default: hi = std::numeric_limits<double>::max(); break;
+  }
+  ScalarArgs a;
+  a.set(0, nan.value_or(0.0));
+  a.set(1, posinf.value_or(hi));
+  a.set(2, neginf.value_or(-hi));
+  pointwise(iter, id, a);
+}
+
+// Op names as template arguments need linkage.
+#define OXIDE_OP_NAME(n) constexpr char k_##n[] = #n;
+OXIDE_OP_NAME(abs) OXIDE_OP_NAME(acos) OXIDE_OP_NAME(acosh) OXIDE_OP_NAME(asin) OXIDE_OP_NAME(asinh)
+OXIDE_OP_NAME(atan) OXIDE_OP_NAME(atanh) OXIDE_OP_NAME(ceil) OXIDE_OP_NAME(cos) OXIDE_OP_NAME(cosh)
+OXIDE_OP_NAME(erf) OXIDE_OP_NAME(erfc) OXIDE_OP_NAME(erfinv) OXIDE_OP_NAME(exp) OXIDE_OP_NAME(exp2)
+OXIDE_OP_NAME(expm1) OXIDE_OP_NAME(floor) OXIDE_OP_NAME(frac) OXIDE_OP_NAME(log) OXIDE_OP_NAME(log10)
+OXIDE_OP_NAME(log1p) OXIDE_OP_NAME(log2) OXIDE_OP_NAME(neg) OXIDE_OP_NAME(reciprocal) OXIDE_OP_NAME(round)
+OXIDE_OP_NAME(rsqrt) OXIDE_OP_NAME(sigmoid) OXIDE_OP_NAME(sign) OXIDE_OP_NAME(sgn) OXIDE_OP_NAME(signbit)
+OXIDE_OP_NAME(sin) OXIDE_OP_NAME(sinc) OXIDE_OP_NAME(sinh) OXIDE_OP_NAME(sqrt) OXIDE_OP_NAME(tan)
+OXIDE_OP_NAME(tanh) OXIDE_OP_NAME(trunc) OXIDE_OP_NAME(lgamma) OXIDE_OP_NAME(bitwise_not)
+OXIDE_OP_NAME(logical_not) OXIDE_OP_NAME(isposinf) OXIDE_OP_NAME(isneginf)
+OXIDE_OP_NAME(add) OXIDE_OP_NAME(mul) OXIDE_OP_NAME(div_true) OXIDE_OP_NAME(div_floor)
+OXIDE_OP_NAME(div_trunc) OXIDE_OP_NAME(atan2) OXIDE_OP_NAME(remainder) OXIDE_OP_NAME(fmod)
+OXIDE_OP_NAME(bitwise_and) OXIDE_OP_NAME(bitwise_or) OXIDE_OP_NAME(bitwise_xor) OXIDE_OP_NAME(lshift)
+OXIDE_OP_NAME(rshift) OXIDE_OP_NAME(lt) OXIDE_OP_NAME(le) OXIDE_OP_NAME(gt) OXIDE_OP_NAME(ge)
+OXIDE_OP_NAME(eq) OXIDE_OP_NAME(ne) OXIDE_OP_NAME(maximum) OXIDE_OP_NAME(minimum) OXIDE_OP_NAME(fmax)
+OXIDE_OP_NAME(fmin) OXIDE_OP_NAME(logaddexp) OXIDE_OP_NAME(logaddexp2) OXIDE_OP_NAME(xlogy)
+OXIDE_OP_NAME(hypot) OXIDE_OP_NAME(copysign) OXIDE_OP_NAME(heaviside) OXIDE_OP_NAME(sigmoid_backward)
+OXIDE_OP_NAME(tanh_backward) OXIDE_OP_NAME(logical_and) OXIDE_OP_NAME(logical_or)
+OXIDE_OP_NAME(logical_xor) OXIDE_OP_NAME(pow) OXIDE_OP_NAME(pow_tensor_scalar) OXIDE_OP_NAME(clamp)
+OXIDE_OP_NAME(addcmul) OXIDE_OP_NAME(addcdiv) OXIDE_OP_NAME(lerp_scalar) OXIDE_OP_NAME(lerp_tensor)
+OXIDE_OP_NAME(where) OXIDE_OP_NAME(angle) OXIDE_OP_NAME(conj_physical)
+
+} // namespace
+} // namespace oxide
+
+namespace at::native {
+// Stubs: one line each, op name = the Rust kernel's name.
+#define OXIDE_STUB(stub, kind, n) REGISTER_PRIVATEUSE1_DISPATCH(stub, &::oxide::kind<::oxide::k_##n>)
+OXIDE_STUB(abs_stub, unary, abs)
+OXIDE_STUB(acos_stub, unary, acos)
+OXIDE_STUB(acosh_stub, unary, acosh)
+OXIDE_STUB(asin_stub, unary, asin)
+OXIDE_STUB(asinh_stub, unary, asinh)
+OXIDE_STUB(atan_stub, unary, atan)
+OXIDE_STUB(atanh_stub, unary, atanh)
+OXIDE_STUB(ceil_stub, unary, ceil)
+OXIDE_STUB(cos_stub, unary, cos)
+OXIDE_STUB(cosh_stub, unary, cosh)
+OXIDE_STUB(erf_stub, unary, erf)
+OXIDE_STUB(erfc_stub, unary, erfc)
+OXIDE_STUB(erfinv_stub, unary, erfinv)
+OXIDE_STUB(exp_stub, unary, exp)
+OXIDE_STUB(exp2_stub, unary, exp2)
+OXIDE_STUB(expm1_stub, unary, expm1)
+OXIDE_STUB(floor_stub, unary, floor)
+OXIDE_STUB(frac_stub, unary, frac)
+OXIDE_STUB(log_stub, unary, log)
+OXIDE_STUB(log10_stub, unary, log10)
+OXIDE_STUB(log1p_stub, unary, log1p)
+OXIDE_STUB(log2_stub, unary, log2)
+OXIDE_STUB(neg_stub, unary, neg)
+OXIDE_STUB(reciprocal_stub, unary, reciprocal)
+OXIDE_STUB(round_stub, unary, round)
+OXIDE_STUB(rsqrt_stub, unary, rsqrt)
+OXIDE_STUB(sigmoid_stub, unary, sigmoid)
+OXIDE_STUB(sign_stub, unary, sign)
+OXIDE_STUB(sgn_stub, unary, sgn)
+OXIDE_STUB(signbit_stub, unary, signbit)
+OXIDE_STUB(sin_stub, unary, sin)
+OXIDE_STUB(sinc_stub, unary, sinc)
+OXIDE_STUB(sinh_stub, unary, sinh)
+OXIDE_STUB(sqrt_stub, unary, sqrt)
+OXIDE_STUB(tan_stub, unary, tan)
+OXIDE_STUB(tanh_stub, unary, tanh)
+OXIDE_STUB(trunc_stub, unary, trunc)
+OXIDE_STUB(lgamma_stub, unary, lgamma)
+OXIDE_STUB(bitwise_not_stub, unary, bitwise_not)
+OXIDE_STUB(logical_not_stub, unary, logical_not)
+OXIDE_STUB(isposinf_stub, unary, isposinf)
+OXIDE_STUB(isneginf_stub, unary, isneginf)
+OXIDE_STUB(add_stub, with_checked_scalar, add)
+OXIDE_STUB(mul_stub, unary, mul)
+OXIDE_STUB(div_true_stub, unary, div_true)
+OXIDE_STUB(div_floor_stub, unary, div_floor)
+OXIDE_STUB(div_trunc_stub, unary, div_trunc)
+OXIDE_STUB(atan2_stub, unary, atan2)
+OXIDE_STUB(remainder_stub, unary, remainder)
+OXIDE_STUB(fmod_stub, unary, fmod)
+OXIDE_STUB(bitwise_and_stub, unary, bitwise_and)
+OXIDE_STUB(bitwise_or_stub, unary, bitwise_or)
+OXIDE_STUB(bitwise_xor_stub, unary, bitwise_xor)
+OXIDE_STUB(lshift_stub, unary, lshift)
+OXIDE_STUB(rshift_stub, unary, rshift)
+OXIDE_STUB(lt_stub, unary, lt)
+OXIDE_STUB(le_stub, unary, le)
+OXIDE_STUB(gt_stub, unary, gt)
+OXIDE_STUB(ge_stub, unary, ge)
+OXIDE_STUB(eq_stub, unary, eq)
+OXIDE_STUB(ne_stub, unary, ne)
+OXIDE_STUB(maximum_stub, unary, maximum)
+OXIDE_STUB(minimum_stub, unary, minimum)
+OXIDE_STUB(fmax_stub, unary, fmax)
+OXIDE_STUB(fmin_stub, unary, fmin)
+OXIDE_STUB(logaddexp_stub, unary, logaddexp)
+OXIDE_STUB(logaddexp2_stub, unary, logaddexp2)
+OXIDE_STUB(xlogy_stub, unary, xlogy)
+OXIDE_STUB(hypot_stub, unary, hypot)
+OXIDE_STUB(copysign_stub, unary, copysign)
+OXIDE_STUB(heaviside_stub, unary, heaviside)
+OXIDE_STUB(sigmoid_backward_stub, unary, sigmoid_backward)
+OXIDE_STUB(tanh_backward_stub, unary, tanh_backward)
+OXIDE_STUB(logical_and_stub, unary_it, logical_and)
+OXIDE_STUB(logical_or_stub, unary_it, logical_or)
+OXIDE_STUB(logical_xor_stub, unary_it, logical_xor)
+OXIDE_STUB(pow_tensor_tensor_stub, unary, pow)
+OXIDE_STUB(pow_tensor_scalar_stub, with_scalar, pow_tensor_scalar)
+OXIDE_STUB(clamp_stub, unary, clamp)
+OXIDE_STUB(addcmul_stub, with_checked_scalar, addcmul)
+OXIDE_STUB(addcdiv_stub, with_checked_scalar, addcdiv)
+OXIDE_STUB(lerp_kernel_scalar_weight, with_checked_opmath_scalar, lerp_scalar)
+OXIDE_STUB(lerp_kernel_tensor_weight, unary, lerp_tensor)
+OXIDE_STUB(where_kernel, unary_it, where)
+OXIDE_STUB(angle_stub, unary, angle)
+OXIDE_STUB(conj_physical_stub, unary, conj_physical)
+REGISTER_PRIVATEUSE1_DISPATCH(clamp_scalar_stub, &::oxide::clamp_scalar)
+REGISTER_PRIVATEUSE1_DISPATCH(clamp_min_scalar_stub, &::oxide::clamp_min_scalar)
+REGISTER_PRIVATEUSE1_DISPATCH(clamp_max_scalar_stub, &::oxide::clamp_max_scalar)
+REGISTER_PRIVATEUSE1_DISPATCH(round_decimals_stub, &::oxide::round_decimals)
+REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &::oxide::nan_to_num)
+} // namespace at::native
+
+namespace oxide {
+namespace {
+
+using T = const at::Tensor&;
+using S = const c10::Scalar&;
+using OptS = const std::optional<c10::Scalar>&;
+using OptT = const std::optional<at::Tensor>&;
+
+// Scalar % tensor: the scalar as a wrapped number, so it does not take part in type promotion.
+at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& other) {
+  auto wrapped = c10::scalar_to_tensor(self);
+  wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return at::remainder(wrapped, other);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace at::native;
+  // Unary: op(self), op_(self), op.out(self, out).
+#define OXIDE_UNARY(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n, #n "_", #n ".out")
+  OXIDE_UNARY(acos); OXIDE_UNARY(acosh); OXIDE_UNARY(asin); OXIDE_UNARY(asinh); OXIDE_UNARY(atan);
+  OXIDE_UNARY(atanh); OXIDE_UNARY(ceil); OXIDE_UNARY(cos); OXIDE_UNARY(cosh); OXIDE_UNARY(erf);
+  OXIDE_UNARY(erfc); OXIDE_UNARY(erfinv); OXIDE_UNARY(exp); OXIDE_UNARY(exp2); OXIDE_UNARY(expm1);
+  OXIDE_UNARY(floor); OXIDE_UNARY(frac); OXIDE_UNARY(log); OXIDE_UNARY(log10); OXIDE_UNARY(log1p);
+  OXIDE_UNARY(log2); OXIDE_UNARY(neg); OXIDE_UNARY(reciprocal); OXIDE_UNARY(round); OXIDE_UNARY(rsqrt);
+  OXIDE_UNARY(sigmoid); OXIDE_UNARY(sign); OXIDE_UNARY(sgn); OXIDE_UNARY(sin); OXIDE_UNARY(sinc);
+  OXIDE_UNARY(sinh); OXIDE_UNARY(sqrt); OXIDE_UNARY(tan); OXIDE_UNARY(tanh); OXIDE_UNARY(trunc);
+  OXIDE_UNARY(lgamma); OXIDE_UNARY(bitwise_not);
+#undef OXIDE_UNARY
+  OXIDE_STRUCTURED(m, structured_signbit_out, "signbit", "", "signbit.out");
+  OXIDE_STRUCTURED(m, structured_isposinf_out, "isposinf", "", "isposinf.out");
+  OXIDE_STRUCTURED(m, structured_isneginf_out, "isneginf", "", "isneginf.out");
+  OXIDE_STRUCTURED(m, structured_round_decimals_out, "round.decimals", "round_.decimals", "round.decimals_out", int64_t);
+  OXIDE_IMPL(m, "abs.out", TORCH_FN(abs_out));
+  OXIDE_IMPL(m, "logical_not.out", TORCH_FN(logical_not_out));
+  OXIDE_IMPL(m, "nan_to_num.out", TORCH_FN(nan_to_num_out));
+  OXIDE_IMPL(m, "isnan", TORCH_FN(isnan));
+  // angle (complex -> real argument, real -> 0 or pi) and conj_physical (also
+  // behind conj_physical_, _conj_physical and resolve_conj): CPU's native functions over our stubs.
+  OXIDE_IMPL(m, "angle", TORCH_FN(angle));
+  OXIDE_IMPL(m, "angle.out", TORCH_FN(angle_out));
+  OXIDE_IMPL(m, "conj_physical.out", TORCH_FN(conj_physical_out));
+  OXIDE_IMPL(m, "relu", TORCH_FN(relu));
+  OXIDE_IMPL(m, "relu_", TORCH_FN(relu_));
+
+  // Binary: op.Tensor(self, other[, alpha]), op_.Tensor, op.out.
+  OXIDE_STRUCTURED(m, structured_ufunc_add_CPU, "add.Tensor", "add_.Tensor", "add.out", T, S);
+  OXIDE_STRUCTURED(m, structured_sub_out, "sub.Tensor", "sub_.Tensor", "sub.out", T, S);
+  OXIDE_STRUCTURED(m, structured_mul_out, "mul.Tensor", "mul_.Tensor", "mul.out", T);
+  OXIDE_STRUCTURED(m, structured_div_out, "div.Tensor", "div_.Tensor", "div.out", T);
+  OXIDE_STRUCTURED(m, structured_div_out_mode, "div.Tensor_mode", "div_.Tensor_mode", "div.out_mode", T,
+                   std::optional<c10::string_view>);
+  OXIDE_STRUCTURED(m, structured_remainder_out, "remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out", T);
+  // floor_divide: PyTorch's native functions over div_floor_stub.
+  OXIDE_IMPL(m, "floor_divide", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&at::native::floor_divide)));
+  OXIDE_IMPL(m, "floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
+  OXIDE_IMPL(m, "floor_divide.out", TORCH_FN(at::native::floor_divide_out));
+  OXIDE_IMPL(m, "remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
+  OXIDE_STRUCTURED(m, structured_fmod_out, "fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_atan2_out, "atan2", "atan2_", "atan2.out", T);
+  OXIDE_STRUCTURED(m, structured_hypot_out, "hypot", "hypot_", "hypot.out", T);
+  OXIDE_STRUCTURED(m, structured_copysign_out, "copysign.Tensor", "copysign_.Tensor", "copysign.out", T);
+  OXIDE_STRUCTURED(m, structured_maximum_out, "maximum", "", "maximum.out", T);
+  OXIDE_STRUCTURED(m, structured_minimum_out, "minimum", "", "minimum.out", T);
+  OXIDE_STRUCTURED(m, structured_fmax_out, "fmax", "", "fmax.out", T);
+  OXIDE_STRUCTURED(m, structured_fmin_out, "fmin", "", "fmin.out", T);
+  OXIDE_STRUCTURED(m, structured_logaddexp_out, "logaddexp", "", "logaddexp.out", T);
+  OXIDE_STRUCTURED(m, structured_logaddexp2_out, "logaddexp2", "", "logaddexp2.out", T);
+  OXIDE_STRUCTURED(m, structured_xlogy_out, "xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor", T);
+  OXIDE_STRUCTURED(m, structured_heaviside_out, "heaviside", "heaviside_", "heaviside.out", T);
+  OXIDE_STRUCTURED(m, structured_sigmoid_backward_out, "sigmoid_backward", "", "sigmoid_backward.grad_input", T);
+  OXIDE_STRUCTURED(m, structured_tanh_backward_out, "tanh_backward", "", "tanh_backward.grad_input", T);
+#define OXIDE_BITWISE(n)                                                                                   \
+  OXIDE_STRUCTURED(m, structured_##n##_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T)
+  OXIDE_BITWISE(bitwise_and); OXIDE_BITWISE(bitwise_or); OXIDE_BITWISE(bitwise_xor);
+  OXIDE_BITWISE(bitwise_left_shift); OXIDE_BITWISE(bitwise_right_shift);
+#undef OXIDE_BITWISE
+#define OXIDE_COMPARE(n)                                                                                   \
+  OXIDE_STRUCTURED(m, structured_##n##_Tensor_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T);      \
+  OXIDE_STRUCTURED(m, structured_##n##_Scalar_out, #n ".Scalar", #n "_.Scalar", #n ".Scalar_out", S)
+  OXIDE_COMPARE(eq); OXIDE_COMPARE(ne); OXIDE_COMPARE(lt); OXIDE_COMPARE(le); OXIDE_COMPARE(gt);
+  OXIDE_COMPARE(ge);
+#undef OXIDE_COMPARE
+  OXIDE_IMPL(m, "__lshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__lshift__)));
+  OXIDE_IMPL(m, "__lshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__lshift__)));
+  OXIDE_IMPL(m, "__ilshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__ilshift__)));
+  OXIDE_IMPL(m, "__ilshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__ilshift__)));
+  OXIDE_IMPL(m, "__rshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__rshift__)));
+  OXIDE_IMPL(m, "__rshift__.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&__rshift__)));
+  OXIDE_IMPL(m, "__irshift__.Scalar", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, S)>(&__irshift__)));
+  OXIDE_IMPL(m, "__irshift__.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&__irshift__)));
+  OXIDE_IMPL(m, "logical_and.out", TORCH_FN(logical_and_out));
+  OXIDE_IMPL(m, "logical_or.out", TORCH_FN(logical_or_out));
+  OXIDE_IMPL(m, "logical_xor.out", TORCH_FN(logical_xor_out));
+  OXIDE_STRUCTURED(m, structured_pow_Tensor_Tensor_out, "pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_pow_Tensor_Scalar_out, "pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", S);
+  OXIDE_IMPL(m, "pow.Scalar", TORCH_FN((structured::functional<structured_pow_Scalar_out, S, T>)));
+  OXIDE_IMPL(m, "pow.Scalar_out", TORCH_FN((structured::out<structured_pow_Scalar_out, S, T>)));
+
+  // Clamping, ternary ops.
+  OXIDE_STRUCTURED(m, structured_clamp_out, "clamp", "clamp_", "clamp.out", OptS, OptS);
+  OXIDE_STRUCTURED(m, structured_clamp_Tensor_out, "clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out", OptT, OptT);
+  OXIDE_STRUCTURED(m, structured_clamp_min_out, "clamp_min", "clamp_min_", "clamp_min.out", S);
+  OXIDE_STRUCTURED(m, structured_clamp_max_out, "clamp_max", "clamp_max_", "clamp_max.out", S);
+  OXIDE_STRUCTURED(m, structured_clamp_min_Tensor_out, "clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_clamp_max_Tensor_out, "clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_addcmul_out, "addcmul", "addcmul_", "addcmul.out", T, T, S);
+  OXIDE_STRUCTURED(m, structured_addcdiv_out, "addcdiv", "addcdiv_", "addcdiv.out", T, T, S);
+  OXIDE_STRUCTURED(m, structured_lerp_Scalar, "lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", T, S);
+  OXIDE_STRUCTURED(m, structured_lerp_Tensor, "lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", T, T);
+  OXIDE_IMPL(m, "where.self", TORCH_FN(static_cast<at::Tensor (*)(T, T, T)>(&where)));
+  OXIDE_IMPL(m, "where.self_out", TORCH_FN(where_self_out));
+}
+
+} // namespace oxide

@@ -1,0 +1,142 @@
+// Native matrix products: the structured meta functions of mm, addmm, bmm,
+// baddbmm and addmv check shapes and dtypes and allocate or resize the
+// output exactly as on CPU; the product itself is oxide_gemm (Rust, the
+// matrixmultiply crate). dot/vdot are 1 x k by k x 1 products; addbmm is
+// PyTorch's own device-generic implementation over these.
+#include "common/device_check.h"
+#include "common/kernels.h"
+#include "common/structured.h"
+
+#include <ATen/ops/addbmm_native.h>
+#include <ATen/ops/addmm_meta.h>
+#include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/baddbmm_meta.h>
+#include <ATen/ops/bmm_meta.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm_meta.h>
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+OxideMatrix matrix(const at::Tensor& t) {
+  // Views (b, r, c) or (r, c); batch stride 0 for a 2-d operand.
+  const bool batched = t.dim() == 3;
+  const int r = batched ? 1 : 0;
+  return OxideMatrix{t.data_ptr(), batched ? t.stride(0) : 0, t.stride(r), t.stride(r + 1)};
+}
+
+// c = alpha * a @ b + beta * c for 2-d or 3-d operands of one dtype.
+// A conjugate or negative bit is materialised first; the kernel reads raw memory.
+void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, double beta, double alpha) {
+  TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
+              a_in.scalar_type(), " != ", b_in.scalar_type());
+  const auto a = a_in.resolve_conj().resolve_neg();
+  const auto b = b_in.resolve_conj().resolve_neg();
+  const bool batched = c.dim() == 3;
+  const int64_t batch = batched ? c.size(0) : 1;
+  const int64_t m = c.size(batched ? 1 : 0);
+  const int64_t n = c.size(batched ? 2 : 1);
+  const int64_t k = a.size(batched ? 2 : 1);
+  if (c.numel() == 0) {
+    return;
+  }
+  if (k == 0) {
+    // Empty inner dimension: the product is zero, as in BLAS.
+    if (beta == 0) {
+      c.zero_();
+    } else if (beta != 1) {
+      c.mul_(c.is_floating_point() || c.is_complex() ? c10::Scalar(beta) : c10::Scalar(static_cast<int64_t>(beta)));
+    }
+    return;
+  }
+  const auto device = c.device().index();
+  OXIDE_CHECK(oxide_gemm(device, current_stream(device), static_cast<int32_t>(c.scalar_type()),
+                         static_cast<size_t>(batch), static_cast<size_t>(m), static_cast<size_t>(n),
+                         static_cast<size_t>(k), alpha, matrix(a), matrix(b), beta, matrix(c)));
+}
+
+// out = beta * self + alpha * (a @ b): self is broadcast into out first unless it is out.
+void add_product(const at::Tensor& out, const at::Tensor& self, const at::Tensor& a, const at::Tensor& b,
+                 const c10::Scalar& beta, const c10::Scalar& alpha) {
+  const double be = beta.toComplexDouble().real();
+  if (be != 0 && !self.is_same(out)) {
+    out.copy_(self.expand(out.sizes()));
+  }
+  gemm(out, a, b, be, alpha.toComplexDouble().real());
+}
+
+struct Mm : at::meta::structured_mm {
+  void impl(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) { gemm(out, self, mat2, 0, 1); }
+};
+struct Bmm : at::meta::structured_bmm {
+  void impl(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) { gemm(out, self, mat2, 0, 1); }
+};
+struct Addmm : at::meta::structured_addmm {
+  void impl(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const c10::Scalar& beta,
+            const c10::Scalar& alpha, const at::Tensor& out) {
+    add_product(out, self, m1, m2, beta, alpha);
+  }
+};
+struct Baddbmm : at::meta::structured_baddbmm {
+  void impl(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const c10::Scalar& beta,
+            const c10::Scalar& alpha, const at::Tensor& out) {
+    add_product(out, self, b1, b2, beta, alpha);
+  }
+};
+struct Addmv : at::meta::structured_addmv {
+  void impl(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
+            const c10::Scalar& alpha, const at::Tensor& out) {
+    if (out.numel() == 0) {
+      return;
+    }
+    // Not add_product: self may be 0-dim, and the in-place case must see self and out as the same tensor.
+    const double be = beta.toComplexDouble().real();
+    if (be != 0 && !self.is_same(out)) {
+      out.copy_(self.expand(out.sizes()));
+    }
+    gemm(out.unsqueeze(1), mat, vec.unsqueeze(1), be, alpha.toComplexDouble().real());
+  }
+};
+
+void check_dot(const at::Tensor& self, const at::Tensor& other, const char* name) {
+  TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ", self.dim(), "D and ",
+              other.dim(), "D tensors");
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), name,
+              " : expected both vectors to have same dtype, but found ", self.scalar_type(), " and ",
+              other.scalar_type());
+  TORCH_CHECK(self.numel() == other.numel(), "inconsistent tensor size, expected tensor [", self.numel(),
+              "] and src [", other.numel(), "] to have the same number of elements, but got ", self.numel(),
+              " and ", other.numel(), " elements respectively");
+}
+
+at::Tensor dot_impl(const at::Tensor& self, const at::Tensor& other) {
+  check_dot(self, other, "dot");
+  auto out = at::empty({}, self.options());
+  gemm(out.view({1, 1}), self.unsqueeze(0), other.unsqueeze(1), 0, 1);
+  return out;
+}
+
+at::Tensor vdot(const at::Tensor& self, const at::Tensor& other) {
+  check_dot(self, other, "vdot");
+  return self.is_complex() ? dot_impl(self.conj(), other) : dot_impl(self, other);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using T = const at::Tensor&;
+  using S = const c10::Scalar&;
+  OXIDE_STRUCTURED(m, Mm, "mm", "", "mm.out", T);
+  OXIDE_STRUCTURED(m, Bmm, "bmm", "", "bmm.out", T);
+  OXIDE_STRUCTURED(m, Addmm, "addmm", "addmm_", "addmm.out", T, T, S, S);
+  OXIDE_STRUCTURED(m, Baddbmm, "baddbmm", "baddbmm_", "baddbmm.out", T, T, S, S);
+  OXIDE_STRUCTURED(m, Addmv, "addmv", "addmv_", "addmv.out", T, T, S, S);
+  OXIDE_IMPL(m, "dot", TORCH_FN(dot_impl));
+  OXIDE_IMPL(m, "vdot", TORCH_FN(vdot));
+  OXIDE_IMPL(m, "addbmm", TORCH_FN(at::native::addbmm));
+  OXIDE_IMPL(m, "addbmm_", TORCH_FN(at::native::addbmm_));
+  OXIDE_IMPL(m, "addbmm.out", TORCH_FN(at::native::addbmm_out));
+}
+
+} // namespace oxide

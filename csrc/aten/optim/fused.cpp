@@ -1,0 +1,148 @@
+// Fused optimizers: `_fused_adam_`, `_fused_adamw_`, `_fused_sgd_` (and their
+// tensor-lr forms), which torch.optim.Adam/AdamW/SGD(fused=True) call for
+// oxide parameters. One Rust pass per parameter tensor (oxide_kernels::optim).
+// GradScaler's `found_inf` skips the step (torch.optim then undoes its step
+// count increment); `grad_scale` divides the gradients.
+#include "common/device_check.h"
+#include "common/kernels.h"
+
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+using OptT = const std::optional<at::Tensor>&;
+
+std::optional<double> scalar_of(OptT t) {
+  if (!t.has_value() || !t->defined()) {
+    return std::nullopt;
+  }
+  return t->item<double>();
+}
+
+// Lists line up with the parameters: same length, sizes, dtype and device.
+void check_lists(at::TensorList params, std::initializer_list<at::TensorList> others, const char* op) {
+  for (const auto& list : others) {
+    TORCH_CHECK(list.empty() || list.size() == params.size(), op, ": every tensor list must have ", params.size(),
+                " entries, got ", list.size());
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    TORCH_CHECK(params[i].is_privateuseone(), op, ": expected oxide parameters, got ", params[i].device());
+    for (const auto& list : others) {
+      if (!list.empty()) {
+        TORCH_CHECK(list[i].sizes() == params[i].sizes() && list[i].scalar_type() == params[i].scalar_type() &&
+                        list[i].device() == params[i].device(),
+                    op, ": tensor ", i, " of a state or gradient list does not match its parameter (", list[i].sizes(),
+                    " ", list[i].scalar_type(), " vs ", params[i].sizes(), " ", params[i].scalar_type(), ")");
+      }
+    }
+  }
+}
+
+// A contiguous tensor to hand the kernel, and whether it must be copied back into the original.
+struct Operand {
+  explicit Operand(const at::Tensor& t) : original(t), data(t.defined() ? t.contiguous() : t) {}
+  void commit() {
+    if (data.defined() && !data.is_same(original)) {
+      original.copy_(data);
+    }
+  }
+  void* ptr() { return data.defined() ? data.data_ptr() : nullptr; }
+  at::Tensor original; // shares the caller's storage
+  at::Tensor data;
+};
+
+void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+          at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
+          double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale, OptT found_inf,
+          bool decoupled) {
+  const char* op = decoupled ? "_fused_adamw_" : "_fused_adam_";
+  check_lists(params, {grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs}, op);
+  TORCH_CHECK(state_steps.size() == params.size(), op, ": expected one step tensor per parameter");
+  TORCH_CHECK(!amsgrad || max_exp_avg_sqs.size() == params.size(), op, ": amsgrad needs max_exp_avg_sqs");
+  if (const auto inf = scalar_of(found_inf); inf.has_value() && *inf != 0) {
+    return;
+  }
+  const auto scale = scalar_of(grad_scale);
+  for (size_t i = 0; i < params.size(); ++i) {
+    OxideAdam h{lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, decoupled, state_steps[i].item<double>(),
+                scale.value_or(1.0), scale.has_value()};
+    Operand p(params[i]), m(exp_avgs[i]), v(exp_avg_sqs[i]);
+    Operand vmax(amsgrad ? max_exp_avg_sqs[i] : at::Tensor());
+    // With a grad scale the kernel leaves the unscaled gradient in it, as CPU's and CUDA's fused steps do.
+    Operand g(grads[i]);
+    const auto device = params[i].device().index();
+    OXIDE_CHECK(oxide_fused_adam(device, current_stream(device), static_cast<int32_t>(params[i].scalar_type()),
+                                 params[i].numel(), p.ptr(), g.ptr(), m.ptr(), v.ptr(), vmax.ptr(), &h,
+                                 at::get_num_threads()));
+    if (scale.has_value()) {
+      g.commit();
+    }
+    p.commit();
+    m.commit();
+    v.commit();
+    vmax.commit();
+  }
+}
+
+template <bool Decoupled>
+void adam_op(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+             at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
+             double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale, OptT found_inf) {
+  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
+       amsgrad, maximize, grad_scale, found_inf, Decoupled);
+}
+template <bool Decoupled>
+void adam_op_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                       at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList state_steps,
+                       const at::Tensor& lr, double beta1, double beta2, double weight_decay, double eps, bool amsgrad,
+                       bool maximize, OptT grad_scale, OptT found_inf) {
+  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr.item<double>(), beta1, beta2,
+       weight_decay, eps, amsgrad, maximize, grad_scale, found_inf, Decoupled);
+}
+
+void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double weight_decay,
+         double momentum, double lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
+         OptT grad_scale, OptT found_inf) {
+  check_lists(params, {grads, momentum_buffers}, "_fused_sgd_");
+  TORCH_CHECK(momentum == 0 || momentum_buffers.size() == params.size(), "_fused_sgd_: momentum needs buffers");
+  if (const auto inf = scalar_of(found_inf); inf.has_value() && *inf != 0) {
+    return;
+  }
+  const auto scale = scalar_of(grad_scale);
+  for (size_t i = 0; i < params.size(); ++i) {
+    OxideSgd h{lr, weight_decay, momentum, dampening, nesterov, maximize, is_first_step, scale.value_or(1.0),
+               scale.has_value()};
+    Operand p(params[i]);
+    Operand buf(momentum != 0 ? momentum_buffers[i] : at::Tensor());
+    Operand g(grads[i]);
+    const auto device = params[i].device().index();
+    OXIDE_CHECK(oxide_fused_sgd(device, current_stream(device), static_cast<int32_t>(params[i].scalar_type()),
+                                params[i].numel(), p.ptr(), g.ptr(), buf.ptr(), &h, at::get_num_threads()));
+    if (scale.has_value()) {
+      g.commit();
+    }
+    p.commit();
+    buf.commit();
+  }
+}
+
+void sgd_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double weight_decay,
+                   double momentum, const at::Tensor& lr, double dampening, bool nesterov, bool maximize,
+                   bool is_first_step, OptT grad_scale, OptT found_inf) {
+  sgd(params, grads, momentum_buffers, weight_decay, momentum, lr.item<double>(), dampening, nesterov, maximize,
+      is_first_step, grad_scale, found_inf);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  OXIDE_IMPL(m, "_fused_adam_", TORCH_FN(adam_op<false>));
+  OXIDE_IMPL(m, "_fused_adam_.tensor_lr", TORCH_FN(adam_op_tensor_lr<false>));
+  OXIDE_IMPL(m, "_fused_adamw_", TORCH_FN(adam_op<true>));
+  OXIDE_IMPL(m, "_fused_adamw_.tensor_lr", TORCH_FN(adam_op_tensor_lr<true>));
+  OXIDE_IMPL(m, "_fused_sgd_", TORCH_FN(sgd));
+  OXIDE_IMPL(m, "_fused_sgd_.tensor_lr", TORCH_FN(sgd_tensor_lr));
+}
+
+} // namespace oxide

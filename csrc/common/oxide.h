@@ -1,0 +1,95 @@
+// Shared helpers of the C++ glue: the generated C ABI header, the status
+// check that turns a Rust error into the matching c10 exception, and the
+// few small functions several glue files need.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Storage.h>
+#include <c10/util/Exception.h>
+
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string>
+
+#include "oxide_abi.h"
+
+// The ABI's dtype codes are c10::ScalarType values (checked on the Rust side against oxide_kernels::DType).
+static_assert(static_cast<int>(c10::ScalarType::Byte) == OXIDE_DTYPE_UINT8);
+static_assert(static_cast<int>(c10::ScalarType::Char) == OXIDE_DTYPE_INT8);
+static_assert(static_cast<int>(c10::ScalarType::Short) == OXIDE_DTYPE_INT16);
+static_assert(static_cast<int>(c10::ScalarType::Int) == OXIDE_DTYPE_INT32);
+static_assert(static_cast<int>(c10::ScalarType::Long) == OXIDE_DTYPE_INT64);
+static_assert(static_cast<int>(c10::ScalarType::Half) == OXIDE_DTYPE_FLOAT16);
+static_assert(static_cast<int>(c10::ScalarType::Float) == OXIDE_DTYPE_FLOAT32);
+static_assert(static_cast<int>(c10::ScalarType::Double) == OXIDE_DTYPE_FLOAT64);
+static_assert(static_cast<int>(c10::ScalarType::ComplexFloat) == OXIDE_DTYPE_COMPLEX64);
+static_assert(static_cast<int>(c10::ScalarType::ComplexDouble) == OXIDE_DTYPE_COMPLEX128);
+static_assert(static_cast<int>(c10::ScalarType::Bool) == OXIDE_DTYPE_BOOL);
+static_assert(static_cast<int>(c10::ScalarType::BFloat16) == OXIDE_DTYPE_BFLOAT16);
+static_assert(static_cast<int>(c10::ScalarType::UInt16) == OXIDE_DTYPE_UINT16);
+static_assert(static_cast<int>(c10::ScalarType::UInt32) == OXIDE_DTYPE_UINT32);
+static_assert(static_cast<int>(c10::ScalarType::UInt64) == OXIDE_DTYPE_UINT64);
+
+namespace oxide {
+
+// The calling thread's last runtime error message.
+inline std::string last_error() {
+  std::string msg(oxide_last_error(nullptr, 0), '\0');
+  oxide_last_error(msg.data(), msg.size() + 1);
+  return msg;
+}
+
+// Throws the c10 exception for a failed ABI call, with the caller's location
+// (TORCH_CHECK records __FILE__/__LINE__ of the expansion site).
+#define OXIDE_CHECK(expr)                                                   \
+  do {                                                                      \
+    const int32_t oxide_status_ = (expr);                                   \
+    if (C10_UNLIKELY(oxide_status_ != OXIDE_STATUS_SUCCESS)) {              \
+      const std::string oxide_msg_ = ::oxide::last_error();                 \
+      TORCH_CHECK_WITH(                                                     \
+          OutOfMemoryError,                                                 \
+          oxide_status_ != OXIDE_STATUS_OUT_OF_MEMORY,                      \
+          oxide_msg_);                                                      \
+      TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_); \
+      TORCH_CHECK_NOT_IMPLEMENTED(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_); \
+      TORCH_CHECK_INDEX(oxide_status_ != OXIDE_STATUS_INDEX_ERROR, oxide_msg_);                \
+      TORCH_CHECK(false, oxide_msg_);                                       \
+    }                                                                       \
+  } while (0)
+
+inline c10::DeviceIndex current_device() {
+  int32_t d = 0;
+  OXIDE_CHECK(oxide_get_device(&d));
+  return static_cast<c10::DeviceIndex>(d);
+}
+
+inline int64_t current_stream(c10::DeviceIndex device) {
+  int64_t s = 0;
+  OXIDE_CHECK(oxide_stream_current(device, &s));
+  return s;
+}
+
+// The registered device allocator (runtime/allocator.cpp).
+c10::Allocator* device_allocator();
+
+// Grows or shrinks a storage to `nbytes`, keeping min(old, new) bytes
+// (shared by resize_, set_ and untyped_storage().resize_()).
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+
+} // namespace oxide
+
+#include <ATen/core/Generator.h>
+
+namespace oxide {
+// Philox state for one kernel that consumes `blocks` 128-bit blocks: the
+// generator's seed and current offset; the offset then advances by `blocks`.
+// `gen` empty means the default generator of `device`; a generator of another
+// device type raises (runtime/generator.cpp).
+OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks);
+// A new generator on `device` (-1: current device); raises for an invalid index (runtime/generator.cpp).
+at::Generator make_generator(c10::DeviceIndex device);
+// The default generator of `device` (-1: current device), created on first use (runtime/generator.cpp).
+const at::Generator& default_generator(c10::DeviceIndex device);
+} // namespace oxide
