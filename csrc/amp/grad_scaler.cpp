@@ -1,6 +1,6 @@
 // Native kernels behind torch.amp.GradScaler("oxide"), with CPU/CUDA's
 // argument checks: _amp_foreach_non_finite_check_and_unscale_ and
-// _amp_update_scale_. The loops are Rust (oxide_kernels::amp).
+// _amp_update_scale_. The loops are Rust (oxide_kernels::ops::optim::amp).
 #include "common/device_check.h"
 #include "common/oxide.h"
 

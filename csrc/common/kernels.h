@@ -1,4 +1,4 @@
-// Handing a TensorIterator to the Rust kernels (oxide_kernels::iter).
+// Handing a TensorIterator to the Rust kernels (oxide_kernels::engine::iter).
 #pragma once
 
 #include "common/oxide.h"

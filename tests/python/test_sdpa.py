@@ -1,5 +1,5 @@
 """scaled_dot_product_attention on oxide: the fused Rust kernel behind PyTorch's
-"overrideable" SDPA backend (csrc/aten/nn/attention.cpp, oxide_kernels::attention), against
+"overrideable" SDPA backend (csrc/aten/nn/attention.cpp, oxide_kernels::ops::nn::attention), against
 CPU's F.scaled_dot_product_attention, the oracle.
 
 Forward values and the gradients of query, key, value and a float mask for shapes

@@ -5,7 +5,7 @@
 // and the structured wrappers (common/structured.h) is all they need, and the meta
 // functions keep PyTorch's shape, dtype and argument checks. GELU's CPU impl
 // names kCPU explicitly, so it gets an impl class of its own here. Every loop
-// is a pointwise op of oxide_kernels::pointwise, named like the stub.
+// is a pointwise op of oxide_kernels::ops::elementwise::pointwise, named like the stub.
 #include "common/device_check.h"
 #include "common/kernels.h"
 

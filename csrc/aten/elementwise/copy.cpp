@@ -2,7 +2,7 @@
 // and between dtypes on a device; _copy_from_and_resize; _local_scalar_dense
 // (.item()); and cat, a copy of every input into its slice of the output.
 // Lazily conjugated/negated tensors are resolved here (the Conjugate and
-// Negative fallthroughs at the end say why). Loops in Rust: oxide_kernels::copy, ::cast.
+// Negative fallthroughs at the end say why). Loops in Rust: oxide_kernels::ops::elementwise::copy, ::cast.
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"

@@ -1,5 +1,5 @@
 // Range factories on oxide: arange and linspace are PyTorch's own native
-// functions around a DispatchStub (oxide_kernels::factory fills the sequence),
+// functions around a DispatchStub (oxide_kernels::ops::elementwise::factory fills the sequence),
 // logspace is base ** linspace, eye a zeroed matrix with its diagonal filled.
 // empty is in tensor.cpp; zeros, ones and full are empty + fill_ (fill.cpp).
 #include "common/device_check.h"

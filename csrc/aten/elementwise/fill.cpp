@@ -1,6 +1,6 @@
 // fill_ and zero_ on oxide, behind every factory such as zeros, ones and full:
 // the value is converted to the tensor's dtype exactly as CPU converts it (and
-// raises where CPU raises), then oxide_kernels::fill writes those bytes through
+// raises where CPU raises), then oxide_kernels::ops::elementwise::fill writes those bytes through
 // the tensor's strides.
 #include "common/device_check.h"
 #include "common/kernels.h"

@@ -1,7 +1,7 @@
 // Native pointwise operators: PyTorch's structured kernels (meta + impl, run
 // through the wrappers in common/structured.h) and non-structured native functions
 // that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
-// each stub's TensorIterator to oxide_kernels::pointwise by op name.
+// each stub's TensorIterator to oxide_kernels::ops::elementwise::pointwise by op name.
 // complex64/128 operands run the op's complex kernel where one exists, else a
 // counted CPU path (complex_on_cpu).
 #include "common/device_check.h"
@@ -172,7 +172,7 @@ void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scala
 namespace {
 
 // complex64/complex128 operands of an op with a Rust complex kernel
-// (oxide_kernels::complex) run natively. Other complex cases (complex32, ops
+// (oxide_kernels::ops::elementwise::complex) run natively. Other complex cases (complex32, ops
 // without a complex kernel) run the same operator on host copies of the
 // operands through PyTorch's CPU kernels and copy the result back. That is a
 // CPU fallback, counted (and refused under OXIDE_FALLBACK=error) like one, as

@@ -1,7 +1,7 @@
 // Advanced indexing on oxide: index (x[idx]), index_put_ (x[idx] = v, also
 // accumulating), index_select and masked_fill_. PyTorch's structured meta
 // function and native functions compute the indexed shape, strides and checks;
-// the loops are Rust (oxide_kernels::index; masked_fill is a pointwise op).
+// the loops are Rust (oxide_kernels::ops::index::index; masked_fill is a pointwise op).
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"

@@ -2,7 +2,7 @@
 // index_copy and index_fill_ compose exactly from the native index kernels
 // (index, index_put_), with checks and output sizing from PyTorch's structured
 // meta functions. scatter with a reduction (scatter_reduce, scatter(reduce=)) and
-// masked_scatter_ run PyTorch's own operators around stubs on oxide_kernels::scatter.
+// masked_scatter_ run PyTorch's own operators around stubs on oxide_kernels::ops::index::scatter.
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"

@@ -1,7 +1,7 @@
 // Scaled dot-product attention on oxide through PyTorch's "overrideable"
 // SDPA backend: F.scaled_dot_product_attention asks _fused_sdp_choice_stub
 // for the device's backend; ours answers `overrideable` when the fused Rust
-// kernel (oxide_kernels::attention, FlashAttention-2 style, through
+// kernel (oxide_kernels::ops::nn::attention, FlashAttention-2 style, through
 // oxide_attention_forward / _backward; dropout from the generator's Philox
 // stream) supports the inputs and `math` (the composite, which also raises
 // PyTorch's errors) otherwise.

@@ -1,5 +1,5 @@
 // Native convolution: conv1d/2d/3d and conv_transpose1d/2d/3d, forward and
-// backward, in Rust (oxide_kernels::conv: im2col/col2im + GEMM).
+// backward, in Rust (oxide_kernels::ops::nn::conv: im2col/col2im + GEMM).
 //
 // Registration point: convolution_overrideable and
 // convolution_backward_overrideable, not convolution / convolution_backward.

@@ -2,7 +2,7 @@
 // the gradients autograd asks for (_embedding_bag_backward, which is PyTorch's
 // own device-generic function, dispatching to _embedding_bag_dense_backward
 // here, and _embedding_bag_per_sample_weights_backward). The loops are Rust
-// (oxide_kernels::embedding); this file repeats CPU's argument checks (not
+// (oxide_kernels::ops::nn::embedding); this file repeats CPU's argument checks (not
 // exported by ATen) with its messages and hands contiguous int64 indices over.
 //
 // Auxiliary outputs: offset2bag, bag_size (non-padding indices per bag) and,

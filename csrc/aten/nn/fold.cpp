@@ -1,7 +1,7 @@
 // im2col / col2im (F.unfold / F.fold) on oxide, forward only: autograd's
 // formulas make each the other's backward, so both directions run here.
 // PyTorch's own argument and shape checks (ATen/native/im2col_shape_check.h),
-// then the unfold/fold loops convolution uses (oxide_kernels::conv::unfold / fold).
+// then the unfold/fold loops convolution uses (oxide_kernels::ops::nn::conv::unfold / fold).
 #include "common/device_check.h"
 #include "common/kernels.h"
 

@@ -1,6 +1,6 @@
 // grid_sampler_2d (F.grid_sample on 4-d inputs) and its backward on oxide.
 // PyTorch's checks (ATen/native/GridSamplerUtils.h), then the Rust loops
-// (oxide_kernels::grid_sample) on contiguous operands; the coordinate rules
+// (oxide_kernels::ops::nn::grid_sample) on contiguous operands; the coordinate rules
 // follow ATen/native/GridSampler.h (restated in the Rust module).
 #include "common/device_check.h"
 #include "common/kernels.h"

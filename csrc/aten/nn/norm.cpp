@@ -1,6 +1,6 @@
 // Normalisation layers: native_batch_norm (and the _native_batch_norm_legit
 // forms torch.compile uses), native_layer_norm, native_group_norm and their
-// backward, on oxide_kernels::norm. Inputs are made contiguous here and
+// backward, on oxide_kernels::ops::nn::norm. Inputs are made contiguous here and
 // outputs take the input's suggested memory format, as CPU's do; statistics
 // follow CPU's dtype rule (float for half inputs with float parameters).
 #include "common/device_check.h"

@@ -1,6 +1,6 @@
 // Pooling on oxide: max pooling with indices, average pooling, adaptive
 // average and max pooling, 2-d and 3-d, forward and backward. Loops in Rust
-// (oxide_kernels::pool, through oxide_max_pool / oxide_max_pool_backward /
+// (oxide_kernels::ops::nn::pool, through oxide_max_pool / oxide_max_pool_backward /
 // oxide_avg_pool).
 //
 // Structured ops (max_pool2d_with_indices, avg_pool2d/3d, adaptive_max_pool2d/3d

@@ -2,7 +2,7 @@
 // / `_thnn_fused_gru_cell` for CUDA, XPU and PrivateUse1 inputs (the gate
 // matmuls run before, as mm), and CPU has no kernel for them, so without
 // these the CPU fallback has nothing to call. Each operator is one Rust
-// kernel (oxide_kernels::rnn) over the batch rows; the workspace layouts are
+// kernel (oxide_kernels::ops::nn::rnn) over the batch rows; the workspace layouts are
 // CUDA's, the ones the backward functions read:
 //   LSTM: [B, 4H] activated gates (i, f, g, o).
 //   GRU:  [B, 5H] (r, z, n, hx, hn + b_hn).

@@ -9,7 +9,7 @@
 // machine, about 60 calls per Adam step of a small model. Here, each entry whose
 // operands are all contiguous, of one floating dtype (float32/float64), of one
 // shape and on the same oxide device goes straight to the Rust pointwise kernel of
-// the per-tensor operator (oxide_kernels::pointwise, the same kernel and the same
+// the per-tensor operator (oxide_kernels::ops::elementwise::pointwise, the same kernel and the same
 // scalar handling that operator uses), described as one flat run of elements. Any
 // other list (another dtype, a view, broadcasting, CPU tensors, a complex or
 // boolean scalar, partial overlap) goes whole to PyTorch's slow kernel, so its

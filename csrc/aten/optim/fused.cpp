@@ -1,6 +1,6 @@
 // Fused optimizers: `_fused_adam_`, `_fused_adamw_`, `_fused_sgd_` (and their
 // tensor-lr forms), which torch.optim.Adam/AdamW/SGD(fused=True) call for
-// oxide parameters. One Rust pass per parameter tensor (oxide_kernels::optim).
+// oxide parameters. One Rust pass per parameter tensor (oxide_kernels::ops::optim::fused).
 // GradScaler's `found_inf` skips the step (torch.optim then undoes its step
 // count increment); `grad_scale` divides the gradients.
 #include "common/device_check.h"

@@ -1,7 +1,7 @@
 // Histograms on oxide: histc is PyTorch's own operator around
 // histogramdd_linear_stub (one dimension, edges from linspace), registered here;
 // bincount restates CPU's checks in CPU's order. Loops in Rust:
-// oxide_kernels::histogram.
+// oxide_kernels::ops::reduce::histogram.
 #include "common/device_check.h"
 #include "common/kernels.h"
 

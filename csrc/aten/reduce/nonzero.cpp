@@ -1,6 +1,6 @@
 // nonzero and masked_select on oxide. nonzero's output size depends on the
 // data: the kernel counts first (the host waits for the device), then writes
-// the coordinates (oxide_kernels::nonzero). masked_select is index with a bool
+// the coordinates (oxide_kernels::ops::reduce::nonzero). masked_select is index with a bool
 // mask, which PyTorch's indexing turns into nonzero.
 #include "common/device_check.h"
 #include "common/kernels.h"

@@ -1,7 +1,7 @@
 // Native reductions: PyTorch's structured reduction kernels and native
 // functions set up the reduction TensorIterator (make_reduction: dims,
 // keepdim, dtype, out= resizing); their DispatchStubs land here and go to
-// oxide_kernels::reduce. max/min along a dim and aminmax, whose stubs take
+// oxide_kernels::ops::reduce::reduce. max/min along a dim and aminmax, whose stubs take
 // tensors rather than an iterator, build the iterator with make_reduction.
 // sum, mean and prod read a narrower input (bool and integers into int64, a float
 // into a wider float) in its own dtype: the kernel widens elements as it loads

@@ -1,7 +1,7 @@
 // Scans on oxide: cumsum and cumprod (PyTorch's structured kernels, through
 // their stubs) and cummax / cummin (the _cummax_helper / _cummin_helper that
 // PyTorch's device-generic cummax and cummin call). One Rust loop serves all
-// four: oxide_kernels::scan.
+// four: oxide_kernels::ops::reduce::scan.
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"

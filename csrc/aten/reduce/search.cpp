@@ -1,6 +1,6 @@
 // searchsorted and bucketize on oxide: PyTorch's argument checks and input
 // preparation (ATen/native/BucketizationUtils.h), then one binary search per
-// value in oxide_kernels::search. bucketize is searchsorted over 1-d boundaries
+// value in oxide_kernels::ops::reduce::search. bucketize is searchsorted over 1-d boundaries
 // with the arguments in the other order.
 #include "common/device_check.h"
 #include "common/kernels.h"

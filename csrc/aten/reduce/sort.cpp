@@ -1,6 +1,6 @@
 // Sorting on oxide: sort (always stable; argsort and msort go through it) and
 // topk, the first k of a stable sort. PyTorch's structured meta functions check
-// the arguments and size the outputs; oxide_kernels::sort sorts the rows.
+// the arguments and size the outputs; oxide_kernels::ops::reduce::sort sorts the rows.
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"

@@ -1,5 +1,5 @@
 // unique on oxide (torch.unique and unique_consecutive, flat or along a dim):
-// equal rows are grouped by oxide_kernels::unique, after a row sort
+// equal rows are grouped by oxide_kernels::ops::reduce::unique, after a row sort
 // (oxide_argsort_rows) when the result is sorted; one-byte dtypes are counted
 // instead of sorted. Shapes, and the empty results not asked for, follow CPU.
 #include "common/device_check.h"
