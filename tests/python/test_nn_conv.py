@@ -125,7 +125,7 @@ def test_convolution_forward_and_grads(dim, transposed, config, dtype):
 
 
 # Samples whose column matrix (in channels x taps x output positions) passes the
-# kernel's cache block (BLOCK_ELEMENTS in crates/oxide-kernels/src/conv.rs, 131072):
+# kernel's cache block (BLOCK_ELEMENTS in crates/oxide-kernels/src/ops/nn/conv/mod.rs, 131072):
 # forward and gradients are computed a block of output positions at a time, block
 # edges falling inside an output row.
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
