@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps cargo-test pytest conformance bench-ops bench-models clean
+.PHONY: demo test build deps format cargo-test pytest conformance bench-ops bench-models clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -23,6 +23,24 @@ $(DEPS_STAMP): requirements.txt
 	touch $@
 
 deps: $(DEPS_STAMP)
+
+# The formatters: rustfmt (rustfmt.toml), ruff (pyproject.toml) and clang-format
+# (.clang-format), pinned in requirements-lint.txt. A `make lint` target that checks the
+# same and runs before `make test` in .ci/run comes with the tree-wide format commit.
+LINT_STAMP := $(VENV)/.lint-stamp
+PY_DIRS := python tests benchmarks examples conformance
+CXX_SOURCES = $(shell find csrc -name '*.cpp' -o -name '*.h' | sort)
+
+$(LINT_STAMP): requirements-lint.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-lint.txt
+	touch $@
+
+format: $(LINT_STAMP)
+	cargo fmt --all
+	$(VENV)/bin/ruff check --fix $(PY_DIRS)
+	$(VENV)/bin/ruff format $(PY_DIRS)
+	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
 build: $(DEPS_STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
