@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use crate::abi::{OXIDE_FALLBACK_ERROR, OXIDE_FALLBACK_RUN, OXIDE_FALLBACK_WARN};
+use crate::abi::runtime::{OXIDE_FALLBACK_ERROR, OXIDE_FALLBACK_RUN, OXIDE_FALLBACK_WARN};
 
 /// What a fallback does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-// Shared by the nn family's registrations (softmax.cpp, nll.cpp): the Rust
+// Shared by the nn family's registrations (softmax.cpp, nll.cpp, pool.cpp): the Rust
 // kernels write contiguous outputs, and PyTorch may hand them a strided out=.
 #pragma once
 

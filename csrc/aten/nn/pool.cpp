@@ -17,6 +17,7 @@
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/structured.h"
+#include "aten/nn/contiguous.h"
 
 #include <ATen/native/AdaptivePooling.h>
 #include <ATen/native/Pool.h>
@@ -72,18 +73,6 @@ int64_t planes(const at::Tensor& t, int n) {
     p *= t.size(i);
   }
   return p;
-}
-
-// Runs `fill(dst)` with a contiguous `dst` whose contents end up in `out`.
-template <class F>
-void into_contiguous(const at::Tensor& out, F&& fill) {
-  if (out.is_contiguous()) {
-    fill(out);
-  } else {
-    auto tmp = at::empty(out.sizes(), out.options().memory_format(at::MemoryFormat::Contiguous));
-    fill(tmp);
-    out.copy_(tmp);
-  }
 }
 
 struct Window {

@@ -1,0 +1,303 @@
+//! The C ABI that the C++ glue (`csrc/`) calls. `build.rs` runs cbindgen over
+//! this file to produce `oxide_abi.h`, so the header is never written by hand.
+//!
+//! Conventions: every fallible function returns an `OXIDE_STATUS_*` code and
+//! leaves a message for [`oxide_last_error`] (thread-local, like
+//! `cudaGetLastError`); outputs go through pointer arguments; no panic
+//! crosses this boundary (each body runs under `catch_unwind`). Device
+//! indices are `i32`, sizes `usize` bytes, strides `i64` elements, stream ids
+//! `i64` (0 = default stream).
+//!
+//! One file per op family, named as in `csrc/aten/<family>/` and `oxide_kernels::ops::<family>`;
+//! this file holds the conventions, status and dtype codes, the error boundary and the launch helper.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+use oxide_kernels::Layout;
+use oxide_runtime::{runtime, Event, MemcpyKind, PointerKind};
+
+use crate::fallback;
+
+pub mod runtime;
+pub mod elementwise;
+pub mod reduce;
+pub mod index;
+pub mod linalg;
+pub mod nn;
+pub mod optim;
+pub mod random;
+pub mod custom;
+
+/// Success.
+pub const OXIDE_STATUS_SUCCESS: i32 = 0;
+
+/// Invalid device index (becomes a RuntimeError).
+pub const OXIDE_STATUS_INVALID_DEVICE: i32 = 1;
+
+/// Device out of memory (becomes torch.OutOfMemoryError).
+pub const OXIDE_STATUS_OUT_OF_MEMORY: i32 = 2;
+
+/// An argument the runtime rejects: pointer, stream, event, layout (becomes a ValueError).
+pub const OXIDE_STATUS_INVALID_VALUE: i32 = 3;
+
+/// Runtime used in a forked child (becomes a RuntimeError).
+pub const OXIDE_STATUS_FORKED: i32 = 4;
+
+/// The runtime could not start or an internal error (including a caught panic).
+pub const OXIDE_STATUS_INTERNAL: i32 = 5;
+
+/// A runtime call the device refuses in its current state, e.g. the elapsed
+/// time between events of two devices (becomes a RuntimeError, as a CUDA error does).
+pub const OXIDE_STATUS_RUNTIME_ERROR: i32 = 9;
+
+/// A kernel rejected its input values (becomes a RuntimeError, as on CPU).
+pub const OXIDE_STATUS_KERNEL_ERROR: i32 = 6;
+
+/// The kernel has no loop for the dtype (becomes a NotImplementedError, as AT_DISPATCH does).
+pub const OXIDE_STATUS_UNSUPPORTED_DTYPE: i32 = 7;
+
+/// An index out of range (becomes an IndexError, as on CPU).
+pub const OXIDE_STATUS_INDEX_ERROR: i32 = 8;
+
+/// Dtype codes of the ABI. They equal `c10::ScalarType` values: `tests` below
+/// check them against `oxide_kernels::DType`, and the glue `static_assert`s them
+/// against `c10::ScalarType`, so neither side is synchronised by hand.
+pub const OXIDE_DTYPE_UINT8: i32 = 0;
+
+pub const OXIDE_DTYPE_INT8: i32 = 1;
+
+pub const OXIDE_DTYPE_INT16: i32 = 2;
+
+pub const OXIDE_DTYPE_INT32: i32 = 3;
+
+pub const OXIDE_DTYPE_INT64: i32 = 4;
+
+pub const OXIDE_DTYPE_FLOAT16: i32 = 5;
+
+pub const OXIDE_DTYPE_FLOAT32: i32 = 6;
+
+pub const OXIDE_DTYPE_FLOAT64: i32 = 7;
+
+pub const OXIDE_DTYPE_COMPLEX64: i32 = 9;
+
+pub const OXIDE_DTYPE_COMPLEX128: i32 = 10;
+
+pub const OXIDE_DTYPE_BOOL: i32 = 11;
+
+pub const OXIDE_DTYPE_BFLOAT16: i32 = 15;
+
+pub const OXIDE_DTYPE_UINT16: i32 = 27;
+
+pub const OXIDE_DTYPE_UINT32: i32 = 28;
+
+pub const OXIDE_DTYPE_UINT64: i32 = 29;
+
+const _: () = {
+    use oxide_kernels::DType as D;
+    assert!(D::U8 as i32 == OXIDE_DTYPE_UINT8 && D::I8 as i32 == OXIDE_DTYPE_INT8);
+    assert!(D::I16 as i32 == OXIDE_DTYPE_INT16 && D::I32 as i32 == OXIDE_DTYPE_INT32);
+    assert!(D::I64 as i32 == OXIDE_DTYPE_INT64 && D::F16 as i32 == OXIDE_DTYPE_FLOAT16);
+    assert!(D::F32 as i32 == OXIDE_DTYPE_FLOAT32 && D::F64 as i32 == OXIDE_DTYPE_FLOAT64);
+    assert!(D::C64 as i32 == OXIDE_DTYPE_COMPLEX64 && D::C128 as i32 == OXIDE_DTYPE_COMPLEX128);
+    assert!(D::Bool as i32 == OXIDE_DTYPE_BOOL && D::BF16 as i32 == OXIDE_DTYPE_BFLOAT16);
+    assert!(D::U16 as i32 == OXIDE_DTYPE_UINT16 && D::U32 as i32 == OXIDE_DTYPE_UINT32 && D::U64 as i32 == OXIDE_DTYPE_UINT64);
+};
+
+/// Errors crossing the ABI.
+#[derive(Debug, thiserror::Error)]
+pub enum AbiError {
+    #[error(transparent)]
+    Runtime(#[from] oxide_runtime::Error),
+    #[error(transparent)]
+    Kernel(#[from] oxide_kernels::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl AbiError {
+    fn status(&self) -> i32 {
+        use oxide_runtime::Error as E;
+        match self {
+            AbiError::Runtime(E::InvalidDevice { .. }) => OXIDE_STATUS_INVALID_DEVICE,
+            AbiError::Runtime(E::OutOfMemory { .. } | E::HostOutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
+            AbiError::Runtime(E::Forked) => OXIDE_STATUS_FORKED,
+            AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
+            AbiError::Runtime(E::InvalidEvent { .. }) => OXIDE_STATUS_RUNTIME_ERROR,
+            AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
+            AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
+            AbiError::Kernel(oxide_kernels::Error::IndexOutOfBounds { .. } | oxide_kernels::Error::OutOfRange { .. }) => OXIDE_STATUS_INDEX_ERROR,
+            AbiError::Runtime(_) | AbiError::Kernel(_) | AbiError::Invalid(_) => OXIDE_STATUS_INVALID_VALUE,
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn ffi(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
+    let (status, message) = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return OXIDE_STATUS_SUCCESS,
+        Ok(Err(e)) => (e.status(), e.to_string()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            (OXIDE_STATUS_INTERNAL, format!("internal error in the oxide runtime (a Rust panic was caught): {what}"))
+        }
+    };
+    LAST_ERROR.with(|e| *e.borrow_mut() = message);
+    status
+}
+
+/// Writes `out` only if it is non-null.
+fn put<T>(out: *mut T, v: T) -> Result<(), AbiError> {
+    if out.is_null() {
+        return Err(AbiError::Invalid("null output pointer".into()));
+    }
+    // SAFETY: non-null, and the glue passes pointers to its own locals.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Copies the calling thread's last error message into `buf` (NUL-terminated,
+/// truncated to `len - 1` bytes). Returns the full message length in bytes.
+///
+/// # Safety
+/// `buf` is null or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_last_error(buf: *mut c_char, len: usize) -> usize {
+    LAST_ERROR.with(|e| {
+        let msg = e.borrow();
+        if !buf.is_null() && len > 0 {
+            let n = msg.len().min(len - 1);
+            // SAFETY: buf has room for len bytes per the contract above.
+            unsafe {
+                std::ptr::copy_nonoverlapping(msg.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+        }
+        msg.len()
+    })
+}
+
+/// Test hook: a body that panics, to prove the boundary turns a panic into
+/// `OXIDE_STATUS_INTERNAL` plus a message instead of unwinding into C++.
+#[no_mangle]
+pub extern "C" fn oxide_test_panic() -> i32 {
+    ffi(|| panic!("deliberate panic from oxide_test_panic"))
+}
+
+/// `ndim` values at `p` (an empty slice for `ndim == 0`, whatever `p` is).
+///
+/// # Safety
+/// For `ndim > 0`, `p` points to `ndim` readable values.
+unsafe fn dims<'a>(p: *const i64, ndim: usize) -> &'a [i64] {
+    if ndim == 0 {
+        &[]
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::slice::from_raw_parts(p, ndim) }
+    }
+}
+
+fn dtype(code: i32) -> Result<oxide_kernels::DType, AbiError> {
+    Ok(oxide_kernels::DType::from_code(code)?)
+}
+
+fn check_device_ptr(rt: &oxide_runtime::Runtime, p: *const c_void, numel: usize) -> Result<(), AbiError> {
+    if numel > 0 && !matches!(rt.pointer_kind(p as usize), PointerKind::Device(_)) {
+        return Err(oxide_runtime::Error::InvalidPointer { ptr: p as usize }.into());
+    }
+    Ok(())
+}
+
+/// The common tail of every kernel entry point: when there is work (`numel > 0`)
+/// each operand must be device memory; then `kernel` runs on `stream` of `device`
+/// and its error, if any, is returned.
+fn launch<T, E: Into<AbiError>>(
+    device: i32,
+    stream: i64,
+    numel: usize,
+    operands: &[*const c_void],
+    kernel: impl FnOnce() -> Result<T, E>,
+) -> Result<T, AbiError> {
+    let rt = runtime()?;
+    for &p in operands {
+        check_device_ptr(rt, p, numel)?;
+    }
+    let (_, r) = rt.device(device as i64)?.streams().launch(stream, kernel)?;
+    r.map_err(Into::into)
+}
+
+/// A `TensorIterator` as the glue hands it over: `ndim` extents (dimension 0
+/// fastest), and per operand (outputs first) a data pointer, a dtype code and
+/// `ndim` byte strides (operand-major in `strides`). `threads` is PyTorch's
+/// `at::get_num_threads()`.
+#[repr(C)]
+pub struct OxideIter {
+    pub ndim: usize,
+    pub shape: *const i64,
+    pub ntensors: usize,
+    pub noutputs: usize,
+    pub data: *const *mut c_void,
+    pub dtypes: *const i32,
+    pub strides: *const i64,
+    pub threads: i32,
+}
+
+/// Converts an [`OxideIter`] and checks that every operand that is not a
+/// broadcast scalar (all strides 0: a CPU scalar may live in host memory) is device memory.
+///
+/// # Safety
+/// The arrays hold the counts the struct states.
+unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
+    use oxide_kernels::engine::iter::{Operand, TensorIter};
+    // SAFETY: caller contract.
+    let (shape, data, dtypes, strides) = unsafe {
+        (
+            dims(it.shape, it.ndim),
+            std::slice::from_raw_parts(it.data, it.ntensors),
+            std::slice::from_raw_parts(it.dtypes, it.ntensors),
+            if it.ndim * it.ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(it.strides, it.ndim * it.ntensors) },
+        )
+    };
+    let numel: usize = shape.iter().map(|&d| d.max(0) as usize).product();
+    let rt = runtime()?;
+    let mut operands = Vec::with_capacity(it.ntensors);
+    for k in 0..it.ntensors {
+        let s = &strides[k * it.ndim..(k + 1) * it.ndim];
+        if s.iter().any(|&x| x != 0) {
+            check_device_ptr(rt, data[k], numel)?;
+        }
+        operands.push((Operand { ptr: data[k] as *mut u8, dtype: dtype(dtypes[k])? }, s));
+    }
+    Ok(TensorIter::new(op, shape, operands, it.noutputs, it.threads.max(1) as usize)?)
+}
+
+/// `usize` extents from `i64` ones (negative extents are rejected).
+fn extents(op: &'static str, shape: &[i64]) -> Result<Vec<usize>, AbiError> {
+    shape
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| AbiError::Kernel(oxide_kernels::Error::InvalidLayout { op, reason: format!("negative extent {d}") })))
+        .collect()
+}
+
+/// Philox4x32-10 state for one kernel: the key (seed) and the first counter (offset).
+#[repr(C)]
+pub struct OxidePhilox {
+    pub seed: u64,
+    pub offset: u64,
+}
+
+/// The Philox block function of `p`: counter `i` past its offset gives four 32-bit words.
+fn philox(p: &OxidePhilox) -> impl Fn(u64) -> [u32; 4] + Sync {
+    let engine = oxide_runtime::Philox4x32::new(p.seed);
+    let offset = p.offset;
+    move |i| engine.block(offset.wrapping_add(i))
+}
