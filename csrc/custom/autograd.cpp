@@ -6,6 +6,7 @@
 //   AutogradPrivateUse1 kernel and a Meta kernel (so FakeTensor and
 //   torch.compile can trace it). Both backward passes are first-order only.
 #include "common/device_check.h"
+#include "common/launch.h"
 #include "common/oxide.h"
 
 #include <ATen/TensorOperators.h>
@@ -29,10 +30,7 @@ using torch::autograd::variable_list;
 at::Tensor activation_forward(int32_t kind, const at::Tensor& x) {
   const c10::DeviceGuard guard(x.device());
   at::Tensor out = at::empty_like(x);
-  OXIDE_CHECK(oxide_activation_forward(x.device().index(), current_stream(x.device().index()), kind,
-                                       static_cast<int32_t>(x.scalar_type()), static_cast<size_t>(x.dim()),
-                                       x.sizes().data(), out.mutable_data_ptr(), out.strides().data(),
-                                       x.const_data_ptr(), x.strides().data()));
+  OXIDE_CHECK(oxide_activation_forward(launch_on(x), kind, out_arg(out), in_arg(x)));
   return out;
 }
 
@@ -43,11 +41,7 @@ at::Tensor activation_backward(int32_t kind, const at::Tensor& grad, const at::T
   const c10::DeviceGuard guard(x.device());
   const at::Tensor dy = grad.expand(x.sizes());
   at::Tensor dx = at::empty_like(x);
-  OXIDE_CHECK(oxide_activation_backward(x.device().index(), current_stream(x.device().index()), kind,
-                                        static_cast<int32_t>(x.scalar_type()), static_cast<size_t>(x.dim()),
-                                        x.sizes().data(), dx.mutable_data_ptr(), dx.strides().data(),
-                                        dy.const_data_ptr(), dy.strides().data(), x.const_data_ptr(),
-                                        x.strides().data()));
+  OXIDE_CHECK(oxide_activation_backward(launch_on(x), kind, out_arg(dx), in_arg(dy), in_arg(x)));
   return dx;
 }
 

@@ -26,7 +26,7 @@ pub unsafe extern "C" fn oxide_copy_strided(
         // SAFETY: the glue passes ndim-long arrays.
         let (shape, ds, ss) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(src_strides, ndim)) };
         let layout = Layout::new("copy_", shape, [ds, ss])?;
-        launch(device, stream, layout.numel(), &[dst, src], || {
+        launch_raw(device, stream, layout.numel(), &[dst, src], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::elementwise::copy::copy_strided(elem_size, &layout, dst as *mut u8, src as *const u8) }
         })
@@ -53,7 +53,7 @@ pub unsafe extern "C" fn oxide_cat_contiguous(device: i32, stream: i64, count: u
         let mut operands: Vec<*const c_void> = vec![dst as *const c_void];
         operands.extend(parts.iter().map(|p| p.0 as *const c_void));
         let bytes = outer * parts.iter().map(|p| p.1).sum::<usize>();
-        launch(device, stream, bytes, &operands, || {
+        launch_raw(device, stream, bytes, &operands, || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &parts, dst as *mut u8, threads.max(1) as usize) };
             Ok::<(), oxide_kernels::Error>(())
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn oxide_fill_strided(
         // SAFETY: the glue passes ndim-long arrays.
         let (shape, strides) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim)) };
         let layout = Layout::new("fill_", shape, [strides])?;
-        launch(device, stream, layout.numel(), &[dst], || {
+        launch_raw(device, stream, layout.numel(), &[dst], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::elementwise::fill::fill_strided(elem_size, &layout, dst as *mut u8, pattern as *const u8) }
         })

@@ -94,7 +94,7 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
         if ss.iter().any(|&s| s != 0) {
             operands.push(src);
         }
-        launch(device, stream, numel, &operands, || unsafe {
+        launch_raw(device, stream, numel, &operands, || unsafe {
             scatter_reduce(
                 reduce,
                 dt,
@@ -122,7 +122,7 @@ pub unsafe extern "C" fn oxide_masked_scatter(device: i32, stream: i64, iter: *c
     ffi(|| {
         // SAFETY: caller contract.
         let it = unsafe { tensor_iter("masked_scatter", &*iter) }?;
-        launch(device, stream, source_len, &[source], || unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source as *const u8, source_len) })
+        launch_raw(device, stream, source_len, &[source], || unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source as *const u8, source_len) })
     })
 }
 

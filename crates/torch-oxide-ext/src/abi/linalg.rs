@@ -38,6 +38,6 @@ pub unsafe extern "C" fn oxide_gemm(
         let mat = |x: &OxideMatrix| Matrix { ptr: x.data as *mut u8, batch_stride: x.batch_stride as isize, row_stride: x.row_stride as isize, col_stride: x.col_stride as isize };
         let work = batch * m * n;
         let operands = if k == 0 { vec![c.data as *const c_void] } else { vec![a.data as *const c_void, b.data as *const c_void, c.data as *const c_void] };
-        launch(device, stream, work, &operands, || unsafe { gemm(dt, GemmShape { batch, m, n, k }, alpha, mat(&a), mat(&b), beta, mat(&c)) })
+        launch_raw(device, stream, work, &operands, || unsafe { gemm(dt, GemmShape { batch, m, n, k }, alpha, mat(&a), mat(&b), beta, mat(&c)) })
     })
 }

@@ -6,7 +6,14 @@
 //! `cudaGetLastError`); outputs go through pointer arguments; no panic
 //! crosses this boundary (each body runs under `catch_unwind`). Device
 //! indices are `i32`, sizes `usize` bytes, strides `i64` elements, stream ids
-//! `i64` (0 = default stream).
+//! `i64` (0 = default stream), flags `bool`.
+//!
+//! A kernel entry point takes plain data only: one [`OxideLaunch`] (device,
+//! stream, threads), one [`OxideTensor`] per operand (data pointer, dtype,
+//! sizes, element strides, read or write), and the op's scalars, in a per-op
+//! `#[repr(C)]` struct when there are more than a few. [`operands`] decodes
+//! and checks every operand in one place and [`launch`] runs the kernel on the
+//! stream: the same values can later be queued, captured, timed or checked.
 //!
 //! One file per op family, named as in `csrc/aten/<family>/` and `oxide_kernels::ops::<family>`;
 //! this file holds the conventions, status and dtype codes, the error boundary and the launch helper.
@@ -217,10 +224,164 @@ fn check_device_ptr(rt: &oxide_runtime::Runtime, p: *const c_void, numel: usize)
     Ok(())
 }
 
-/// The common tail of every kernel entry point: when there is work (`numel > 0`)
-/// each operand must be device memory; then `kernel` runs on `stream` of `device`
-/// and its error, if any, is returned.
-fn launch<T, E: Into<AbiError>>(
+/// Where a kernel runs: a device, a stream of that device, and how many threads
+/// the caller allows (PyTorch's `at::get_num_threads()`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OxideLaunch {
+    pub device: i32,
+    pub stream: i64,
+    pub threads: i32,
+}
+
+impl OxideLaunch {
+    /// The thread count as kernels take it (at least 1).
+    fn threads(&self) -> usize {
+        self.threads.max(1) as usize
+    }
+}
+
+/// [`OxideTensor::access`]: the kernel only reads the operand.
+pub const OXIDE_ACCESS_READ: i32 = 0;
+/// The kernel only writes the operand (its prior contents are not read).
+pub const OXIDE_ACCESS_WRITE: i32 = 1;
+/// The kernel reads and writes the operand (in-place updates, accumulation).
+pub const OXIDE_ACCESS_READ_WRITE: i32 = 2;
+
+/// One operand of a kernel: a strided view of device memory. `data` is the
+/// address of the first element (null for an absent optional operand), `sizes`
+/// and `strides` hold `ndim` values, strides in elements.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OxideTensor {
+    pub data: *mut c_void,
+    pub dtype: i32,
+    pub ndim: usize,
+    pub sizes: *const i64,
+    pub strides: *const i64,
+    pub access: i32,
+}
+
+/// An [`OxideTensor`] decoded by [`operands`]: dtype known, arrays as slices,
+/// element count computed, and the pointer checked to be device memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Operand<'a> {
+    pub data: *mut c_void,
+    pub dtype: oxide_kernels::DType,
+    pub sizes: &'a [i64],
+    pub strides: &'a [i64],
+    pub numel: usize,
+    pub access: i32,
+}
+
+impl Operand<'_> {
+    /// The first element, for a kernel that reads the operand.
+    pub fn src(&self) -> *const u8 {
+        self.data as *const u8
+    }
+
+    /// The first element, for a kernel that writes the operand (refused for a read-only operand).
+    pub fn dst(&self) -> *mut u8 {
+        debug_assert!(self.access != OXIDE_ACCESS_READ, "a read-only operand written");
+        self.data as *mut u8
+    }
+
+    /// Sizes as `usize` (decoding already refused negative sizes).
+    pub fn extents(&self) -> Vec<usize> {
+        self.sizes.iter().map(|&d| d as usize).collect()
+    }
+
+    /// Refuses an operand that is not row-major contiguous (strides of a
+    /// contiguous tensor; extents of 1 may have any stride, as in PyTorch).
+    pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
+        let mut expected = 1i64;
+        for (&size, &stride) in self.sizes.iter().zip(self.strides).rev() {
+            if size != 1 && stride != expected {
+                return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?} is not contiguous (strides {:?})", self.sizes, self.strides)));
+            }
+            expected *= size;
+        }
+        Ok(self)
+    }
+
+    /// Refuses an operand whose element count is not `numel`.
+    pub fn numel_is(&self, op: &'static str, numel: usize) -> Result<&Self, AbiError> {
+        if self.numel != numel {
+            return Err(AbiError::Invalid(format!("{op}: operand has {} elements, expected {numel}", self.numel)));
+        }
+        Ok(self)
+    }
+}
+
+/// Decodes every operand of a kernel: dtype codes, access modes and sizes must
+/// be valid, and every operand with elements must be device memory. Operands
+/// with a null `data` pointer are absent optional operands: `None`.
+///
+/// # Safety
+/// Each operand's `sizes` and `strides` point to `ndim` readable values that
+/// outlive the returned operands.
+pub(crate) unsafe fn operands<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[Option<Operand<'a>>; N], AbiError> {
+    let rt = runtime()?;
+    let mut out = [None; N];
+    for (slot, t) in out.iter_mut().zip(ts) {
+        if t.data.is_null() {
+            continue;
+        }
+        if !(OXIDE_ACCESS_READ..=OXIDE_ACCESS_READ_WRITE).contains(&t.access) {
+            return Err(AbiError::Invalid(format!("{op}: unknown access mode {}", t.access)));
+        }
+        // SAFETY: the caller's contract: both arrays hold `ndim` values.
+        let (sizes, strides) = unsafe { (dims(t.sizes, t.ndim), dims(t.strides, t.ndim)) };
+        let numel = extents(op, sizes)?.iter().product();
+        check_device_ptr(rt, t.data, numel)?;
+        *slot = Some(Operand { data: t.data, dtype: dtype(t.dtype)?, sizes, strides, numel, access: t.access });
+    }
+    Ok(out)
+}
+
+/// [`operands`] for operands that must all be present.
+///
+/// # Safety
+/// As for [`operands`].
+pub(crate) unsafe fn required<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[Operand<'a>; N], AbiError> {
+    // SAFETY: the caller's contract.
+    let decoded = unsafe { operands(op, ts) }?;
+    let mut out = Vec::with_capacity(N);
+    for d in decoded {
+        out.push(d.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing (null data)")))?);
+    }
+    Ok(out.try_into().unwrap_or_else(|_| unreachable!("N operands in, N out")))
+}
+
+/// The dtype all of `ops` share; refused when they differ (a kernel reads
+/// every operand as one element type).
+pub(crate) fn common_dtype(op: &'static str, ops: &[&Operand]) -> Result<oxide_kernels::DType, AbiError> {
+    let first = ops.first().map(|o| o.dtype).ok_or_else(|| AbiError::Invalid(format!("{op}: no operands")))?;
+    if let Some(o) = ops.iter().find(|o| o.dtype != first) {
+        return Err(AbiError::Invalid(format!("{op}: operands of dtypes {} and {}", first.name(), o.dtype.name())));
+    }
+    Ok(first)
+}
+
+/// Refuses operands whose sizes differ.
+pub(crate) fn same_sizes(op: &'static str, ops: &[&Operand]) -> Result<(), AbiError> {
+    if let Some((a, b)) = ops.first().and_then(|a| ops.iter().find(|b| b.sizes != a.sizes).map(|b| (a, b))) {
+        return Err(AbiError::Invalid(format!("{op}: operands of sizes {:?} and {:?}", a.sizes, b.sizes)));
+    }
+    Ok(())
+}
+
+/// Runs `kernel` on the launch's stream and returns its error, if any. Every
+/// operand has been checked by [`operands`] before.
+fn launch<T, E: Into<AbiError>>(l: &OxideLaunch, kernel: impl FnOnce() -> Result<T, E>) -> Result<T, AbiError> {
+    let (_, r) = runtime()?.device(l.device as i64)?.streams().launch(l.stream, kernel)?;
+    r.map_err(Into::into)
+}
+
+/// The common tail of the entry points not yet taking [`OxideTensor`]s: when
+/// there is work (`numel > 0`) each operand must be device memory; then `kernel`
+/// runs on `stream` of `device` and its error, if any, is returned.
+fn launch_raw<T, E: Into<AbiError>>(
     device: i32,
     stream: i64,
     numel: usize,

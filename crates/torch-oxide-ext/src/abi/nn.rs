@@ -13,7 +13,7 @@ use super::*;
 pub unsafe extern "C" fn oxide_softmax(device: i32, stream: i64, in_dtype: i32, input: *const c_void, out_dtype: i32, out: *mut c_void, outer: usize, dim: usize, inner: usize, log: i32, threads: i32) -> i32 {
     ffi(|| {
         let (idt, odt) = (dtype(in_dtype)?, dtype(out_dtype)?);
-        launch(device, stream, outer * dim * inner, &[input, out as *const c_void], || unsafe {
+        launch_raw(device, stream, outer * dim * inner, &[input, out as *const c_void], || unsafe {
             oxide_kernels::ops::nn::softmax::softmax(idt, input as *const u8, odt, out as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
         })
     })
@@ -28,7 +28,7 @@ pub unsafe extern "C" fn oxide_softmax(device: i32, stream: i64, in_dtype: i32, 
 pub unsafe extern "C" fn oxide_softmax_backward(device: i32, stream: i64, dtype_code: i32, grad: *const c_void, output: *const c_void, gin_dtype: i32, grad_input: *mut c_void, outer: usize, dim: usize, inner: usize, log: i32, threads: i32) -> i32 {
     ffi(|| {
         let (dt, gdt) = (dtype(dtype_code)?, dtype(gin_dtype)?);
-        launch(device, stream, outer * dim * inner, &[grad, output, grad_input as *const c_void], || unsafe {
+        launch_raw(device, stream, outer * dim * inner, &[grad, output, grad_input as *const c_void], || unsafe {
             oxide_kernels::ops::nn::softmax::softmax_backward(dt, grad as *const u8, output as *const u8, gdt, grad_input as *mut u8, outer, dim, inner, log != 0, threads.max(1) as usize)
         })
     })
@@ -46,7 +46,7 @@ pub unsafe extern "C" fn oxide_nll_loss(device: i32, stream: i64, dtype_code: i3
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let sh = oxide_kernels::ops::nn::nll::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::nll::Reduction::from_code(reduction)? };
-        launch(device, stream, n * c * s, &[input], || unsafe {
+        launch_raw(device, stream, n * c * s, &[input], || unsafe {
             oxide_kernels::ops::nn::nll::nll_loss(dt, sh, input as *const u8, target, weight as *const u8, out as *mut u8, total_weight as *mut u8)
         })
     })
@@ -61,7 +61,7 @@ pub unsafe extern "C" fn oxide_nll_loss_backward(device: i32, stream: i64, dtype
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let sh = oxide_kernels::ops::nn::nll::NllShape { n, c, s, ignore_index, reduction: oxide_kernels::ops::nn::nll::Reduction::from_code(reduction)? };
-        launch(device, stream, n * c * s, &[grad_input as *const c_void], || unsafe {
+        launch_raw(device, stream, n * c * s, &[grad_input as *const c_void], || unsafe {
             oxide_kernels::ops::nn::nll::nll_loss_backward(dt, sh, grad_output as *const u8, target, weight as *const u8, total_weight as *const u8, grad_input as *mut u8)
         })
     })
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn oxide_group_norm(device: i32, stream: i64, dtype_code: 
     ffi(|| {
         let (dt, pdt, sdt) = (dtype(dtype_code)?, dtype(param_dtype)?, dtype(stat_dtype)?);
         let sh = oxide_kernels::ops::nn::norm::GroupShape { n, c, s, g };
-        launch(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
+        launch_raw(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
             oxide_kernels::ops::nn::norm::group_norm(dt, sh, x as _, pdt, weight as _, bias as _, eps, y as _, sdt, mean as _, rstd as _, threads.max(1) as usize)
         })
     })
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn oxide_group_norm_backward(device: i32, stream: i64, dty
     ffi(|| {
         let (dt, pdt, sdt) = (dtype(dtype_code)?, dtype(param_dtype)?, dtype(stat_dtype)?);
         let sh = oxide_kernels::ops::nn::norm::GroupShape { n, c, s, g };
-        launch(device, stream, n * c * s, &[dy, x], || unsafe {
+        launch_raw(device, stream, n * c * s, &[dy, x], || unsafe {
             oxide_kernels::ops::nn::norm::group_norm_backward(dt, sh, dy as _, x as _, sdt, mean as _, rstd as _, pdt, weight as _, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
         })
     })
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn oxide_batch_norm(device: i32, stream: i64, dtype_code: 
         let (dt, pdt) = (dtype(dtype_code)?, dtype(param_dtype)?);
         let sh = oxide_kernels::ops::nn::norm::BatchShape { n, c, s };
         let p = oxide_kernels::ops::nn::norm::BatchParams { weight: weight as _, bias: bias as _, running_mean: running_mean as _, running_var: running_var as _ };
-        launch(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
+        launch_raw(device, stream, n * c * s, &[x, y as *const c_void], || unsafe {
             oxide_kernels::ops::nn::norm::batch_norm(dt, sh, x as _, pdt, p, training != 0, momentum, eps, y as _, save_mean as _, save_invstd as _, threads.max(1) as usize)
         })
     })
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn oxide_batch_norm_backward(device: i32, stream: i64, dty
         let (dt, pdt) = (dtype(dtype_code)?, dtype(param_dtype)?);
         let sh = oxide_kernels::ops::nn::norm::BatchShape { n, c, s };
         let p = oxide_kernels::ops::nn::norm::BatchParams { weight: weight as _, bias: std::ptr::null(), running_mean: running_mean as _, running_var: running_var as _ };
-        launch(device, stream, n * c * s, &[dy, x], || unsafe {
+        launch_raw(device, stream, n * c * s, &[dy, x], || unsafe {
             oxide_kernels::ops::nn::norm::batch_norm_backward(dt, sh, dy as _, x as _, pdt, p, save_mean as _, save_invstd as _, training != 0, eps, dx as _, dweight as _, dbias as _, threads.max(1) as usize)
         })
     })
@@ -163,7 +163,7 @@ pub unsafe extern "C" fn oxide_max_pool(device: i32, stream: i64, dtype_code: i3
         // SAFETY: caller contract.
         let g = unsafe { &*geometry };
         let (dt, (planes, axes)) = (dtype(dtype_code)?, pool_axes(g)?);
-        launch(device, stream, planes * plane(&g.output), &[input, output as *const c_void, indices as *const c_void], || unsafe {
+        launch_raw(device, stream, planes * plane(&g.output), &[input, output as *const c_void, indices as *const c_void], || unsafe {
             oxide_kernels::ops::nn::pool::max_pool(dt, planes, &axes, input as *const u8, output as *mut u8, indices, threads.max(1) as usize)
         })
     })
@@ -181,7 +181,7 @@ pub unsafe extern "C" fn oxide_max_pool_backward(device: i32, stream: i64, dtype
         let dt = dtype(dtype_code)?;
         let ops = [grad_output, indices as *const c_void];
         let operands: &[*const c_void] = if planes * out_plane > 0 { &ops } else { &[] };
-        launch(device, stream, planes * in_plane, &[&[grad_input as *const c_void], operands].concat(), || unsafe {
+        launch_raw(device, stream, planes * in_plane, &[&[grad_input as *const c_void], operands].concat(), || unsafe {
             oxide_kernels::ops::nn::pool::max_pool_backward(dt, planes, in_plane, out_plane, grad_output as *const u8, indices, grad_input as *mut u8, threads.max(1) as usize)
         })
     })
@@ -207,11 +207,11 @@ pub unsafe extern "C" fn oxide_avg_pool(device: i32, stream: i64, dtype_code: i3
         let threads = threads.max(1) as usize;
         if backward != 0 {
             let operands: &[*const c_void] = if planes * plane(&g.output) > 0 { &[src, dst as *const c_void] } else { &[dst as *const c_void] };
-            launch(device, stream, planes * plane(&g.input), operands, || unsafe {
+            launch_raw(device, stream, planes * plane(&g.input), operands, || unsafe {
                 oxide_kernels::ops::nn::pool::avg_pool_backward(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
             })
         } else {
-            launch(device, stream, planes * plane(&g.output), &[src, dst as *const c_void], || unsafe {
+            launch_raw(device, stream, planes * plane(&g.output), &[src, dst as *const c_void], || unsafe {
                 oxide_kernels::ops::nn::pool::avg_pool(dt, planes, &axes, div, src as *const u8, dst as *mut u8, threads)
             })
         }
@@ -266,7 +266,7 @@ pub unsafe extern "C" fn oxide_convolution(
         }
         let work = cv.batch * cv.out_channels;
         let bias = (!bias.is_null()).then_some(bias as *const u8);
-        launch(device, stream, work, &operands, || unsafe {
+        launch_raw(device, stream, work, &operands, || unsafe {
             oxide_kernels::ops::nn::conv::convolution(dt, &cv, input as *const u8, weight as *const u8, bias, output as *mut u8, c.threads.max(1) as usize)
         })
     })
@@ -307,7 +307,7 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         let mut operands = vec![grad_output];
         operands.extend([input, weight, grad_input, grad_weight, grad_bias].into_iter().filter(|p| !p.is_null()).map(|p| p as *const c_void));
         let work = cv.batch * cv.out_channels.max(cv.in_channels);
-        launch(device, stream, work, &operands, || unsafe {
+        launch_raw(device, stream, work, &operands, || unsafe {
             oxide_kernels::ops::nn::conv::convolution_backward(dt, &cv, grad_output as *const u8, input as *const u8, weight as *const u8, grads, c.threads.max(1) as usize)
         })
     })
@@ -345,7 +345,7 @@ pub unsafe extern "C" fn oxide_lstm_cell(device: i32, stream: i64, dtype_code: i
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let ops = present(&[igates.data, hgates.data, cx.data, b_ih, b_hh, hy as *const c_void, cy as *const c_void, workspace as *const c_void]);
-        launch(device, stream, batch * hidden, &ops, || unsafe {
+        launch_raw(device, stream, batch * hidden, &ops, || unsafe {
             oxide_kernels::ops::nn::rnn::lstm_cell(dt, batch, hidden, igates.mat(), hgates.mat(), cx.mat(), b_ih as _, b_hh as _, hy as _, cy as _, workspace as _, threads.max(1) as usize)
         })
     })
@@ -363,7 +363,7 @@ pub unsafe extern "C" fn oxide_lstm_cell_backward(device: i32, stream: i64, dtyp
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let ops = present(&[grad_hy.data, grad_cy.data, cx.data, cy.data, workspace.data, grad_gates as *const c_void, grad_cx as *const c_void, grad_bias as *const c_void]);
-        launch(device, stream, batch * hidden, &ops, || unsafe {
+        launch_raw(device, stream, batch * hidden, &ops, || unsafe {
             oxide_kernels::ops::nn::rnn::lstm_cell_backward(dt, batch, hidden, grad_hy.mat(), grad_cy.mat(), cx.mat(), cy.mat(), workspace.mat(), grad_gates as _, grad_cx as _, grad_bias as _, threads.max(1) as usize)
         })
     })
@@ -381,7 +381,7 @@ pub unsafe extern "C" fn oxide_gru_cell(device: i32, stream: i64, dtype_code: i3
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let ops = present(&[igates.data, hgates.data, hx.data, b_ih, b_hh, hy as *const c_void, workspace as *const c_void]);
-        launch(device, stream, batch * hidden, &ops, || unsafe {
+        launch_raw(device, stream, batch * hidden, &ops, || unsafe {
             oxide_kernels::ops::nn::rnn::gru_cell(dt, batch, hidden, igates.mat(), hgates.mat(), hx.mat(), b_ih as _, b_hh as _, hy as _, workspace as _, threads.max(1) as usize)
         })
     })
@@ -399,7 +399,7 @@ pub unsafe extern "C" fn oxide_gru_cell_backward(device: i32, stream: i64, dtype
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let ops = present(&[grad_hy.data, workspace.data, grad_input_gates as *const c_void, grad_hidden_gates as *const c_void, grad_hx as *const c_void, grad_input_bias as *const c_void, grad_hidden_bias as *const c_void]);
-        launch(device, stream, batch * hidden, &ops, || unsafe {
+        launch_raw(device, stream, batch * hidden, &ops, || unsafe {
             oxide_kernels::ops::nn::rnn::gru_cell_backward(dt, batch, hidden, grad_hy.mat(), workspace.mat(), grad_input_gates as _, grad_hidden_gates as _, grad_hx as _, grad_input_bias as _, grad_hidden_bias as _, threads.max(1) as usize)
         })
     })
@@ -433,7 +433,7 @@ pub unsafe extern "C" fn oxide_unfold(device: i32, stream: i64, dtype_code: i32,
     ffi(|| {
         // SAFETY: caller contract.
         let (dt, u) = (dtype(dtype_code)?, unfold_desc(unsafe { &*geometry })?);
-        launch(device, stream, elements, &[src, dst as *const c_void], || unsafe {
+        launch_raw(device, stream, elements, &[src, dst as *const c_void], || unsafe {
             let threads = threads.max(1) as usize;
             if fold != 0 {
                 oxide_kernels::ops::nn::conv::fold(dt, &u, src as *const u8, dst as *mut u8, threads)
@@ -513,7 +513,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
                 }
             }
         }
-        launch(device, stream, 1, &operands, || unsafe {
+        launch_raw(device, stream, 1, &operands, || unsafe {
             let bags = Bags { indices: index_slice(b.indices, b.n), offsets: index_slice(b.offsets, b.num_offsets), include_last_offset: b.include_last_offset, num_weights: b.num_weights, dim: b.dim, padding_idx: b.padding_idx };
             let out = BagOutputs { output: output as *mut u8, offset2bag, bag_size, max_indices };
             let psw = (!per_sample_weights.is_null()).then_some(per_sample_weights as *const u8);
@@ -566,7 +566,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
                 }
             }
         }
-        launch(device, stream, b.num_weights * b.dim, &operands, || unsafe {
+        launch_raw(device, stream, b.num_weights * b.dim, &operands, || unsafe {
             let max = (mode == Mode::Max && !max_indices.is_null()).then(|| index_slice(max_indices, num_bags * b.dim));
             let g = BagGrad {
                 indices: index_slice(b.indices, b.n),
@@ -618,7 +618,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(
                 }
             }
         }
-        launch(device, stream, 1, &operands, || unsafe {
+        launch_raw(device, stream, 1, &operands, || unsafe {
             oxide_kernels::ops::nn::embedding::per_sample_weights_backward(
                 dt,
                 index_slice(b.indices, b.n),
@@ -662,7 +662,7 @@ pub unsafe extern "C" fn oxide_grid_sample_2d(device: i32, stream: i64, dtype_co
         let (gs, work) = grid_sample_desc(unsafe { &*geometry })?;
         let dt = dtype(dtype_code)?;
         let operands: &[*const c_void] = if gs.channels * gs.input[0] * gs.input[1] == 0 { &[grid] } else { &[input, grid, output as *const c_void] };
-        launch(device, stream, work, operands, || unsafe {
+        launch_raw(device, stream, work, operands, || unsafe {
             oxide_kernels::ops::nn::grid_sample::grid_sample_2d(dt, &gs, input as *const u8, grid as *const u8, output as *mut u8, threads.max(1) as usize)
         })
     })
@@ -699,7 +699,7 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
             }
         }
         let gi = (!grad_input.is_null()).then_some(grad_input as *mut u8);
-        launch(device, stream, work, &operands, || unsafe {
+        launch_raw(device, stream, work, &operands, || unsafe {
             oxide_kernels::ops::nn::grid_sample::grid_sample_2d_backward(dt, &gs, grad_output as *const u8, input as *const u8, grid as *const u8, gi, grad_grid as *mut u8, threads.max(1) as usize)
         })
     })
@@ -776,7 +776,7 @@ pub unsafe extern "C" fn oxide_attention_forward(device: i32, stream: i64, dtype
         let work = (a.batch * a.heads_q * a.len_q).max(0) as usize;
         with_attention(a, dtype_code, |att| {
             // SAFETY: caller contract.
-            launch(device, stream, work, &operands, || unsafe { oxide_kernels::ops::nn::attention::forward(att, attention_operand(&out), logsumexp as *mut u8) })
+            launch_raw(device, stream, work, &operands, || unsafe { oxide_kernels::ops::nn::attention::forward(att, attention_operand(&out), logsumexp as *mut u8) })
         })
     })
 }
@@ -814,7 +814,7 @@ pub unsafe extern "C" fn oxide_attention_backward(
         let work = (a.batch * a.heads_q * a.len_q).max(0) as usize;
         with_attention(a, dtype_code, |att| {
             // SAFETY: caller contract.
-            launch(device, stream, work, &operands, || unsafe {
+            launch_raw(device, stream, work, &operands, || unsafe {
                 oxide_kernels::ops::nn::attention::backward(att, attention_operand(&out), attention_operand(&grad_out), logsumexp as *const u8, grads)
             })
         })

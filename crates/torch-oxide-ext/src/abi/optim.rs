@@ -24,7 +24,7 @@ pub unsafe extern "C" fn oxide_amp_unscale(
         // SAFETY: the glue passes ndim-long arrays.
         let layout = Layout::new("_amp_foreach_non_finite_check_and_unscale_", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
         let dt = dtype(dtype_code)?;
-        let any = launch(device, stream, layout.numel(), &[data], || {
+        let any = launch_raw(device, stream, layout.numel(), &[data], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::optim::amp::unscale_and_check(dt, &layout, data as *mut u8, inv_scale) }
         })?;
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
 ) -> i32 {
     ffi(|| {
         let operands = [scale as *const c_void, growth_tracker as *const c_void, found_inf as *const c_void];
-        launch(device, stream, 1, &operands, || -> Result<(), AbiError> {
+        launch_raw(device, stream, 1, &operands, || -> Result<(), AbiError> {
             // SAFETY: one element each, per the contract.
             unsafe {
                 let (mut s, mut t) = (scale.read_unaligned(), growth_tracker.read_unaligned());
@@ -102,7 +102,7 @@ pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: 
             amsgrad: h.amsgrad != 0, maximize: h.maximize != 0, decoupled: h.decoupled != 0, step: h.step,
             grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
         };
-        launch(device, stream, n, &[param as *const c_void, grad as *const c_void, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
+        launch_raw(device, stream, n, &[param as *const c_void, grad as *const c_void, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
             oxide_kernels::ops::optim::fused::adam(dt, n, param as _, grad as _, exp_avg as _, exp_avg_sq as _, max_exp_avg_sq as _, hp, threads.max(1) as usize)
         })
     })
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i
             nesterov: h.nesterov != 0, maximize: h.maximize != 0, is_first_step: h.is_first_step != 0,
             grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
         };
-        launch(device, stream, n, &[param as *const c_void, grad as *const c_void], || unsafe {
+        launch_raw(device, stream, n, &[param as *const c_void, grad as *const c_void], || unsafe {
             oxide_kernels::ops::optim::fused::sgd(dt, n, param as _, grad as _, momentum_buffer as _, hp, threads.max(1) as usize)
         })
     })

@@ -49,7 +49,7 @@ pub unsafe extern "C" fn oxide_random_sample(
         };
         let dt = dtype(dtype_code)?;
         let bits = philox(&philox_state);
-        launch(device, stream, layout.numel(), &[dst], || {
+        launch_raw(device, stream, layout.numel(), &[dst], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::random::random::sample(dt, &layout, dst as *mut u8, d, &bits) }
         })
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(
         let layout = Layout::new("bernoulli_", sh, [ds, ps])?;
         let dt = dtype(dtype_code)?;
         let bits = philox(&philox_state);
-        launch(device, stream, layout.numel(), &[dst, p], || {
+        launch_raw(device, stream, layout.numel(), &[dst, p], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::random::random::bernoulli_tensor(dt, &layout, dst as *mut u8, p as *const f64, &bits) }
         })
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn oxide_masked_scale(
         let (sh, os, is, ms) = unsafe { (dims(shape, ndim), dims(out_strides, ndim), dims(input_strides, ndim), dims(mask_strides, ndim)) };
         let layout = Layout::new("masked_scale", sh, [os, is, ms])?;
         let dt = dtype(dtype_code)?;
-        launch(device, stream, layout.numel(), &[out, input, mask], || {
+        launch_raw(device, stream, layout.numel(), &[out, input, mask], || {
             // SAFETY: see the function's contract.
             unsafe { oxide_kernels::ops::random::random::masked_scale(dt, &layout, out as *mut u8, input as *const u8, mask as *const bool, scale) }
         })
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn oxide_randperm(device: i32, stream: i64, dtype_code: i3
         let layout = Layout::new("randperm", &[n], [&[stride]])?;
         let dt = dtype(dtype_code)?;
         let bits = philox(&philox_state);
-        launch(device, stream, layout.numel(), &[out], || -> Result<(), AbiError> {
+        launch_raw(device, stream, layout.numel(), &[out], || -> Result<(), AbiError> {
             let perm = oxide_kernels::ops::random::random::randperm(n as usize, &bits);
             let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
             // SAFETY: out addresses n elements (contract); perm is a host buffer of n i64s
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn oxide_multinomial(
         let dt = dtype(dtype_code)?;
         check_device_ptr(runtime()?, weights, rows * categories)?;
         let bits = philox(&philox_state);
-        launch(device, stream, rows * samples, &[out], || -> Result<(), AbiError> {
+        launch_raw(device, stream, rows * samples, &[out], || -> Result<(), AbiError> {
             // SAFETY: sizes per the contract.
             let out = unsafe { std::slice::from_raw_parts_mut(out as *mut i64, rows * samples) };
             match dt {

@@ -67,7 +67,7 @@ pub unsafe extern "C" fn oxide_scan(
         if !indices.is_null() {
             operands.push(indices as *const c_void);
         }
-        launch(device, stream, numel, &operands, || unsafe {
+        launch_raw(device, stream, numel, &operands, || unsafe {
             let idx = if indices.is_null() { None } else { Some((indices, &idxs[..])) };
             scan(op, &shape, dim, idt, input as *const u8, &ins, odt, out as *mut u8, &outs, idx, threads.max(1) as usize)
         })
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn oxide_scan(
 pub unsafe extern "C" fn oxide_sort_rows(device: i32, stream: i64, dtype_code: i32, rows: usize, len: usize, data: *mut c_void, indices: *mut i64, descending: i32, threads: i32) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        launch(device, stream, rows * len, &[data as *const c_void, indices as *const c_void], || unsafe {
+        launch_raw(device, stream, rows * len, &[data as *const c_void, indices as *const c_void], || unsafe {
             oxide_kernels::ops::reduce::sort::sort_rows(dt, rows, len, data as *mut u8, indices, descending != 0, threads.max(1) as usize)
         })
     })
@@ -104,7 +104,7 @@ pub unsafe extern "C" fn oxide_nonzero(device: i32, stream: i64, dtype_code: i32
         let shape = extents("nonzero", unsafe { dims(shape, ndim) })?;
         let strides: Vec<isize> = unsafe { dims(strides, ndim) }.iter().map(|&s| s as isize).collect();
         let numel: usize = shape.iter().product();
-        launch(device, stream, numel, &[data], || unsafe {
+        launch_raw(device, stream, numel, &[data], || unsafe {
             if out.is_null() {
                 *count = oxide_kernels::ops::reduce::nonzero::count_nonzero(dt, &shape, &strides, data as *const u8)?;
                 Ok::<(), oxide_kernels::Error>(())
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn oxide_argsort_rows(device: i32, stream: i64, dtype_code
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let operands: &[*const c_void] = if m == 0 { &[perm as *const c_void] } else { &[data, perm as *const c_void] };
-        launch(device, stream, n, operands, || unsafe { oxide_kernels::ops::reduce::unique::argsort_rows(dt, n, m, data as *const u8, perm, threads.max(1) as usize) })
+        launch_raw(device, stream, n, operands, || unsafe { oxide_kernels::ops::reduce::unique::argsort_rows(dt, n, m, data as *const u8, perm, threads.max(1) as usize) })
     })
 }
 
@@ -159,7 +159,7 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
                 operands.push(p);
             }
         }
-        let k = launch(device, stream, n, &operands, || unsafe { oxide_kernels::ops::reduce::unique::unique_consecutive(dt, n, m, data as *const u8, perm, reps, inverse, counts) })?;
+        let k = launch_raw(device, stream, n, &operands, || unsafe { oxide_kernels::ops::reduce::unique::unique_consecutive(dt, n, m, data as *const u8, perm, reps, inverse, counts) })?;
         put(groups, k)
     })
 }
@@ -190,7 +190,7 @@ pub unsafe extern "C" fn oxide_unique_bytes(
             operands.push(data);
         }
         operands.extend([inverse as *const c_void, counts as *const c_void].into_iter().filter(|p| !p.is_null()));
-        let k = launch(device, stream, n, &operands, || unsafe {
+        let k = launch_raw(device, stream, n, &operands, || unsafe {
             oxide_kernels::ops::reduce::unique::unique_bytes(dt, n, data as *const u8, values as *mut u8, inverse, counts)
         })?;
         put(groups, k)
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
                 operands.push(sorter as *const c_void);
             }
         }
-        launch(device, stream, nvalues, &operands, || unsafe {
+        launch_raw(device, stream, nvalues, &operands, || unsafe {
             oxide_kernels::ops::reduce::search::searchsorted(dt, values as *const u8, nvalues, per_row, boundaries as *const u8, len, sorter, right != 0, odt, out as *mut u8, threads.max(1) as usize)
         })
     })
@@ -245,7 +245,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
 pub unsafe extern "C" fn oxide_bincount_range(device: i32, stream: i64, dtype_code: i32, n: usize, data: *const c_void, stride: i64, min: *mut i64, max: *mut i64, any: *mut bool) -> i32 {
     ffi(|| {
         let dt = dtype(dtype_code)?;
-        let r = launch(device, stream, n, &[data], || unsafe { oxide_kernels::ops::reduce::histogram::bincount_range(dt, n, data as *const u8, stride as isize) })?;
+        let r = launch_raw(device, stream, n, &[data], || unsafe { oxide_kernels::ops::reduce::histogram::bincount_range(dt, n, data as *const u8, stride as isize) })?;
         let (lo, hi) = r.unwrap_or((0, -1));
         put(min, lo)?;
         put(max, hi)?;
@@ -285,7 +285,7 @@ pub unsafe extern "C" fn oxide_bincount(
                 operands.push(weights);
             }
         }
-        launch(device, stream, n.max(nbins), &operands, || unsafe {
+        launch_raw(device, stream, n.max(nbins), &operands, || unsafe {
             bincount(dt, n, data as *const u8, stride as isize, w, out as *mut u8, nbins)
         })
     })
@@ -315,7 +315,7 @@ pub unsafe extern "C" fn oxide_histc(
     ffi(|| {
         let dt = dtype(dtype_code)?;
         let operands: &[*const c_void] = if n == 0 { &[edges, hist as *const c_void] } else { &[input, edges, hist as *const c_void] };
-        launch(device, stream, nedges, operands, || unsafe {
+        launch_raw(device, stream, nedges, operands, || unsafe {
             oxide_kernels::ops::reduce::histogram::histc(dt, n, input as *const u8, stride as isize, edges as *const u8, nedges, local_search != 0, hist as *mut u8, threads.max(1) as usize)
         })
     })
