@@ -1,13 +1,16 @@
 // Handing a TensorIterator to the Rust kernels (oxide_kernels::engine::iter).
 #pragma once
 
+#include "common/launch.h"
 #include "common/oxide.h"
+#include "oxide_pointwise_ops.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>
 #include <c10/core/Scalar.h>
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <array>
 
 namespace oxide {
@@ -28,8 +31,7 @@ struct IterArgs {
     }
     const auto shape = iter.shape();
     abi = OxideIter{static_cast<size_t>(nd), shape.data(), static_cast<size_t>(nt),
-                    static_cast<size_t>(iter.noutputs()), data.data(), dtypes.data(), strides.data(),
-                    static_cast<int32_t>(at::get_num_threads())};
+                    static_cast<size_t>(iter.noutputs()), data.data(), dtypes.data(), strides.data()};
   }
   std::array<void*, 8> data{};
   std::array<int32_t, 8> dtypes{};
@@ -37,12 +39,20 @@ struct IterArgs {
   OxideIter abi{};
 };
 
-// A Scalar as the kernels take it: the same value as double and as int64,
+// Scalars as the kernels take them: the same value as double and as int64,
 // and the imaginary part of a complex scalar (read by complex kernels only).
 struct ScalarArgs {
   std::array<double, 4> f{};
   std::array<int64_t, 4> i{};
   std::array<double, 4> im{};
+  // The ABI's form of the same values.
+  OxideScalars abi() const {
+    OxideScalars s{};
+    std::copy(f.begin(), f.end(), s.f);
+    std::copy(i.begin(), i.end(), s.i);
+    std::copy(im.begin(), im.end(), s.im);
+    return s;
+  }
   void set(size_t k, const c10::Scalar& s) {
     if (s.isComplex()) {
       const auto z = s.toComplexDouble();
@@ -71,15 +81,16 @@ inline int64_t stream_of(const at::Tensor& t) {
   return current_stream(t.device().index());
 }
 
-// The pointwise op id for a name (resolved once per call site via a static).
-int32_t pointwise_id(const char* name);
+// A kernel over `iter`: on its first operand's device and that device's current stream.
+inline OxideLaunch launch_on(const at::TensorIteratorBase& iter) {
+  const c10::DeviceIndex device = iter.device(0).index();
+  return OxideLaunch{device, current_stream(device), static_cast<int32_t>(at::get_num_threads())};
+}
 
-// Declares `id`, the pointwise op named `op`, resolved once per call site.
-#define OXIDE_NAMED(op) static const int32_t id = ::oxide::pointwise_id(op)
-
-// Runs pointwise op `id` over `iter` on the output's device and current stream,
-// computing in `compute` (default: the iterator's common dtype, else the op family's choice).
-void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars = {},
+// Runs pointwise op `op` (an OXIDE_POINTWISE_* of the generated oxide_pointwise_ops.h)
+// over `iter` on the output's device and current stream, computing in `compute`
+// (default: the iterator's common dtype, else the op family's choice).
+void pointwise(at::TensorIteratorBase& iter, OxidePointwiseOp op, const ScalarArgs& scalars = {},
                std::optional<at::ScalarType> compute = std::nullopt);
 
 // CPU's kernels read a fill value / alpha / weight with c10's checked conversion

@@ -69,7 +69,7 @@ void set_all(ScalarArgs& a, const A&... s) {
 
 // One stub: op name and its scalar arguments in order.
 template <class Iter, class... A>
-void run(Iter& iter, int32_t id, const A&... s) {
+void run(Iter& iter, OxidePointwiseOp id, const A&... s) {
   ScalarArgs a;
   set_all(a, s...);
   pointwise(iter, id, a);
@@ -86,83 +86,64 @@ c10::Scalar storage_rounded(const at::TensorIteratorBase& iter, const c10::Scala
 }
 
 void threshold_kernel(at::TensorIteratorBase& iter, S threshold, S value) {
-  OXIDE_NAMED("threshold");
-  run(iter, id, storage_rounded(iter, threshold), value);
+  run(iter, OXIDE_POINTWISE_threshold, storage_rounded(iter, threshold), value);
 }
 void gelu_kernel(at::TensorIteratorBase& iter, at::native::GeluType type) {
-  OXIDE_NAMED("gelu");
-  run(iter, id, type == at::native::GeluType::Tanh ? 1.0 : 0.0);
+  run(iter, OXIDE_POINTWISE_gelu, type == at::native::GeluType::Tanh ? 1.0 : 0.0);
 }
 void gelu_backward_kernel(at::TensorIteratorBase& iter, at::native::GeluType type) {
-  OXIDE_NAMED("gelu_backward");
-  run(iter, id, type == at::native::GeluType::Tanh ? 1.0 : 0.0);
+  run(iter, OXIDE_POINTWISE_gelu_backward, type == at::native::GeluType::Tanh ? 1.0 : 0.0);
 }
 void elu_kernel(at::TensorIteratorBase& iter, S alpha, S scale, S input_scale) {
-  OXIDE_NAMED("elu");
-  run(iter, id, alpha, scale, input_scale);
+  run(iter, OXIDE_POINTWISE_elu, alpha, scale, input_scale);
 }
 void elu_backward_kernel(at::TensorIteratorBase& iter, S alpha, S scale, S input_scale, bool is_result) {
-  OXIDE_NAMED("elu_backward");
-  run(iter, id, alpha, scale, input_scale, is_result ? 1.0 : 0.0);
+  run(iter, OXIDE_POINTWISE_elu_backward, alpha, scale, input_scale, is_result ? 1.0 : 0.0);
 }
 void softplus_kernel(at::TensorIteratorBase& iter, S beta, S threshold) {
-  OXIDE_NAMED("softplus");
-  run(iter, id, beta, threshold);
+  run(iter, OXIDE_POINTWISE_softplus, beta, threshold);
 }
 void softplus_backward_kernel(at::TensorIteratorBase& iter, S beta, S threshold) {
-  OXIDE_NAMED("softplus_backward");
-  run(iter, id, beta, threshold);
+  run(iter, OXIDE_POINTWISE_softplus_backward, beta, threshold);
 }
 void leaky_relu_kernel(at::TensorIteratorBase& iter, S negval) {
-  OXIDE_NAMED("leaky_relu");
-  run(iter, id, negval);
+  run(iter, OXIDE_POINTWISE_leaky_relu, negval);
 }
 void leaky_relu_backward_kernel(at::TensorIteratorBase& iter, S negval) {
-  OXIDE_NAMED("leaky_relu_backward");
-  run(iter, id, negval);
+  run(iter, OXIDE_POINTWISE_leaky_relu_backward, negval);
 }
 void hardtanh_backward_kernel(at::TensorIterator& iter, S min, S max) {
-  OXIDE_NAMED("hardtanh_backward");
-  run(iter, id, storage_rounded(iter, min), storage_rounded(iter, max));
+  run(iter, OXIDE_POINTWISE_hardtanh_backward, storage_rounded(iter, min), storage_rounded(iter, max));
 }
 void hardshrink_kernel(at::TensorIteratorBase& iter, S lambd) {
-  OXIDE_NAMED("hardshrink");
-  run(iter, id, storage_rounded(iter, lambd));
+  run(iter, OXIDE_POINTWISE_hardshrink, storage_rounded(iter, lambd));
 }
 void softshrink_kernel(at::TensorIteratorBase& iter, S lambd) {
-  OXIDE_NAMED("softshrink");
-  run(iter, id, storage_rounded(iter, lambd));
+  run(iter, OXIDE_POINTWISE_softshrink, storage_rounded(iter, lambd));
 }
 void shrink_backward_kernel(at::TensorIteratorBase& iter, S lambd) {
-  OXIDE_NAMED("shrink_backward");
-  run(iter, id, storage_rounded(iter, lambd));
+  run(iter, OXIDE_POINTWISE_shrink_backward, storage_rounded(iter, lambd));
 }
 void smooth_l1_kernel(at::TensorIteratorBase& iter, double beta) {
-  OXIDE_NAMED("smooth_l1");
-  run(iter, id, beta);
+  run(iter, OXIDE_POINTWISE_smooth_l1, beta);
 }
 void huber_kernel(at::TensorIterator& iter, double delta) {
-  OXIDE_NAMED("huber");
-  run(iter, id, delta);
+  run(iter, OXIDE_POINTWISE_huber, delta);
 }
 void mse_backward_kernel(at::TensorIterator& iter, S norm) {
-  OXIDE_NAMED("mse_backward");
-  run(iter, id, norm);
+  run(iter, OXIDE_POINTWISE_mse_backward, norm);
 }
 void smooth_l1_backward_kernel(at::TensorIterator& iter, S norm, double beta) {
-  OXIDE_NAMED("smooth_l1_backward");
-  run(iter, id, norm, beta);
+  run(iter, OXIDE_POINTWISE_smooth_l1_backward, norm, beta);
 }
 void huber_backward_kernel(at::TensorIterator& iter, S norm, double delta) {
-  OXIDE_NAMED("huber_backward");
-  run(iter, id, norm, delta);
+  run(iter, OXIDE_POINTWISE_huber_backward, norm, delta);
 }
 
 // Stubs without scalar arguments: `<op>_kernel` runs the Rust op `op`.
 #define OXIDE_PLAIN(op, Iter)             \
   void op##_kernel(at::Iter& iter) {      \
-    OXIDE_NAMED(#op);                     \
-    pointwise(iter, id);                  \
+    pointwise(iter, OXIDE_POINTWISE_##op); \
   }
 OXIDE_PLAIN(silu, TensorIteratorBase)
 OXIDE_PLAIN(silu_backward, TensorIteratorBase)
@@ -193,8 +174,7 @@ struct GeluBackward : at::meta::structured_gelu_backward {
 // (the backward recomputes exp(-|x|)), so the buffer is returned empty, as on CUDA.
 std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(T self, at::Tensor& out, at::Tensor& buffer) {
   auto iter = at::TensorIteratorConfig().add_output(out).add_const_input(self).build();
-  OXIDE_NAMED("log_sigmoid");
-  pointwise(iter, id);
+  pointwise(iter, OXIDE_POINTWISE_log_sigmoid);
   return {out, buffer};
 }
 std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(T self) {
@@ -205,8 +185,7 @@ std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(T self) {
 }
 at::Tensor& log_sigmoid_backward_out(T grad, T self, T /*buffer*/, at::Tensor& grad_input) {
   auto iter = at::TensorIteratorConfig().add_output(grad_input).add_const_input(self).add_const_input(grad).build();
-  OXIDE_NAMED("log_sigmoid_backward");
-  pointwise(iter, id);
+  pointwise(iter, OXIDE_POINTWISE_log_sigmoid_backward);
   return grad_input;
 }
 at::Tensor log_sigmoid_backward(T grad, T self, T buffer) {
@@ -253,8 +232,7 @@ at::Tensor& bce_out(T input, T target, const std::optional<at::Tensor>& weight, 
                   .add_const_input(input)
                   .add_const_input(target)
                   .build();
-  OXIDE_NAMED("binary_cross_entropy");
-  pointwise(iter, id);
+  pointwise(iter, OXIDE_POINTWISE_binary_cross_entropy);
   if (weight.has_value() && weight->defined()) {
     elementwise.mul_(*weight);
   }
@@ -276,8 +254,7 @@ at::Tensor& bce_backward_out(T grad, T input, T target, const std::optional<at::
                   .add_const_input(input)
                   .add_const_input(target)
                   .build();
-  OXIDE_NAMED("binary_cross_entropy_backward");
-  pointwise(iter, id);
+  pointwise(iter, OXIDE_POINTWISE_binary_cross_entropy_backward);
   if (weight.has_value() && weight->defined()) {
     grad_input.mul_(*weight);
   }

@@ -34,10 +34,7 @@ void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
     OXIDE_CHECK(oxide_device_synchronize(src.device().index()));
   }
   const c10::DeviceGuard guard(dst.device());
-  const auto ndim = static_cast<size_t>(dst.dim());
-  OXIDE_CHECK(oxide_copy_strided(dst.device().index(), stream_of(dst), dst.element_size(), ndim,
-                                 dst.sizes().data(), dst.data_ptr(), dst.strides().data(), src.const_data_ptr(),
-                                 src.strides().data()));
+  OXIDE_CHECK(oxide_copy_strided(launch_on(dst), dst.element_size(), out_arg(dst), in_arg(src)));
 }
 
 // A converting copy between dtypes on the device (every dtype pair,
@@ -54,7 +51,7 @@ void cast_on_device(const at::Tensor& src_in, const at::Tensor& dst) {
                   .resize_outputs(false)
                   .build();
   IterArgs args(iter);
-  OXIDE_CHECK(oxide_cast(dst.device().index(), stream_of(dst), &args.abi));
+  OXIDE_CHECK(oxide_cast(launch_on(dst), &args.abi));
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -154,12 +151,7 @@ bool cat_contiguous(const at::ITensorListRef& tensors, int64_t dim, const at::Te
   if (!out.is_contiguous()) {
     return false;
   }
-  std::vector<const void*> srcs;
-  std::vector<size_t> bytes;
-  int64_t inner = 1;
-  for (int64_t d = dim + 1; d < out.dim(); ++d) {
-    inner *= out.size(d);
-  }
+  std::vector<OxideTensor> parts;
   for (const at::Tensor& t : tensors) {
     if (t.dim() == 1 && t.numel() == 0) {
       continue;  // legacy: skipped, as below
@@ -167,13 +159,10 @@ bool cat_contiguous(const at::ITensorListRef& tensors, int64_t dim, const at::Te
     if (!t.is_contiguous() || t.scalar_type() != out.scalar_type() || t.device() != out.device()) {
       return false;
     }
-    srcs.push_back(t.const_data_ptr());
-    bytes.push_back(static_cast<size_t>(t.size(dim) * inner) * out.element_size());
+    parts.push_back(in_arg(t));
   }
   const auto outer = static_cast<size_t>(c10::multiply_integers(out.sizes().begin(), out.sizes().begin() + dim));
-  const auto device = out.device().index();
-  OXIDE_CHECK(oxide_cat_contiguous(device, current_stream(device), srcs.size(), srcs.data(), bytes.data(), outer,
-                                   out.data_ptr(), at::get_num_threads()));
+  OXIDE_CHECK(oxide_cat_contiguous(launch_on(out), out.element_size(), outer, out_arg(out), parts.data(), parts.size()));
   return true;
 }
 

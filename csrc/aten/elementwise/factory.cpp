@@ -17,13 +17,12 @@
 namespace oxide {
 namespace {
 
-void sequence(at::TensorIterator& iter, int32_t kind, double a, double b, int64_t ia, int64_t ib, int64_t steps) {
+void sequence(at::TensorIterator& iter, const OxideSequence& seq) {
   if (iter.numel() == 0) {
     return;
   }
   IterArgs args(iter);
-  const auto device = iter.device(0).index();
-  OXIDE_CHECK(oxide_fill_sequence(device, current_stream(device), &args.abi, kind, a, b, ia, ib, steps));
+  OXIDE_CHECK(oxide_fill_sequence(launch_on(iter), &args.abi, seq));
 }
 
 void arange_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10::Scalar& /*size*/,
@@ -31,7 +30,7 @@ void arange_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10
   ScalarArgs s;
   s.set(0, start);
   s.set(1, step);
-  sequence(iter, 0, s.f[0], s.f[1], s.i[0], s.i[1], 0);
+  sequence(iter, OxideSequence{/*linspace=*/false, s.f[0], s.f[1], s.i[0], s.i[1], 0});
 }
 
 void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c10::Scalar& end, int64_t steps) {
@@ -41,7 +40,7 @@ void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c
     (void)start.to<scalar_t>();
     (void)end.to<scalar_t>();
   });
-  sequence(iter, 1, start.toDouble(), end.toDouble(), 0, 0, steps);
+  sequence(iter, OxideSequence{/*linspace=*/true, start.toDouble(), end.toDouble(), 0, 0, steps});
 }
 
 } // namespace

@@ -29,9 +29,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     return self;
   }
   const c10::DeviceGuard guard(self.device());
-  OXIDE_CHECK(oxide_fill_strided(self.device().index(), stream_of(self), self.element_size(),
-                                 static_cast<size_t>(self.dim()), self.sizes().data(), self.data_ptr(),
-                                 self.strides().data(), element));
+  OXIDE_CHECK(oxide_fill_strided(launch_on(self), self.element_size(), out_arg(self), element));
   return self;
 }
 

@@ -1,7 +1,8 @@
 // Native pointwise operators: PyTorch's structured kernels (meta + impl, run
 // through the wrappers in common/structured.h) and non-structured native functions
 // that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
-// each stub's TensorIterator to oxide_kernels::ops::elementwise::pointwise by op name.
+// each stub's TensorIterator to oxide_kernels::ops::elementwise::pointwise by op
+// id (OXIDE_POINTWISE_*, generated from the Rust table by build.rs).
 // complex64/128 operands run the op's complex kernel where one exists, else a
 // counted CPU path (complex_on_cpu).
 #include "common/device_check.h"
@@ -141,18 +142,11 @@ void check_scalar_fits(const c10::Scalar& s, at::ScalarType t) {
 }
 
 
-int32_t pointwise_id(const char* name) {
-  const int32_t id = oxide_pointwise_lookup(name);
-  TORCH_INTERNAL_ASSERT(id >= 0, "oxide: no pointwise kernel named ", name);
-  return id;
-}
-
-void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scalars,
+void pointwise(at::TensorIteratorBase& iter, OxidePointwiseOp op, const ScalarArgs& scalars,
                std::optional<at::ScalarType> compute) {
   // Empty iterators still reach the kernel, which rejects unsupported dtypes as CPU does.
   IterArgs args(iter);
   const auto common = compute ? compute : iter.maybe_common_dtype();
-  const auto device = iter.device(0).index();
   const auto target = common ? *common : iter.dtype(0);
   if (!at::isComplexType(target)) {
     // A complex scalar for a real computation: Scalar::to raises CPU's overflow error.
@@ -164,9 +158,8 @@ void pointwise(at::TensorIteratorBase& iter, int32_t id, const ScalarArgs& scala
       }
     }
   }
-  OXIDE_CHECK(oxide_pointwise_complex(device, current_stream(device), id, &args.abi,
-                                      common ? static_cast<int32_t>(*common) : -1, scalars.f.data(),
-                                      scalars.i.data(), scalars.im.data()));
+  OXIDE_CHECK(oxide_pointwise(launch_on(iter), op, &args.abi, common ? static_cast<int32_t>(*common) : -1,
+                              scalars.abi()));
 }
 
 namespace {
@@ -177,7 +170,7 @@ namespace {
 // operands through PyTorch's CPU kernels and copy the result back. That is a
 // CPU fallback, counted (and refused under OXIDE_FALLBACK=error) like one, as
 // "aten::<op> (complex)".
-bool complex_on_cpu(at::TensorIteratorBase& iter, const char* op_name, int32_t id, const c10::Scalar* scalar) {
+bool complex_on_cpu(at::TensorIteratorBase& iter, OxidePointwiseOp id, const c10::Scalar* scalar) {
   bool complex = false;
   bool native_dtypes = true;
   for (int k = 0; k < iter.ntensors(); ++k) {
@@ -189,7 +182,7 @@ bool complex_on_cpu(at::TensorIteratorBase& iter, const char* op_name, int32_t i
   if (!complex || (native_dtypes && oxide_pointwise_complex_supported(id))) {
     return false;
   }
-  const std::string op = op_name;
+  const std::string op = OXIDE_POINTWISE_NAMES[id];
   const std::string name = "aten::" + op + " (complex)";
   switch (oxide_fallback_record(name.c_str())) {
     case OXIDE_FALLBACK_ERROR:
@@ -244,75 +237,64 @@ bool complex_on_cpu(at::TensorIteratorBase& iter, const char* op_name, int32_t i
   return true;
 }
 
-template <const char* Op>
+template <OxidePointwiseOp Op>
 void unary(at::TensorIteratorBase& iter) {
-  OXIDE_NAMED(Op);
-  if (complex_on_cpu(iter, Op, id, nullptr)) {
+  if (complex_on_cpu(iter, Op, nullptr)) {
     return;
   }
-  pointwise(iter, id);
+  pointwise(iter, Op);
 }
-template <const char* Op>
+template <OxidePointwiseOp Op>
 void unary_it(at::TensorIterator& iter) {
-  OXIDE_NAMED(Op);
-  if (complex_on_cpu(iter, Op, id, nullptr)) {
-    return;
-  }
-  pointwise(iter, id);
+  unary<Op>(iter);
 }
-template <const char* Op>
+template <OxidePointwiseOp Op>
 void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
-  OXIDE_NAMED(Op);
-  if (complex_on_cpu(iter, Op, id, &s)) {
+  if (complex_on_cpu(iter, Op, &s)) {
     return;
   }
   ScalarArgs a;
   a.set(0, s);
-  pointwise(iter, id, a);
+  pointwise(iter, Op, a);
 }
 
-template <const char* Op>
+template <OxidePointwiseOp Op>
 void with_checked_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   check_scalar_fits(s, iter.common_dtype());
   with_scalar<Op>(iter, s);
 }
-template <const char* Op>
+template <OxidePointwiseOp Op>
 void with_checked_opmath_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   check_scalar_fits(s, at::toOpMathType(iter.dtype()));
   with_scalar<Op>(iter, s);
 }
 
 void clamp_scalar(at::TensorIteratorBase& iter, const c10::Scalar& lo, const c10::Scalar& hi) {
-  OXIDE_NAMED("clamp_scalar");
   ScalarArgs a;
   a.set(0, lo);
   a.set(1, hi);
-  pointwise(iter, id, a);
+  pointwise(iter, OXIDE_POINTWISE_clamp_scalar, a);
 }
 void clamp_min_scalar(at::TensorIteratorBase& iter, c10::Scalar lo) {
-  OXIDE_NAMED("clamp_min_scalar");
   ScalarArgs a;
   a.set(0, lo);
-  pointwise(iter, id, a);
+  pointwise(iter, OXIDE_POINTWISE_clamp_min_scalar, a);
 }
 void clamp_max_scalar(at::TensorIteratorBase& iter, c10::Scalar hi) {
-  OXIDE_NAMED("clamp_max_scalar");
   ScalarArgs a;
   a.set(0, hi);
-  pointwise(iter, id, a);
+  pointwise(iter, OXIDE_POINTWISE_clamp_max_scalar, a);
 }
 void round_decimals(at::TensorIteratorBase& iter, int64_t decimals) {
-  OXIDE_NAMED("round_decimals");
   ScalarArgs a;
   a.set(0, std::pow(10.0, static_cast<double>(decimals < 0 ? -decimals : decimals)));
   a.set(1, decimals < 0 ? 1.0 : 0.0);
-  pointwise(iter, id, a);
+  pointwise(iter, OXIDE_POINTWISE_round_decimals, a);
 }
 
 // nan_to_num's defaults are the output dtype's finite limits.
 void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::optional<double> posinf,
                 std::optional<double> neginf) {
-  OXIDE_NAMED("nan_to_num");
   double hi = 0;
   switch (iter.dtype(0)) {
     case at::kHalf: hi = static_cast<double>(std::numeric_limits<c10::Half>::max()); break;
@@ -324,77 +306,28 @@ void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::op
   a.set(0, nan.value_or(0.0));
   a.set(1, posinf.value_or(hi));
   a.set(2, neginf.value_or(-hi));
-  pointwise(iter, id, a);
+  pointwise(iter, OXIDE_POINTWISE_nan_to_num, a);
 }
-
-// Op names as template arguments need linkage.
-#define OXIDE_OP_NAME(n) constexpr char k_##n[] = #n;
-OXIDE_OP_NAME(abs) OXIDE_OP_NAME(acos) OXIDE_OP_NAME(acosh) OXIDE_OP_NAME(asin) OXIDE_OP_NAME(asinh)
-OXIDE_OP_NAME(atan) OXIDE_OP_NAME(atanh) OXIDE_OP_NAME(ceil) OXIDE_OP_NAME(cos) OXIDE_OP_NAME(cosh)
-OXIDE_OP_NAME(erf) OXIDE_OP_NAME(erfc) OXIDE_OP_NAME(erfinv) OXIDE_OP_NAME(exp) OXIDE_OP_NAME(exp2)
-OXIDE_OP_NAME(expm1) OXIDE_OP_NAME(floor) OXIDE_OP_NAME(frac) OXIDE_OP_NAME(log) OXIDE_OP_NAME(log10)
-OXIDE_OP_NAME(log1p) OXIDE_OP_NAME(log2) OXIDE_OP_NAME(neg) OXIDE_OP_NAME(reciprocal) OXIDE_OP_NAME(round)
-OXIDE_OP_NAME(rsqrt) OXIDE_OP_NAME(sigmoid) OXIDE_OP_NAME(sign) OXIDE_OP_NAME(sgn) OXIDE_OP_NAME(signbit)
-OXIDE_OP_NAME(sin) OXIDE_OP_NAME(sinc) OXIDE_OP_NAME(sinh) OXIDE_OP_NAME(sqrt) OXIDE_OP_NAME(tan)
-OXIDE_OP_NAME(tanh) OXIDE_OP_NAME(trunc) OXIDE_OP_NAME(lgamma) OXIDE_OP_NAME(bitwise_not)
-OXIDE_OP_NAME(logical_not) OXIDE_OP_NAME(isposinf) OXIDE_OP_NAME(isneginf)
-OXIDE_OP_NAME(add) OXIDE_OP_NAME(mul) OXIDE_OP_NAME(div_true) OXIDE_OP_NAME(div_floor)
-OXIDE_OP_NAME(div_trunc) OXIDE_OP_NAME(atan2) OXIDE_OP_NAME(remainder) OXIDE_OP_NAME(fmod)
-OXIDE_OP_NAME(bitwise_and) OXIDE_OP_NAME(bitwise_or) OXIDE_OP_NAME(bitwise_xor) OXIDE_OP_NAME(lshift)
-OXIDE_OP_NAME(rshift) OXIDE_OP_NAME(lt) OXIDE_OP_NAME(le) OXIDE_OP_NAME(gt) OXIDE_OP_NAME(ge)
-OXIDE_OP_NAME(eq) OXIDE_OP_NAME(ne) OXIDE_OP_NAME(maximum) OXIDE_OP_NAME(minimum) OXIDE_OP_NAME(fmax)
-OXIDE_OP_NAME(fmin) OXIDE_OP_NAME(logaddexp) OXIDE_OP_NAME(logaddexp2) OXIDE_OP_NAME(xlogy)
-OXIDE_OP_NAME(hypot) OXIDE_OP_NAME(copysign) OXIDE_OP_NAME(heaviside) OXIDE_OP_NAME(sigmoid_backward)
-OXIDE_OP_NAME(tanh_backward) OXIDE_OP_NAME(logical_and) OXIDE_OP_NAME(logical_or)
-OXIDE_OP_NAME(logical_xor) OXIDE_OP_NAME(pow) OXIDE_OP_NAME(pow_tensor_scalar) OXIDE_OP_NAME(clamp)
-OXIDE_OP_NAME(addcmul) OXIDE_OP_NAME(addcdiv) OXIDE_OP_NAME(lerp_scalar) OXIDE_OP_NAME(lerp_tensor)
-OXIDE_OP_NAME(where) OXIDE_OP_NAME(angle) OXIDE_OP_NAME(conj_physical)
 
 } // namespace
 } // namespace oxide
 
+// The structured unary ops with a stub of their own name: this one list drives both the
+// DispatchStub (`<op>_stub`) and the three registrations (`op`, `op_`, `op.out`) of each.
+#define OXIDE_UNARY_OPS(X) \
+  X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(ceil) X(cos) X(cosh) X(erf) X(erfc) X(erfinv) \
+  X(exp) X(exp2) X(expm1) X(floor) X(frac) X(log) X(log10) X(log1p) X(log2) X(neg) X(reciprocal) \
+  X(round) X(rsqrt) X(sigmoid) X(sign) X(sgn) X(sin) X(sinc) X(sinh) X(sqrt) X(tan) X(tanh) X(trunc) \
+  X(lgamma) X(bitwise_not)
+
 namespace at::native {
-// Stubs: one line each, op name = the Rust kernel's name.
-#define OXIDE_STUB(stub, kind, n) REGISTER_PRIVATEUSE1_DISPATCH(stub, &::oxide::kind<::oxide::k_##n>)
+// Stubs: one line each, op = the Rust kernel's name (an OXIDE_POINTWISE_* id: a misspelt name does not compile).
+#define OXIDE_STUB(stub, kind, n) REGISTER_PRIVATEUSE1_DISPATCH(stub, &::oxide::kind<OXIDE_POINTWISE_##n>)
+#define OXIDE_UNARY_STUB(n) OXIDE_STUB(n##_stub, unary, n)
+OXIDE_UNARY_OPS(OXIDE_UNARY_STUB)
+#undef OXIDE_UNARY_STUB
 OXIDE_STUB(abs_stub, unary, abs)
-OXIDE_STUB(acos_stub, unary, acos)
-OXIDE_STUB(acosh_stub, unary, acosh)
-OXIDE_STUB(asin_stub, unary, asin)
-OXIDE_STUB(asinh_stub, unary, asinh)
-OXIDE_STUB(atan_stub, unary, atan)
-OXIDE_STUB(atanh_stub, unary, atanh)
-OXIDE_STUB(ceil_stub, unary, ceil)
-OXIDE_STUB(cos_stub, unary, cos)
-OXIDE_STUB(cosh_stub, unary, cosh)
-OXIDE_STUB(erf_stub, unary, erf)
-OXIDE_STUB(erfc_stub, unary, erfc)
-OXIDE_STUB(erfinv_stub, unary, erfinv)
-OXIDE_STUB(exp_stub, unary, exp)
-OXIDE_STUB(exp2_stub, unary, exp2)
-OXIDE_STUB(expm1_stub, unary, expm1)
-OXIDE_STUB(floor_stub, unary, floor)
-OXIDE_STUB(frac_stub, unary, frac)
-OXIDE_STUB(log_stub, unary, log)
-OXIDE_STUB(log10_stub, unary, log10)
-OXIDE_STUB(log1p_stub, unary, log1p)
-OXIDE_STUB(log2_stub, unary, log2)
-OXIDE_STUB(neg_stub, unary, neg)
-OXIDE_STUB(reciprocal_stub, unary, reciprocal)
-OXIDE_STUB(round_stub, unary, round)
-OXIDE_STUB(rsqrt_stub, unary, rsqrt)
-OXIDE_STUB(sigmoid_stub, unary, sigmoid)
-OXIDE_STUB(sign_stub, unary, sign)
-OXIDE_STUB(sgn_stub, unary, sgn)
 OXIDE_STUB(signbit_stub, unary, signbit)
-OXIDE_STUB(sin_stub, unary, sin)
-OXIDE_STUB(sinc_stub, unary, sinc)
-OXIDE_STUB(sinh_stub, unary, sinh)
-OXIDE_STUB(sqrt_stub, unary, sqrt)
-OXIDE_STUB(tan_stub, unary, tan)
-OXIDE_STUB(tanh_stub, unary, tanh)
-OXIDE_STUB(trunc_stub, unary, trunc)
-OXIDE_STUB(lgamma_stub, unary, lgamma)
-OXIDE_STUB(bitwise_not_stub, unary, bitwise_not)
 OXIDE_STUB(logical_not_stub, unary, logical_not)
 OXIDE_STUB(isposinf_stub, unary, isposinf)
 OXIDE_STUB(isneginf_stub, unary, isneginf)
@@ -469,15 +402,8 @@ at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& ot
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::native;
   // Unary: op(self), op_(self), op.out(self, out).
-#define OXIDE_UNARY(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n, #n "_", #n ".out")
-  OXIDE_UNARY(acos); OXIDE_UNARY(acosh); OXIDE_UNARY(asin); OXIDE_UNARY(asinh); OXIDE_UNARY(atan);
-  OXIDE_UNARY(atanh); OXIDE_UNARY(ceil); OXIDE_UNARY(cos); OXIDE_UNARY(cosh); OXIDE_UNARY(erf);
-  OXIDE_UNARY(erfc); OXIDE_UNARY(erfinv); OXIDE_UNARY(exp); OXIDE_UNARY(exp2); OXIDE_UNARY(expm1);
-  OXIDE_UNARY(floor); OXIDE_UNARY(frac); OXIDE_UNARY(log); OXIDE_UNARY(log10); OXIDE_UNARY(log1p);
-  OXIDE_UNARY(log2); OXIDE_UNARY(neg); OXIDE_UNARY(reciprocal); OXIDE_UNARY(round); OXIDE_UNARY(rsqrt);
-  OXIDE_UNARY(sigmoid); OXIDE_UNARY(sign); OXIDE_UNARY(sgn); OXIDE_UNARY(sin); OXIDE_UNARY(sinc);
-  OXIDE_UNARY(sinh); OXIDE_UNARY(sqrt); OXIDE_UNARY(tan); OXIDE_UNARY(tanh); OXIDE_UNARY(trunc);
-  OXIDE_UNARY(lgamma); OXIDE_UNARY(bitwise_not);
+#define OXIDE_UNARY(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n, #n "_", #n ".out");
+  OXIDE_UNARY_OPS(OXIDE_UNARY)
 #undef OXIDE_UNARY
   OXIDE_STRUCTURED(m, structured_signbit_out, "signbit", "", "signbit.out");
   OXIDE_STRUCTURED(m, structured_isposinf_out, "isposinf", "", "isposinf.out");

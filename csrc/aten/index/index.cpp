@@ -34,8 +34,7 @@ void run_index(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArray
     return;
   }
   IterArgs args(iter);
-  const auto device = iter.device(0).index();
-  OXIDE_CHECK(oxide_index(device, current_stream(device), &args.abi, sizes.size(), sizes.data(), strides.data(),
+  OXIDE_CHECK(oxide_index(launch_on(iter), &args.abi, sizes.size(), sizes.data(), strides.data(),
                           iter.element_size(0), put ? 1 : 0, accumulate ? 1 : 0, t_reject_negative ? 0 : 1));
 }
 
@@ -165,10 +164,9 @@ at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c
                   .add_const_input(mask)
                   .add_const_input(self)
                   .build();
-  static const int32_t id = pointwise_id("masked_fill");
   ScalarArgs s;
   s.set(0, value);
-  pointwise(iter, id, s, self.scalar_type());
+  pointwise(iter, OXIDE_POINTWISE_masked_fill, s, self.scalar_type());
   return self;
 }
 

@@ -274,8 +274,7 @@ void scatter_scalar_reduce_kernel(const at::Tensor& self, const int64_t dim, con
 // bool mask; linear order) and made the source contiguous.
 void masked_scatter_kernel(at::TensorIterator& iter, const at::TensorBase& source) {
   IterArgs args(iter);
-  const auto device = iter.device(0).index();
-  OXIDE_CHECK(oxide_masked_scatter(device, current_stream(device), &args.abi, source.const_data_ptr(),
+  OXIDE_CHECK(oxide_masked_scatter(launch_on(iter), &args.abi, source.const_data_ptr(),
                                    static_cast<size_t>(source.numel())));
 }
 

@@ -100,12 +100,7 @@ bool fast(TensorList self, std::initializer_list<TensorList> others, size_t scal
 // One kernel call: `out = op(inputs...)` over `numel` contiguous elements of `dtype`.
 // `broadcast` is an input read at stride 0 (a scalar operand, or a 0-dim tensor).
 struct Launch {
-  Launch(const char* name, const Tensor& first)
-      : device(first.device().index()),
-        stream(current_stream(device)),
-        threads(static_cast<int32_t>(at::get_num_threads())) {
-    id = pointwise_id(name);
-  }
+  Launch(OxidePointwiseOp op, const Tensor& first) : on(launch_on(first)), op(op) {}
 
   void run(const Tensor& out, std::initializer_list<const void*> inputs, int64_t numel, at::ScalarType dtype,
            const ScalarArgs& scalars, const void* broadcast = nullptr) {
@@ -122,15 +117,12 @@ struct Launch {
       dtypes[n] = static_cast<int32_t>(dtype);
       strides[n++] = p == broadcast ? 0 : size;
     }
-    const OxideIter abi{1, &numel, n, 1, data.data(), dtypes.data(), strides.data(), threads};
-    OXIDE_CHECK(oxide_pointwise_complex(device, stream, id, &abi, static_cast<int32_t>(dtype), scalars.f.data(),
-                                        scalars.i.data(), scalars.im.data()));
+    const OxideIter abi{1, &numel, n, 1, data.data(), dtypes.data(), strides.data()};
+    OXIDE_CHECK(oxide_pointwise(on, op, &abi, static_cast<int32_t>(dtype), scalars.abi()));
   }
 
-  c10::DeviceIndex device;
-  int64_t stream;
-  int32_t threads;
-  int32_t id = -1;
+  OxideLaunch on;
+  OxidePointwiseOp op;
 };
 
 // A scalar as a one-element operand of the tensors' dtype (the per-tensor operator
@@ -189,7 +181,7 @@ void bump_versions(TensorList self) {
 
 // Binary ops `out[i] = op(self[i], scalar_i)` (scalar_i from `scalar_of(i)`), `add` with alpha 1.
 template <typename ScalarOf>
-void binary_scalar(const char* op, TensorList out, TensorList self, ScalarOf scalar_of) {
+void binary_scalar(OxidePointwiseOp op, TensorList out, TensorList self, ScalarOf scalar_of) {
   Launch k(op, self[0]);
   const auto sa = args(1.0);
   for (size_t i = 0; i < self.size(); ++i) {
@@ -200,7 +192,7 @@ void binary_scalar(const char* op, TensorList out, TensorList self, ScalarOf sca
 }
 
 // Binary ops `out[i] = op(self[i], other[i])`, scalar parameter `param` (add's alpha).
-void binary_list(const char* op, TensorList out, TensorList self, TensorList other, const ScalarArgs& param) {
+void binary_list(OxidePointwiseOp op, TensorList out, TensorList self, TensorList other, const ScalarArgs& param) {
   Launch k(op, self[0]);
   for (size_t i = 0; i < self.size(); ++i) {
     k.run(out[i], {self[i].const_data_ptr(), other[i].const_data_ptr()}, self[i].numel(), self[i].scalar_type(),
@@ -210,7 +202,7 @@ void binary_list(const char* op, TensorList out, TensorList self, TensorList oth
 
 // Ternary ops `out[i] = op(self[i], t1[i], t2[i])` with value `value_of(i)` (addcmul/addcdiv).
 template <typename ValueOf>
-void ternary(const char* op, TensorList out, TensorList self, TensorList t1, TensorList t2, ValueOf value_of) {
+void ternary(OxidePointwiseOp op, TensorList out, TensorList self, TensorList t1, TensorList t2, ValueOf value_of) {
   Launch k(op, self[0]);
   for (size_t i = 0; i < self.size(); ++i) {
     k.run(out[i], {self[i].const_data_ptr(), t1[i].const_data_ptr(), t2[i].const_data_ptr()}, self[i].numel(),
@@ -218,7 +210,7 @@ void ternary(const char* op, TensorList out, TensorList self, TensorList t1, Ten
   }
 }
 
-void unary(const char* op, TensorList out, TensorList self) {
+void unary(OxidePointwiseOp op, TensorList out, TensorList self) {
   Launch k(op, self[0]);
   for (size_t i = 0; i < self.size(); ++i) {
     k.run(out[i], {self[i].const_data_ptr()}, self[i].numel(), self[i].scalar_type(), ScalarArgs{});
@@ -247,14 +239,14 @@ void add_scalar_(TensorList self, const Scalar& s) {
     return at::native::foreach_tensor_add_scalar_kernel_slow_(self, s);
   }
   bump_versions(self);
-  binary_scalar("add", self, self, [&](size_t) { return s; });
+  binary_scalar(OXIDE_POINTWISE_add, self, self, [&](size_t) { return s; });
 }
 std::vector<Tensor> add_scalar(TensorList self, const Scalar& s) {
   if (!fast(self, {}) || !plain(s)) {
     return at::native::foreach_tensor_add_scalar_kernel_slow(self, s);
   }
   auto out = empty_like_each(self);
-  binary_scalar("add", out, self, [&](size_t) { return s; });
+  binary_scalar(OXIDE_POINTWISE_add, out, self, [&](size_t) { return s; });
   return out;
 }
 void add_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
@@ -262,21 +254,21 @@ void add_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
     return at::native::foreach_tensor_add_scalarlist_kernel_slow_(self, s);
   }
   bump_versions(self);
-  binary_scalar("add", self, self, [&](size_t i) { return s[i]; });
+  binary_scalar(OXIDE_POINTWISE_add, self, self, [&](size_t i) { return s[i]; });
 }
 void add_list_(TensorList self, TensorList other, const Scalar& alpha) {
   if (!fast(self, {other}) || !plain(alpha)) {
     return at::native::foreach_tensor_add_list_kernel_slow_(self, other, alpha);
   }
   bump_versions(self);
-  binary_list("add", self, self, other, args(alpha));
+  binary_list(OXIDE_POINTWISE_add, self, self, other, args(alpha));
 }
 std::vector<Tensor> add_list(TensorList self, TensorList other, const Scalar& alpha) {
   if (!fast(self, {other}) || !plain(alpha)) {
     return at::native::foreach_tensor_add_list_kernel_slow(self, other, alpha);
   }
   auto out = empty_like_each(self);
-  binary_list("add", out, self, other, args(alpha));
+  binary_list(OXIDE_POINTWISE_add, out, self, other, args(alpha));
   return out;
 }
 
@@ -286,21 +278,21 @@ void mul_scalar_(TensorList self, const Scalar& s) {
     return at::native::foreach_tensor_mul_scalar_kernel_slow_(self, s);
   }
   bump_versions(self);
-  binary_scalar("mul", self, self, [&](size_t) { return s; });
+  binary_scalar(OXIDE_POINTWISE_mul, self, self, [&](size_t) { return s; });
 }
 void mul_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
   if (!fast(self, {}, s.size()) || !plain(s)) {
     return at::native::foreach_tensor_mul_scalarlist_kernel_slow_(self, s);
   }
   bump_versions(self);
-  binary_scalar("mul", self, self, [&](size_t i) { return s[i]; });
+  binary_scalar(OXIDE_POINTWISE_mul, self, self, [&](size_t i) { return s[i]; });
 }
 std::vector<Tensor> mul_scalarlist(TensorList self, ArrayRef<Scalar> s) {
   if (!fast(self, {}, s.size()) || !plain(s)) {
     return at::native::foreach_tensor_mul_scalarlist_kernel_slow(self, s);
   }
   auto out = empty_like_each(self);
-  binary_scalar("mul", out, self, [&](size_t i) { return s[i]; });
+  binary_scalar(OXIDE_POINTWISE_mul, out, self, [&](size_t i) { return s[i]; });
   return out;
 }
 void mul_list_(TensorList self, TensorList other) {
@@ -308,14 +300,14 @@ void mul_list_(TensorList self, TensorList other) {
     return at::native::foreach_tensor_mul_list_kernel_slow_(self, other);
   }
   bump_versions(self);
-  binary_list("mul", self, self, other, ScalarArgs{});
+  binary_list(OXIDE_POINTWISE_mul, self, self, other, ScalarArgs{});
 }
 void mul_tensor_(TensorList self, const Tensor& other) {
   if (!fast_tensor_scalar(self, other)) {
     return at::native::foreach_tensor_mul_tensor_kernel_slow_(self, other);
   }
   bump_versions(self);
-  Launch k("mul", self[0]);
+  Launch k(OXIDE_POINTWISE_mul, self[0]);
   const void* s = other.const_data_ptr();
   for (const auto& t : self) {
     k.run(t, {t.const_data_ptr(), s}, t.numel(), t.scalar_type(), ScalarArgs{}, s);
@@ -328,21 +320,21 @@ void div_scalar_(TensorList self, const Scalar& s) {
     return at::native::foreach_tensor_div_scalar_kernel_slow_(self, s);
   }
   bump_versions(self);
-  binary_scalar("div_true", self, self, [&](size_t) { return s; });
+  binary_scalar(OXIDE_POINTWISE_div_true, self, self, [&](size_t) { return s; });
 }
 void div_scalarlist_(TensorList self, ArrayRef<Scalar> s) {
   if (!fast(self, {}, s.size()) || !plain(s)) {
     return at::native::foreach_tensor_div_scalarlist_kernel_slow_(self, s);
   }
   bump_versions(self);
-  binary_scalar("div_true", self, self, [&](size_t i) { return s[i]; });
+  binary_scalar(OXIDE_POINTWISE_div_true, self, self, [&](size_t i) { return s[i]; });
 }
 void div_list_(TensorList self, TensorList other) {
   if (!fast(self, {other})) {
     return at::native::foreach_tensor_div_list_kernel_slow_(self, other);
   }
   bump_versions(self);
-  binary_list("div_true", self, self, other, ScalarArgs{});
+  binary_list(OXIDE_POINTWISE_div_true, self, self, other, ScalarArgs{});
 }
 
 // ---- lerp, addcmul, addcdiv ----
@@ -351,21 +343,21 @@ void lerp_scalar_(TensorList self, TensorList end, const Scalar& weight) {
     return at::native::foreach_tensor_lerp_list_kernel_slow_(self, end, weight);
   }
   bump_versions(self);
-  binary_list("lerp_scalar", self, self, end, args(weight));
+  binary_list(OXIDE_POINTWISE_lerp_scalar, self, self, end, args(weight));
 }
 void addcmul_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar& value) {
   if (!fast(self, {t1, t2}) || !plain(value)) {
     return at::native::foreach_tensor_addcmul_scalar_slow_(self, t1, t2, value);
   }
   bump_versions(self);
-  ternary("addcmul", self, self, t1, t2, [&](size_t) { return value; });
+  ternary(OXIDE_POINTWISE_addcmul, self, self, t1, t2, [&](size_t) { return value; });
 }
 std::vector<Tensor> addcmul_scalar(TensorList self, TensorList t1, TensorList t2, const Scalar& value) {
   if (!fast(self, {t1, t2}) || !plain(value)) {
     return at::native::foreach_tensor_addcmul_scalar_slow(self, t1, t2, value);
   }
   auto out = empty_like_each(self);
-  ternary("addcmul", out, self, t1, t2, [&](size_t) { return value; });
+  ternary(OXIDE_POINTWISE_addcmul, out, self, t1, t2, [&](size_t) { return value; });
   return out;
 }
 void addcdiv_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar& value) {
@@ -373,14 +365,14 @@ void addcdiv_scalar_(TensorList self, TensorList t1, TensorList t2, const Scalar
     return at::native::foreach_tensor_addcdiv_scalar_slow_(self, t1, t2, value);
   }
   bump_versions(self);
-  ternary("addcdiv", self, self, t1, t2, [&](size_t) { return value; });
+  ternary(OXIDE_POINTWISE_addcdiv, self, self, t1, t2, [&](size_t) { return value; });
 }
 void addcdiv_scalarlist_(TensorList self, TensorList t1, TensorList t2, ArrayRef<Scalar> values) {
   if (!fast(self, {t1, t2}, values.size()) || !plain(values)) {
     return at::native::foreach_tensor_addcdiv_scalarlist_slow_(self, t1, t2, values);
   }
   bump_versions(self);
-  ternary("addcdiv", self, self, t1, t2, [&](size_t i) { return values[i]; });
+  ternary(OXIDE_POINTWISE_addcdiv, self, self, t1, t2, [&](size_t i) { return values[i]; });
 }
 
 // ---- unary ----
@@ -389,7 +381,7 @@ std::vector<Tensor> sqrt(TensorList self) {
     return at::native::foreach_tensor_sqrt_slow(self);
   }
   auto out = empty_like_each(self);
-  unary("sqrt", out, self);
+  unary(OXIDE_POINTWISE_sqrt, out, self);
   return out;
 }
 void sqrt_(TensorList self) {
@@ -397,14 +389,14 @@ void sqrt_(TensorList self) {
     return at::native::foreach_tensor_sqrt_slow_(self);
   }
   bump_versions(self);
-  unary("sqrt", self, self);
+  unary(OXIDE_POINTWISE_sqrt, self, self);
 }
 std::vector<Tensor> neg(TensorList self) {
   if (!fast(self, {})) {
     return at::native::foreach_tensor_neg_slow(self);
   }
   auto out = empty_like_each(self);
-  unary("neg", out, self);
+  unary(OXIDE_POINTWISE_neg, out, self);
   return out;
 }
 std::vector<Tensor> abs(TensorList self) {
@@ -412,7 +404,7 @@ std::vector<Tensor> abs(TensorList self) {
     return at::native::foreach_tensor_abs_slow(self);
   }
   auto out = empty_like_each(self);
-  unary("abs", out, self);
+  unary(OXIDE_POINTWISE_abs, out, self);
   return out;
 }
 void reciprocal_(TensorList self) {
@@ -420,7 +412,7 @@ void reciprocal_(TensorList self) {
     return at::native::foreach_tensor_reciprocal_slow_(self);
   }
   bump_versions(self);
-  unary("reciprocal", self, self);
+  unary(OXIDE_POINTWISE_reciprocal, self, self);
 }
 
 } // namespace

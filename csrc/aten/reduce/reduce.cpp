@@ -44,8 +44,7 @@ namespace oxide {
 void reduce(at::TensorIteratorBase& iter, const char* name, double a, double b) {
   // Empty reductions still reach the kernel: outputs of an empty reduction get the identity.
   IterArgs args(iter);
-  const auto device = iter.device(0).index();
-  OXIDE_CHECK(oxide_reduce(device, current_stream(device), name, a, b, &args.abi));
+  OXIDE_CHECK(oxide_reduce(launch_on(iter), name, a, b, &args.abi));
 }
 
 namespace {

@@ -3,203 +3,182 @@
 
 use super::*;
 
-/// Strided device-to-device copy of `ndim`-dimensional operands whose
-/// elements are `elem_size` bytes, enqueued on `stream` of `device`.
-/// `shape`, `dst_strides`, `src_strides` hold `ndim` values (strides in elements).
+/// Strided device-to-device copy between two operands of one shape whose
+/// elements are `elem_size` bytes (any dtype, float8 and complex32 included:
+/// the copy moves bytes, so the dtype codes are not interpreted).
 ///
 /// # Safety
-/// The glue guarantees that every addressed element lies in live device
-/// memory and that destination and source do not overlap.
+/// Each [`OxideTensor`] describes live memory (see [`byte_operands`]); the
+/// operands do not overlap.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_copy_strided(
-    device: i32,
-    stream: i64,
-    elem_size: usize,
-    ndim: usize,
-    shape: *const i64,
-    dst: *mut c_void,
-    dst_strides: *const i64,
-    src: *const c_void,
-    src_strides: *const i64,
-) -> i32 {
+pub unsafe extern "C" fn oxide_copy_strided(on: OxideLaunch, elem_size: usize, dst: OxideTensor, src: OxideTensor) -> i32 {
     ffi(|| {
-        // SAFETY: the glue passes ndim-long arrays.
-        let (shape, ds, ss) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(src_strides, ndim)) };
-        let layout = Layout::new("copy_", shape, [ds, ss])?;
-        launch_raw(device, stream, layout.numel(), &[dst, src], || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::elementwise::copy::copy_strided(elem_size, &layout, dst as *mut u8, src as *const u8) }
+        // SAFETY: the function's contract.
+        let [dst, src] = unsafe { byte_operands("copy_", [&dst, &src]) }?;
+        if dst.sizes != src.sizes {
+            return Err(AbiError::Invalid(format!("copy_: operands of sizes {:?} and {:?}", dst.sizes, src.sizes)));
+        }
+        let layout = Layout::new("copy_", dst.sizes, [dst.strides, src.strides])?;
+        launch(&on, || {
+            // SAFETY: `layout` addresses only elements of the two decoded, checked operands.
+            unsafe { oxide_kernels::ops::elementwise::copy::copy_strided(elem_size, &layout, dst.data as *mut u8, src.data as *const u8) }
         })
     })
 }
 
-/// Concatenation of `count` contiguous device operands into the contiguous
-/// device operand `dst` (`torch.cat`): `dst` is `outer` rows, each made of
-/// part 0's next `part_bytes[0]` bytes, then part 1's, and so on. Enqueued on
-/// `stream` of `device`, on up to `threads` tasks.
+/// Concatenation (`torch.cat`) of `count` contiguous operands `parts` into the
+/// contiguous operand `dst`, all of `elem_size`-byte elements: `dst` is
+/// `outer` rows, each made of part 0's next row, then part 1's, and so on
+/// (a part's row is its element count / `outer`).
 ///
 /// # Safety
-/// `srcs` and `part_bytes` hold `count` values; part `i` holds
-/// `outer * part_bytes[i]` bytes of live device memory and `dst` their sum,
-/// overlapping no part.
+/// `parts` holds `count` [`OxideTensor`]s; each describes live memory (see
+/// [`byte_operands`]) and none overlaps `dst`.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_cat_contiguous(device: i32, stream: i64, count: usize, srcs: *const *const c_void, part_bytes: *const usize, outer: usize, dst: *mut c_void, threads: i32) -> i32 {
+pub unsafe extern "C" fn oxide_cat_contiguous(on: OxideLaunch, elem_size: usize, outer: usize, dst: OxideTensor, parts: *const OxideTensor, count: usize) -> i32 {
     ffi(|| {
-        // SAFETY: the glue passes count-long arrays.
-        let (srcs, sizes) = unsafe {
-            if count == 0 { (&[][..], &[][..]) } else { (std::slice::from_raw_parts(srcs, count), std::slice::from_raw_parts(part_bytes, count)) }
-        };
-        let parts: Vec<(*const u8, usize)> = srcs.iter().zip(sizes).filter(|(_, &n)| n > 0).map(|(&p, &n)| (p as *const u8, n)).collect();
-        let mut operands: Vec<*const c_void> = vec![dst as *const c_void];
-        operands.extend(parts.iter().map(|p| p.0 as *const c_void));
-        let bytes = outer * parts.iter().map(|p| p.1).sum::<usize>();
-        launch_raw(device, stream, bytes, &operands, || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &parts, dst as *mut u8, threads.max(1) as usize) };
+        // SAFETY: `parts` holds `count` descriptors.
+        let parts = unsafe { if count == 0 { &[][..] } else { std::slice::from_raw_parts(parts, count) } };
+        // SAFETY: the function's contract.
+        let [dst] = unsafe { byte_operands("cat", [&dst]) }?;
+        dst.contiguous("cat")?;
+        let mut rows: Vec<(*const u8, usize)> = Vec::with_capacity(count);
+        for part in parts {
+            // SAFETY: the function's contract.
+            let [p] = unsafe { byte_operands("cat", [part]) }?;
+            p.contiguous("cat")?;
+            if p.numel > 0 {
+                if outer == 0 || p.numel % outer != 0 {
+                    return Err(AbiError::Invalid(format!("cat: a part of {} elements is not {outer} rows", p.numel)));
+                }
+                rows.push((p.data as *const u8, p.numel / outer * elem_size));
+            }
+        }
+        let total: usize = rows.iter().map(|r| r.1).sum::<usize>() * outer;
+        if total != dst.numel * elem_size {
+            return Err(AbiError::Invalid(format!("cat: parts of {total} bytes for an output of {} bytes", dst.numel * elem_size)));
+        }
+        let threads = on.threads();
+        launch(&on, || {
+            // SAFETY: every part and `dst` were decoded and checked, are contiguous, and their sizes add up.
+            unsafe { oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &rows, dst.data as *mut u8, threads) };
             Ok::<(), oxide_kernels::Error>(())
         })
     })
 }
 
-/// Writes the `elem_size` bytes at `pattern` to every element of the strided
-/// device operand `dst` (`ndim` dimensions, strides in elements), enqueued on
-/// `stream` of `device`.
+/// Writes the `elem_size` bytes at `pattern` to every element of `dst` (any dtype).
 ///
 /// # Safety
-/// The glue guarantees that every addressed element lies in live device
-/// memory and that `pattern` holds `elem_size` readable bytes.
+/// `dst` describes live memory (see [`byte_operands`]); `pattern` holds `elem_size` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fill_strided(
-    device: i32,
-    stream: i64,
-    elem_size: usize,
-    ndim: usize,
-    shape: *const i64,
-    dst: *mut c_void,
-    dst_strides: *const i64,
-    pattern: *const c_void,
-) -> i32 {
+pub unsafe extern "C" fn oxide_fill_strided(on: OxideLaunch, elem_size: usize, dst: OxideTensor, pattern: *const c_void) -> i32 {
     ffi(|| {
-        // SAFETY: the glue passes ndim-long arrays.
-        let (shape, strides) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim)) };
-        let layout = Layout::new("fill_", shape, [strides])?;
-        launch_raw(device, stream, layout.numel(), &[dst], || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::elementwise::fill::fill_strided(elem_size, &layout, dst as *mut u8, pattern as *const u8) }
+        // SAFETY: the function's contract.
+        let [dst] = unsafe { byte_operands("fill_", [&dst]) }?;
+        let layout = Layout::new("fill_", dst.sizes, [dst.strides])?;
+        launch(&on, || {
+            // SAFETY: `layout` addresses only elements of the decoded, checked operand; `pattern` per the contract.
+            unsafe { oxide_kernels::ops::elementwise::fill::fill_strided(elem_size, &layout, dst.data as *mut u8, pattern as *const u8) }
         })
     })
 }
 
-/// The id of the pointwise op named `name` (see `oxide_kernels::ops::elementwise::pointwise`), or -1.
-/// The glue resolves each name once and caches the id.
-///
-/// # Safety
-/// `name` is a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn oxide_pointwise_lookup(name: *const c_char) -> i32 {
-    // SAFETY: caller contract.
-    let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
-    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::lookup(name).map_or(-1, |o| o.id())
+/// The scalar arguments of a pointwise op: up to 4 values, each as double
+/// (`f`) and as int64 (`i`) so that integer kernels see exact values, and the
+/// imaginary part of a complex scalar (`im`, 0 for real scalars).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OxideScalars {
+    pub f: [f64; 4],
+    pub i: [i64; 4],
+    pub im: [f64; 4],
 }
 
-/// Runs pointwise op `op` (an id from [`oxide_pointwise_lookup`]) over `iter`
-/// on `stream` of `device`, computing in the opmath type of dtype `common`
-/// (-1: the op family's default), with scalar arguments `f[0..4]` / `i[0..4]`
-/// (the same values as double and int64).
+fn pointwise_op(op: i32) -> Result<oxide_kernels::ops::elementwise::pointwise::PointwiseOp, AbiError> {
+    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))
+}
+
+/// Runs pointwise op `op` (an `OXIDE_POINTWISE_*` id of the generated
+/// `oxide_pointwise_ops.h`) over `iter`, computing in the opmath type of
+/// dtype `common` (-1: the op family's default; a complex dtype runs the op's
+/// complex kernel), with scalar arguments `scalars`.
 ///
 /// # Safety
-/// `iter` describes live memory as [`OxideIter`] states; `f` and `i` hold 4 values each.
+/// `iter` describes live memory as [`OxideIter`] states.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_pointwise(device: i32, stream: i64, op: i32, iter: *const OxideIter, common: i32, f: *const f64, i: *const i64) -> i32 {
+pub unsafe extern "C" fn oxide_pointwise(on: OxideLaunch, op: i32, iter: *const OxideIter, common: i32, scalars: OxideScalars) -> i32 {
     ffi(|| {
-        let o = oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
-        // SAFETY: caller contract.
-        let it = unsafe { tensor_iter(o.name(), &*iter) }?;
+        let o = pointwise_op(op)?;
+        // SAFETY: the function's contract.
+        let it = unsafe { tensor_iter(o.name(), &*iter, &on) }?;
         let common = if common < 0 { None } else { Some(dtype(common)?) };
-        // SAFETY: caller contract.
-        let ctx = unsafe {
-            oxide_kernels::ops::elementwise::pointwise::Ctx { f: std::ptr::read(f as *const [f64; 4]), i: std::ptr::read(i as *const [i64; 4]), ..Default::default() }
-        };
-        let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { o.run(&it, common, &ctx) })?;
-        Ok(r?)
+        let ctx = oxide_kernels::ops::elementwise::pointwise::Ctx { f: scalars.f, i: scalars.i, im: scalars.im, ..Default::default() };
+        launch(&on, || {
+            // SAFETY: `it` was built from checked operands by tensor_iter.
+            unsafe { o.run(&it, common, &ctx) }
+        })
     })
 }
 
-/// Fills operand 0 of `iter` with `arange` (`kind` 0: start `a`/`ia`, step
-/// `b`/`ib`) or `linspace` (`kind` 1: from `a` to `b` in `steps` values).
+/// Whether pointwise op `op` has a complex64/complex128 kernel; the glue runs
+/// the others on its counted CPU path.
+#[no_mangle]
+pub extern "C" fn oxide_pointwise_complex_supported(op: i32) -> bool {
+    pointwise_op(op).is_ok_and(|o| oxide_kernels::ops::elementwise::complex::supports(o.name()))
+}
+
+/// `arange` or `linspace` into operand 0 of an iterator ([`oxide_fill_sequence`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OxideSequence {
+    /// True: `linspace` from `start` to `end` in `steps` values; false: `arange`
+    /// from `start` (`istart`) by `end` (`istep`) as the step.
+    pub linspace: bool,
+    pub start: f64,
+    pub end: f64,
+    pub istart: i64,
+    pub istep: i64,
+    pub steps: i64,
+}
+
+/// Fills operand 0 of `iter` with the sequence `seq`.
 ///
 /// # Safety
 /// As [`oxide_pointwise`].
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fill_sequence(device: i32, stream: i64, iter: *const OxideIter, kind: i32, a: f64, b: f64, ia: i64, ib: i64, steps: i64) -> i32 {
+pub unsafe extern "C" fn oxide_fill_sequence(on: OxideLaunch, iter: *const OxideIter, seq: OxideSequence) -> i32 {
     use oxide_kernels::ops::elementwise::factory::{fill_sequence, Sequence};
     ffi(|| {
-        // SAFETY: caller contract.
-        let it = unsafe { tensor_iter("arange", &*iter) }?;
-        let seq = match kind {
-            0 => Sequence::Arange { start: a, step: b, istart: ia, istep: ib },
-            1 => Sequence::Linspace { start: a, end: b, steps },
-            k => return Err(AbiError::Invalid(format!("unknown sequence kind {k}"))),
+        // SAFETY: the function's contract.
+        let it = unsafe { tensor_iter("arange", &*iter, &on) }?;
+        let seq = if seq.linspace {
+            Sequence::Linspace { start: seq.start, end: seq.end, steps: seq.steps }
+        } else {
+            Sequence::Arange { start: seq.start, step: seq.end, istart: seq.istart, istep: seq.istep }
         };
-        let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { fill_sequence(&it, seq) })?;
-        Ok(r?)
+        launch(&on, || {
+            // SAFETY: `it` was built from checked operands by tensor_iter.
+            unsafe { fill_sequence(&it, seq) }
+        })
     })
 }
 
-// ---- complex64 / complex128 (oxide_kernels::ops::elementwise::complex) ----
-
-/// [`oxide_pointwise`] with complex scalar arguments: `re[0..4]` / `i[0..4]`
-/// are the scalars as double and int64 (real scalars as for
-/// [`oxide_pointwise`]), `im[0..4]` their imaginary parts (0 for real
-/// scalars). A complex compute dtype runs the op's complex kernel.
-///
-/// # Safety
-/// As [`oxide_pointwise`]; `im` holds 4 values.
-#[no_mangle]
-pub unsafe extern "C" fn oxide_pointwise_complex(device: i32, stream: i64, op: i32, iter: *const OxideIter, common: i32, re: *const f64, i: *const i64, im: *const f64) -> i32 {
-    ffi(|| {
-        let o = oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))?;
-        // SAFETY: caller contract.
-        let it = unsafe { tensor_iter(o.name(), &*iter) }?;
-        let common = if common < 0 { None } else { Some(dtype(common)?) };
-        // SAFETY: caller contract.
-        let ctx = unsafe {
-            oxide_kernels::ops::elementwise::pointwise::Ctx {
-                f: std::ptr::read(re as *const [f64; 4]),
-                i: std::ptr::read(i as *const [i64; 4]),
-                im: std::ptr::read(im as *const [f64; 4]),
-                ..Default::default()
-            }
-        };
-        let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { o.run(&it, common, &ctx) })?;
-        Ok(r?)
-    })
-}
-
-/// Whether pointwise op `op` (an id from [`oxide_pointwise_lookup`]) has a
-/// complex64/complex128 kernel; the glue runs the others on its counted CPU path.
-#[no_mangle]
-pub extern "C" fn oxide_pointwise_complex_supported(op: i32) -> bool {
-    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).is_some_and(|o| oxide_kernels::ops::elementwise::complex::supports(o.name()))
-}
-
-/// Converting copy on `stream` of `device`: operand 0 of `iter` (any dtype)
-/// receives operand 1 (any dtype, broadcast by stride 0) converted element
-/// for element as C++ `static_cast` (complex to real keeps the real part,
-/// complex to bool is "either part nonzero").
+/// Converting copy: operand 0 of `iter` (any dtype) receives operand 1 (any
+/// dtype, broadcast by stride 0) converted element for element as C++
+/// `static_cast` (complex to real keeps the real part, complex to bool is
+/// "either part nonzero").
 ///
 /// # Safety
 /// As [`oxide_pointwise`]; the operands do not overlap.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_cast(device: i32, stream: i64, iter: *const OxideIter) -> i32 {
+pub unsafe extern "C" fn oxide_cast(on: OxideLaunch, iter: *const OxideIter) -> i32 {
     ffi(|| {
-        // SAFETY: caller contract.
-        let it = unsafe { tensor_iter("copy_", &*iter) }?;
-        let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::ops::elementwise::complex::cast(&it) })?;
-        Ok(r?)
+        // SAFETY: the function's contract.
+        let it = unsafe { tensor_iter("copy_", &*iter, &on) }?;
+        launch(&on, || {
+            // SAFETY: `it` was built from checked operands by tensor_iter.
+            unsafe { oxide_kernels::ops::elementwise::complex::cast(&it) }
+        })
     })
 }

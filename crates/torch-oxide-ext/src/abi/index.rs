@@ -14,8 +14,7 @@ use super::*;
 /// As [`oxide_pointwise`]; `sizes` and `strides` hold `nindexed` values.
 #[no_mangle]
 pub unsafe extern "C" fn oxide_index(
-    device: i32,
-    stream: i64,
+    on: OxideLaunch,
     iter: *const OxideIter,
     nindexed: usize,
     sizes: *const i64,
@@ -27,21 +26,22 @@ pub unsafe extern "C" fn oxide_index(
 ) -> i32 {
     ffi(|| {
         // SAFETY: caller contract.
-        let it = unsafe { tensor_iter("index", &*iter) }?;
+        let it = unsafe { tensor_iter("index", &*iter, &on) }?;
         let ix = oxide_kernels::ops::index::index::Indexed {
             sizes: unsafe { dims(sizes, nindexed) },
             strides: unsafe { dims(strides, nindexed) },
             wrap_negative: wrap_negative != 0,
         };
-        let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe {
-            if put != 0 {
-                oxide_kernels::ops::index::index::index_put(&it, &ix, elem_size, accumulate != 0)
-            } else {
-                oxide_kernels::ops::index::index::index(&it, &ix, elem_size)
+        launch(&on, || {
+            // SAFETY: `it` was built from checked operands by tensor_iter; `ix` per the contract.
+            unsafe {
+                if put != 0 {
+                    oxide_kernels::ops::index::index::index_put(&it, &ix, elem_size, accumulate != 0)
+                } else {
+                    oxide_kernels::ops::index::index::index(&it, &ix, elem_size)
+                }
             }
-        })?;
-        Ok(r?)
+        })
     })
 }
 
@@ -118,11 +118,15 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
 /// # Safety
 /// As [`oxide_pointwise`]; `source` holds `source_len` elements.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_masked_scatter(device: i32, stream: i64, iter: *const OxideIter, source: *const c_void, source_len: usize) -> i32 {
+pub unsafe extern "C" fn oxide_masked_scatter(on: OxideLaunch, iter: *const OxideIter, source: *const c_void, source_len: usize) -> i32 {
     ffi(|| {
         // SAFETY: caller contract.
-        let it = unsafe { tensor_iter("masked_scatter", &*iter) }?;
-        launch_raw(device, stream, source_len, &[source], || unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source as *const u8, source_len) })
+        let it = unsafe { tensor_iter("masked_scatter", &*iter, &on) }?;
+        check_device_ptr(runtime()?, source, source_len)?;
+        launch(&on, || {
+            // SAFETY: `it` was built from checked operands by tensor_iter; `source` was checked and holds `source_len` elements.
+            unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source as *const u8, source_len) }
+        })
     })
 }
 

@@ -294,12 +294,8 @@ impl Operand<'_> {
     /// Refuses an operand that is not row-major contiguous (strides of a
     /// contiguous tensor; extents of 1 may have any stride, as in PyTorch).
     pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
-        let mut expected = 1i64;
-        for (&size, &stride) in self.sizes.iter().zip(self.strides).rev() {
-            if size != 1 && stride != expected {
-                return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?} is not contiguous (strides {:?})", self.sizes, self.strides)));
-            }
-            expected *= size;
+        if !is_contiguous(self.sizes, self.strides) {
+            return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?} is not contiguous (strides {:?})", self.sizes, self.strides)));
         }
         Ok(self)
     }
@@ -327,16 +323,79 @@ pub(crate) unsafe fn operands<'a, const N: usize>(op: &'static str, ts: [&'a Oxi
         if t.data.is_null() {
             continue;
         }
-        if !(OXIDE_ACCESS_READ..=OXIDE_ACCESS_READ_WRITE).contains(&t.access) {
-            return Err(AbiError::Invalid(format!("{op}: unknown access mode {}", t.access)));
-        }
-        // SAFETY: the caller's contract: both arrays hold `ndim` values.
-        let (sizes, strides) = unsafe { (dims(t.sizes, t.ndim), dims(t.strides, t.ndim)) };
-        let numel = extents(op, sizes)?.iter().product();
-        check_device_ptr(rt, t.data, numel)?;
+        // SAFETY: the caller's contract.
+        let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
         *slot = Some(Operand { data: t.data, dtype: dtype(t.dtype)?, sizes, strides, numel, access: t.access });
     }
     Ok(out)
+}
+
+/// An operand of a kernel that moves bytes (copy, fill, cat): like [`Operand`]
+/// without a dtype, since such kernels also serve dtypes the kernels do not
+/// compute in (float8, complex32).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ByteOperand<'a> {
+    pub data: *mut c_void,
+    pub sizes: &'a [i64],
+    pub strides: &'a [i64],
+    pub numel: usize,
+}
+
+impl ByteOperand<'_> {
+    /// Refuses an operand that is not row-major contiguous.
+    pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
+        if !is_contiguous(self.sizes, self.strides) {
+            return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?} is not contiguous (strides {:?})", self.sizes, self.strides)));
+        }
+        Ok(self)
+    }
+}
+
+/// Whether `sizes`/`strides` (elements) describe a row-major contiguous
+/// tensor; extents of 1 may have any stride, as in PyTorch.
+fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    let mut expected = 1i64;
+    for (&size, &stride) in sizes.iter().zip(strides).rev() {
+        if size != 1 && stride != expected {
+            return false;
+        }
+        expected *= size;
+    }
+    true
+}
+
+/// The shared part of decoding: sizes and strides as slices, the element
+/// count (negative sizes refused), the device check of an operand with elements.
+///
+/// # Safety
+/// As for [`operands`].
+unsafe fn decode<'a>(op: &'static str, rt: &oxide_runtime::Runtime, t: &'a OxideTensor) -> Result<(&'a [i64], &'a [i64], usize), AbiError> {
+    if !(OXIDE_ACCESS_READ..=OXIDE_ACCESS_READ_WRITE).contains(&t.access) {
+        return Err(AbiError::Invalid(format!("{op}: unknown access mode {}", t.access)));
+    }
+    // SAFETY: the caller's contract: both arrays hold `ndim` values.
+    let (sizes, strides) = unsafe { (dims(t.sizes, t.ndim), dims(t.strides, t.ndim)) };
+    let numel = extents(op, sizes)?.iter().product();
+    check_device_ptr(rt, t.data, numel)?;
+    Ok((sizes, strides, numel))
+}
+
+/// Decodes the operands of a byte-moving kernel (all required), as [`operands`] does but without dtypes.
+///
+/// # Safety
+/// As for [`operands`].
+pub(crate) unsafe fn byte_operands<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[ByteOperand<'a>; N], AbiError> {
+    let rt = runtime()?;
+    let mut out = Vec::with_capacity(N);
+    for t in ts {
+        if t.data.is_null() {
+            return Err(AbiError::Invalid(format!("{op}: a required operand is missing (null data)")));
+        }
+        // SAFETY: the caller's contract.
+        let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
+        out.push(ByteOperand { data: t.data, sizes, strides, numel });
+    }
+    Ok(out.try_into().unwrap_or_else(|_| unreachable!("N operands in, N out")))
 }
 
 /// [`operands`] for operands that must all be present.
@@ -398,8 +457,9 @@ fn launch_raw<T, E: Into<AbiError>>(
 
 /// A `TensorIterator` as the glue hands it over: `ndim` extents (dimension 0
 /// fastest), and per operand (outputs first) a data pointer, a dtype code and
-/// `ndim` byte strides (operand-major in `strides`). `threads` is PyTorch's
-/// `at::get_num_threads()`.
+/// `ndim` byte strides (operand-major in `strides`). The iterator's own
+/// layout (permuted, coalesced dimensions and byte strides) is why its
+/// operands are not [`OxideTensor`]s.
 #[repr(C)]
 pub struct OxideIter {
     pub ndim: usize,
@@ -409,7 +469,6 @@ pub struct OxideIter {
     pub data: *const *mut c_void,
     pub dtypes: *const i32,
     pub strides: *const i64,
-    pub threads: i32,
 }
 
 /// Converts an [`OxideIter`] and checks that every operand that is not a
@@ -417,7 +476,7 @@ pub struct OxideIter {
 ///
 /// # Safety
 /// The arrays hold the counts the struct states.
-unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
+unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
     use oxide_kernels::engine::iter::{Operand, TensorIter};
     // SAFETY: caller contract.
     let (shape, data, dtypes, strides) = unsafe {
@@ -438,7 +497,7 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter) -> Result<oxide_kernels:
         }
         operands.push((Operand { ptr: data[k] as *mut u8, dtype: dtype(dtypes[k])? }, s));
     }
-    Ok(TensorIter::new(op, shape, operands, it.noutputs, it.threads.max(1) as usize)?)
+    Ok(TensorIter::new(op, shape, operands, it.noutputs, on.threads())?)
 }
 
 /// `usize` extents from `i64` ones (negative extents are rejected).

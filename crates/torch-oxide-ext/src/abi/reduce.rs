@@ -10,16 +10,17 @@ use super::*;
 /// # Safety
 /// As [`oxide_pointwise`]; `name` is NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_reduce(device: i32, stream: i64, name: *const c_char, a: f64, b: f64, iter: *const OxideIter) -> i32 {
+pub unsafe extern "C" fn oxide_reduce(on: OxideLaunch, name: *const c_char, a: f64, b: f64, iter: *const OxideIter) -> i32 {
     ffi(|| {
         // SAFETY: caller contract.
         let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
         let op = oxide_kernels::ops::reduce::reduce::ReduceOp::lookup(name, a, b).ok_or_else(|| AbiError::Invalid(format!("unknown reduction {name}")))?;
         // SAFETY: caller contract.
-        let it = unsafe { tensor_iter("reduce", &*iter) }?;
-        let rt = runtime()?;
-        let (_, r) = rt.device(device as i64)?.streams().launch(stream, || unsafe { oxide_kernels::ops::reduce::reduce::reduce(op, &it) })?;
-        Ok(r?)
+        let it = unsafe { tensor_iter("reduce", &*iter, &on) }?;
+        launch(&on, || {
+            // SAFETY: `it` was built from checked operands by tensor_iter.
+            unsafe { oxide_kernels::ops::reduce::reduce::reduce(op, &it) }
+        })
     })
 }
 

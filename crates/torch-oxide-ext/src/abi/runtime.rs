@@ -291,12 +291,6 @@ pub extern "C" fn oxide_event_record(e: *const OxideEvent, device: i32, stream: 
     })
 }
 
-/// Device the event was last recorded on, or -1.
-#[no_mangle]
-pub extern "C" fn oxide_event_device(e: *const OxideEvent, out: *mut i32) -> i32 {
-    ffi(|| put(out, event(e)?.get().recorded_on().map_or(-1, |(d, _)| d as i32)))
-}
-
 /// `cudaEventQuery`.
 #[no_mangle]
 pub extern "C" fn oxide_event_query(e: *const OxideEvent, out: *mut bool) -> i32 {

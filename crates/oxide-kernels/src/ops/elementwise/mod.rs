@@ -8,3 +8,4 @@ pub mod cast;
 pub mod copy;
 pub mod fill;
 pub mod factory;
+pub mod table_names;

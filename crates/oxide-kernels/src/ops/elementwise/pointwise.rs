@@ -716,6 +716,13 @@ mod tests {
     }
 
     #[test]
+    fn source_reading_gives_the_table_in_order() {
+        let read = crate::ops::elementwise::table_names::pointwise_op_names(include_str!("pointwise.rs"));
+        let compiled: Vec<String> = PointwiseOp::all().iter().map(|o| o.name().trim_start_matches("r#").to_string()).collect();
+        assert_eq!(read, compiled, "the glue's op ids (read from this file by build.rs) must follow PointwiseOp::all()");
+    }
+
+    #[test]
     fn float_unary_ops_match_std() {
         let x: Vec<f32> = vec![-2.5, -1.0, -0.25, 0.0, 0.3, 0.75, 1.5, 3.0];
         let ctx = Ctx::default();
