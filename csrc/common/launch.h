@@ -20,7 +20,8 @@ inline OxideLaunch launch_on(const at::Tensor& t) {
 
 // `t` as an operand the kernel accesses as `access` (an OXIDE_ACCESS_*); the
 // sizes and strides arrays are `t`'s own, valid while `t` is neither resized nor freed.
-// An undefined tensor is an absent optional operand (null data).
+// An undefined tensor is an absent optional operand (null data and null sizes); an
+// empty tensor may have null data but always has its sizes array.
 inline OxideTensor tensor_arg(const at::Tensor& t, int32_t access) {
   if (!t.defined()) {
     return OxideTensor{nullptr, 0, 0, nullptr, nullptr, access};

@@ -249,8 +249,9 @@ pub const OXIDE_ACCESS_WRITE: i32 = 1;
 pub const OXIDE_ACCESS_READ_WRITE: i32 = 2;
 
 /// One operand of a kernel: a strided view of device memory. `data` is the
-/// address of the first element (null for an absent optional operand), `sizes`
-/// and `strides` hold `ndim` values, strides in elements.
+/// address of the first element, `sizes` and `strides` hold `ndim` values,
+/// strides in elements. An absent optional operand has null `data` and null
+/// `sizes`; a present empty tensor may have null `data` but never null `sizes`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OxideTensor {
@@ -260,6 +261,13 @@ pub struct OxideTensor {
     pub sizes: *const i64,
     pub strides: *const i64,
     pub access: i32,
+}
+
+impl OxideTensor {
+    /// An absent optional operand (an undefined tensor in the glue).
+    fn is_absent(&self) -> bool {
+        self.data.is_null() && self.sizes.is_null()
+    }
 }
 
 /// An [`OxideTensor`] decoded by [`operands`]: dtype known, arrays as slices,
@@ -310,8 +318,8 @@ impl Operand<'_> {
 }
 
 /// Decodes every operand of a kernel: dtype codes, access modes and sizes must
-/// be valid, and every operand with elements must be device memory. Operands
-/// with a null `data` pointer are absent optional operands: `None`.
+/// be valid, and every operand with elements must be device memory. Absent
+/// optional operands (null `data` and `sizes`) are `None`.
 ///
 /// # Safety
 /// Each operand's `sizes` and `strides` point to `ndim` readable values that
@@ -320,7 +328,7 @@ pub(crate) unsafe fn operands<'a, const N: usize>(op: &'static str, ts: [&'a Oxi
     let rt = runtime()?;
     let mut out = [None; N];
     for (slot, t) in out.iter_mut().zip(ts) {
-        if t.data.is_null() {
+        if t.is_absent() {
             continue;
         }
         // SAFETY: the caller's contract.
@@ -352,8 +360,12 @@ impl ByteOperand<'_> {
 }
 
 /// Whether `sizes`/`strides` (elements) describe a row-major contiguous
-/// tensor; extents of 1 may have any stride, as in PyTorch.
+/// tensor; as in PyTorch, extents of 1 may have any stride and an empty
+/// tensor is contiguous whatever its strides.
 fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    if sizes.contains(&0) {
+        return true;
+    }
     let mut expected = 1i64;
     for (&size, &stride) in sizes.iter().zip(strides).rev() {
         if size != 1 && stride != expected {
@@ -388,8 +400,8 @@ pub(crate) unsafe fn byte_operands<'a, const N: usize>(op: &'static str, ts: [&'
     let rt = runtime()?;
     let mut out = Vec::with_capacity(N);
     for t in ts {
-        if t.data.is_null() {
-            return Err(AbiError::Invalid(format!("{op}: a required operand is missing (null data)")));
+        if t.is_absent() {
+            return Err(AbiError::Invalid(format!("{op}: a required operand is missing")));
         }
         // SAFETY: the caller's contract.
         let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
@@ -407,7 +419,7 @@ pub(crate) unsafe fn required<'a, const N: usize>(op: &'static str, ts: [&'a Oxi
     let decoded = unsafe { operands(op, ts) }?;
     let mut out = Vec::with_capacity(N);
     for d in decoded {
-        out.push(d.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing (null data)")))?);
+        out.push(d.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing")))?);
     }
     Ok(out.try_into().unwrap_or_else(|_| unreachable!("N operands in, N out")))
 }
