@@ -9,6 +9,7 @@
 // dtype.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/native/ReduceAllOps.h>
@@ -44,8 +45,7 @@ namespace oxide {
 void reduce(at::TensorIteratorBase& iter, const char* name, double a, double b) {
   // Empty reductions still reach the kernel: outputs of an empty reduction get the identity.
   IterArgs args(iter);
-  const auto device = iter.device(0).index();
-  OXIDE_CHECK(oxide_reduce(device, current_stream(device), name, a, b, &args.abi));
+  OXIDE_CHECK(oxide_reduce(launch_on(iter.tensor(0)), name, a, b, &args.abi));
 }
 
 namespace {

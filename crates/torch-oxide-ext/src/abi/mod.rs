@@ -462,3 +462,73 @@ fn philox(p: &OxidePhilox) -> impl Fn(u64) -> [u32; 4] + Sync {
     let offset = p.offset;
     move |i| engine.block(offset.wrapping_add(i))
 }
+
+// ---- Operands that may be empty (reduce, index, linalg, optim, random) ----
+
+/// [`operands`], where an operand without elements may have a null `data`
+/// pointer, as PyTorch's empty tensors do: it decodes as present, with
+/// `numel == 0`. An absent optional operand (the glue's undefined tensor:
+/// null data and no dimensions, hence one element) stays `None`.
+///
+/// # Safety
+/// As for [`operands`].
+pub(crate) unsafe fn operands_or_empty<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[Option<Operand<'a>>; N], AbiError> {
+    // SAFETY: the caller's contract.
+    let mut out = unsafe { operands(op, ts) }?;
+    for (slot, t) in out.iter_mut().zip(ts) {
+        if !t.data.is_null() || t.ndim == 0 {
+            continue;
+        }
+        // SAFETY: the caller's contract: both arrays hold `ndim` values.
+        let (sizes, strides) = unsafe { (dims(t.sizes, t.ndim), dims(t.strides, t.ndim)) };
+        if extents(op, sizes)?.contains(&0) {
+            if !(OXIDE_ACCESS_READ..=OXIDE_ACCESS_READ_WRITE).contains(&t.access) {
+                return Err(AbiError::Invalid(format!("{op}: unknown access mode {}", t.access)));
+            }
+            *slot = Some(Operand { data: t.data, dtype: dtype(t.dtype)?, sizes, strides, numel: 0, access: t.access });
+        }
+    }
+    Ok(out)
+}
+
+/// [`operands_or_empty`] for operands that must all be present.
+///
+/// # Safety
+/// As for [`operands`].
+pub(crate) unsafe fn required_or_empty<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[Operand<'a>; N], AbiError> {
+    // SAFETY: the caller's contract.
+    let decoded = unsafe { operands_or_empty(op, ts) }?;
+    let mut out = Vec::with_capacity(N);
+    for d in decoded {
+        out.push(d.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing (null data)")))?);
+    }
+    Ok(out.try_into().unwrap_or_else(|_| unreachable!("N operands in, N out")))
+}
+
+/// `o`, refused when absent (a required operand among optional ones).
+pub(crate) fn present<'a>(op: &'static str, o: Option<Operand<'a>>) -> Result<Operand<'a>, AbiError> {
+    o.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing (null data)")))
+}
+
+impl Operand<'_> {
+    /// Refuses an operand whose dtype is not `dtype`.
+    pub fn dtype_is(&self, op: &'static str, dtype: oxide_kernels::DType) -> Result<&Self, AbiError> {
+        if self.dtype != dtype {
+            return Err(AbiError::Invalid(format!("{op}: operand of dtype {}, expected {}", self.dtype.name(), dtype.name())));
+        }
+        Ok(self)
+    }
+
+    /// Refuses an operand whose sizes are not `sizes`.
+    pub fn sizes_are(&self, op: &'static str, sizes: &[i64]) -> Result<&Self, AbiError> {
+        if self.sizes != sizes {
+            return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?}, expected {sizes:?}", self.sizes)));
+        }
+        Ok(self)
+    }
+
+    /// Strides as `isize`, as the strided kernels take them.
+    pub fn istrides(&self) -> Vec<isize> {
+        self.strides.iter().map(|&s| s as isize).collect()
+    }
+}
