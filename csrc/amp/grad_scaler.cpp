@@ -2,6 +2,7 @@
 // argument checks: _amp_foreach_non_finite_check_and_unscale_ and
 // _amp_update_scale_. The loops are Rust (oxide_kernels::ops::optim::amp).
 #include "common/device_check.h"
+#include "common/launch.h"
 #include "common/oxide.h"
 
 #include <c10/core/DeviceGuard.h>
@@ -26,9 +27,7 @@ void non_finite_check_and_unscale(at::TensorList self, at::Tensor& found_inf, co
       continue;
     }
     const c10::DeviceGuard guard(t.device());
-    OXIDE_CHECK(oxide_amp_unscale(t.device().index(), current_stream(t.device().index()),
-                                  static_cast<int32_t>(t.scalar_type()), static_cast<size_t>(t.dim()),
-                                  t.sizes().data(), t.mutable_data_ptr(), t.strides().data(), inv, &found));
+    OXIDE_CHECK(oxide_amp_unscale(launch_on(t), inout_arg(t), inv, &found));
   }
   if (found) {
     found_inf.fill_(1.0);
@@ -46,10 +45,8 @@ at::Tensor& update_scale(at::Tensor& self, at::Tensor& growth_tracker, const at:
   TORCH_CHECK(growth_tracker.scalar_type() == at::kInt, "growth_tracker must be an int tensor.");
   TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
   const c10::DeviceGuard guard(self.device());
-  OXIDE_CHECK(oxide_amp_update_scale(self.device().index(), current_stream(self.device().index()),
-                                     self.mutable_data_ptr<float>(), growth_tracker.mutable_data_ptr<int32_t>(),
-                                     found_inf.const_data_ptr<float>(), growth_factor, backoff_factor,
-                                     growth_interval));
+  OXIDE_CHECK(oxide_amp_update_scale(launch_on(self), inout_arg(self), inout_arg(growth_tracker), in_arg(found_inf),
+                                     growth_factor, backoff_factor, growth_interval));
   return self;
 }
 

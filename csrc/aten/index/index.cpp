@@ -4,6 +4,7 @@
 // the loops are Rust (oxide_kernels::ops::index::index; masked_fill is a pointwise op).
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/ExpandUtils.h>
@@ -34,8 +35,8 @@ void run_index(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArray
     return;
   }
   IterArgs args(iter);
-  OXIDE_CHECK(oxide_index(launch_on(iter), &args.abi, sizes.size(), sizes.data(), strides.data(),
-                          iter.element_size(0), put ? 1 : 0, accumulate ? 1 : 0, t_reject_negative ? 0 : 1));
+  OXIDE_CHECK(oxide_index(launch_on(iter), &args.abi, sizes.size(), sizes.data(), strides.data(), put, accumulate,
+                          !t_reject_negative));
 }
 
 void index_kernel(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::IntArrayRef strides) {

@@ -5,6 +5,7 @@
 // masked_scatter_ run PyTorch's own operators around stubs on oxide_kernels::ops::index::scatter.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/ExpandUtils.h>
@@ -249,14 +250,8 @@ void scatter_reduce_run(const at::Tensor& self_, int64_t dim, const at::Tensor& 
   const auto index = as_vector(index_);
   const auto src = scalar ? src_ : as_vector(src_);
   dim = at::maybe_wrap_dim(dim, self.dim());
-  const std::vector<int64_t> zeros(index.dim(), 0);
-  const auto device = self.device().index();
-  OXIDE_CHECK(oxide_scatter_reduce(
-      device, current_stream(device), static_cast<int32_t>(reduce), static_cast<int32_t>(self.scalar_type()),
-      static_cast<size_t>(index.dim()), index.sizes().data(), static_cast<size_t>(dim), self.size(dim),
-      self.mutable_data_ptr(), self.strides().data(), src.const_data_ptr(), scalar ? zeros.data() : src.strides().data(),
-      static_cast<int32_t>(index.scalar_type()), index.const_data_ptr(), index.strides().data(),
-      static_cast<int32_t>(at::get_num_threads())));
+  OXIDE_CHECK(oxide_scatter_reduce(launch_on(self), static_cast<int32_t>(reduce), static_cast<size_t>(dim), inout_arg(self),
+                                   in_arg(src), in_arg(index)));
 }
 
 void scatter_reduce_kernel(const at::Tensor& self, const int64_t dim, const at::Tensor& index, const at::Tensor& src,
@@ -274,8 +269,7 @@ void scatter_scalar_reduce_kernel(const at::Tensor& self, const int64_t dim, con
 // bool mask; linear order) and made the source contiguous.
 void masked_scatter_kernel(at::TensorIterator& iter, const at::TensorBase& source) {
   IterArgs args(iter);
-  OXIDE_CHECK(oxide_masked_scatter(launch_on(iter), &args.abi, source.const_data_ptr(),
-                                   static_cast<size_t>(source.numel())));
+  OXIDE_CHECK(oxide_masked_scatter(launch_on(iter), &args.abi, in_arg(at::Tensor(source))));
 }
 
 // masked_scatter_: PyTorch's checks and iterator (its CPU entry point refuses other

@@ -5,6 +5,7 @@
 // PyTorch's own device-generic implementation over these.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/ops/addbmm_native.h>
@@ -18,13 +19,6 @@
 
 namespace oxide {
 namespace {
-
-OxideMatrix matrix(const at::Tensor& t) {
-  // Views (b, r, c) or (r, c); batch stride 0 for a 2-d operand.
-  const bool batched = t.dim() == 3;
-  const int r = batched ? 1 : 0;
-  return OxideMatrix{t.data_ptr(), batched ? t.stride(0) : 0, t.stride(r), t.stride(r + 1)};
-}
 
 // c = alpha * a @ b + beta * c for 2-d or 3-d operands of one dtype.
 // A conjugate or negative bit is materialised first; the kernel reads raw memory.
@@ -50,10 +44,8 @@ void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, d
     }
     return;
   }
-  const auto device = c.device().index();
-  OXIDE_CHECK(oxide_gemm(device, current_stream(device), static_cast<int32_t>(c.scalar_type()),
-                         static_cast<size_t>(batch), static_cast<size_t>(m), static_cast<size_t>(n),
-                         static_cast<size_t>(k), alpha, matrix(a), matrix(b), beta, matrix(c)));
+  // Operands (b, r, c) or (r, c); the kernel reads c only for beta != 0.
+  OXIDE_CHECK(oxide_gemm(launch_on(c), beta == 0 ? out_arg(c) : inout_arg(c), alpha, in_arg(a), in_arg(b), beta));
 }
 
 // out = beta * self + alpha * (a @ b): self is broadcast into out first unless it is out.

@@ -5,6 +5,7 @@
 // count increment); `grad_scale` divides the gradients.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <torch/library.h>
 
@@ -47,7 +48,8 @@ struct Operand {
       original.copy_(data);
     }
   }
-  void* ptr() { return data.defined() ? data.data_ptr() : nullptr; }
+  // The kernel's operand (absent when undefined); it may read and write it.
+  OxideTensor arg() const { return inout_arg(data); }
   at::Tensor original; // shares the caller's storage
   at::Tensor data;
 };
@@ -71,10 +73,7 @@ void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, 
     Operand vmax(amsgrad ? max_exp_avg_sqs[i] : at::Tensor());
     // With a grad scale the kernel leaves the unscaled gradient in it, as CPU's and CUDA's fused steps do.
     Operand g(grads[i]);
-    const auto device = params[i].device().index();
-    OXIDE_CHECK(oxide_fused_adam(device, current_stream(device), static_cast<int32_t>(params[i].scalar_type()),
-                                 params[i].numel(), p.ptr(), g.ptr(), m.ptr(), v.ptr(), vmax.ptr(), &h,
-                                 at::get_num_threads()));
+    OXIDE_CHECK(oxide_fused_adam(launch_on(params[i]), p.arg(), g.arg(), m.arg(), v.arg(), vmax.arg(), &h));
     if (scale.has_value()) {
       g.commit();
     }
@@ -116,9 +115,7 @@ void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_bu
     Operand p(params[i]);
     Operand buf(momentum != 0 ? momentum_buffers[i] : at::Tensor());
     Operand g(grads[i]);
-    const auto device = params[i].device().index();
-    OXIDE_CHECK(oxide_fused_sgd(device, current_stream(device), static_cast<int32_t>(params[i].scalar_type()),
-                                params[i].numel(), p.ptr(), g.ptr(), buf.ptr(), &h, at::get_num_threads()));
+    OXIDE_CHECK(oxide_fused_sgd(launch_on(params[i]), p.arg(), g.arg(), buf.arg(), &h));
     if (scale.has_value()) {
       g.commit();
     }

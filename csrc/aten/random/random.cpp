@@ -5,6 +5,7 @@
 // the loop to the Rust Philox4x32-10 kernels. native_dropout, randperm and
 // multinomial have no stub and are implemented here on the same kernels.
 #include "common/device_check.h"
+#include "common/launch.h"
 #include "common/oxide.h"
 
 #include <ATen/TensorIterator.h>
@@ -34,7 +35,7 @@ int32_t dtype_code(c10::ScalarType t) {
   return static_cast<int32_t>(t);
 }
 
-// One sample per element of a strided operand (sizes/strides in elements).
+// One sample per element of a strided operand of `self`'s dtype (sizes/strides in elements).
 void sample(const at::TensorBase& self, c10::IntArrayRef sizes, c10::IntArrayRef strides, void* data,
             OxideDistribution dist, const std::optional<at::Generator>& gen) {
   const int64_t numel = c10::multiply_integers(sizes);
@@ -43,9 +44,9 @@ void sample(const at::TensorBase& self, c10::IntArrayRef sizes, c10::IntArrayRef
   }
   const c10::DeviceGuard guard(self.device());
   const OxidePhilox state = philox_reserve(gen, self.device(), static_cast<uint64_t>(numel));
-  OXIDE_CHECK(oxide_random_sample(self.device().index(), current_stream(self.device().index()),
-                                  dtype_code(self.scalar_type()), sizes.size(), sizes.data(), data, strides.data(),
-                                  dist, state));
+  const OxideTensor dst{data, dtype_code(self.scalar_type()), sizes.size(), sizes.data(), strides.data(),
+                        OXIDE_ACCESS_WRITE};
+  OXIDE_CHECK(oxide_random_sample(launch_on(at::Tensor(self)), dst, dist, state));
 }
 
 // TensorIterator operands carry byte strides; the kernels take element strides.
@@ -116,10 +117,8 @@ void bernoulli_tensor_kernel(const at::TensorBase& self, const at::TensorBase& p
   // Probabilities as float64 on self's device, broadcast to self (as the CPU kernel's expand_inplace).
   const at::Tensor p = at::Tensor(p_).to(self.device(), at::kDouble).expand(self.sizes());
   const OxidePhilox state = philox_reserve(gen, self.device(), static_cast<uint64_t>(self.numel()));
-  OXIDE_CHECK(oxide_bernoulli_tensor(self.device().index(), current_stream(self.device().index()),
-                                     dtype_code(self.scalar_type()), static_cast<size_t>(self.dim()),
-                                     self.sizes().data(), self.mutable_data_ptr(), self.strides().data(),
-                                     p.const_data_ptr(), p.strides().data(), state));
+  const at::Tensor dst(self);
+  OXIDE_CHECK(oxide_bernoulli_tensor(launch_on(dst), out_arg(dst), in_arg(p), state));
 }
 
 OxideDistribution integers(int64_t base, uint64_t range) {
@@ -161,10 +160,7 @@ void masked_scale(const at::Tensor& out, const at::Tensor& input, const at::Tens
   const c10::DeviceGuard guard(out.device());
   const at::Tensor m = mask.expand(out.sizes());
   const at::Tensor in = input.expand(out.sizes());
-  OXIDE_CHECK(oxide_masked_scale(out.device().index(), current_stream(out.device().index()),
-                                 dtype_code(out.scalar_type()), static_cast<size_t>(out.dim()), out.sizes().data(),
-                                 out.mutable_data_ptr(), out.strides().data(), in.const_data_ptr(),
-                                 in.strides().data(), m.const_data_ptr(), m.strides().data(), scale));
+  OXIDE_CHECK(oxide_masked_scale(launch_on(out), out_arg(out), in_arg(in), in_arg(m), scale));
 }
 
 // native_dropout as the CPU kernel defines it: in training, mask ~ Bernoulli(1 - p)
@@ -219,8 +215,7 @@ at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor
   }
   const c10::DeviceGuard guard(out.device());
   const OxidePhilox state = philox_reserve(gen, out.device(), static_cast<uint64_t>(n));
-  OXIDE_CHECK(oxide_randperm(out.device().index(), current_stream(out.device().index()),
-                             dtype_code(out.scalar_type()), n, out.mutable_data_ptr(), out.stride(0), state));
+  OXIDE_CHECK(oxide_randperm(launch_on(out), out_arg(out), state));
   return out;
 }
 
@@ -254,9 +249,7 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   at::Tensor samples = result.is_contiguous() ? result : at::empty(result.sizes(), result.options());
   const uint64_t blocks = static_cast<uint64_t>(rows) * static_cast<uint64_t>(replacement ? n_sample : categories);
   const OxidePhilox state = philox_reserve(gen, self.device(), blocks);
-  OXIDE_CHECK(oxide_multinomial(self.device().index(), current_stream(self.device().index()), dtype_code(compute),
-                                static_cast<size_t>(rows), static_cast<size_t>(categories), weights.const_data_ptr(),
-                                static_cast<size_t>(n_sample), replacement, samples.mutable_data_ptr(), state));
+  OXIDE_CHECK(oxide_multinomial(launch_on(samples), out_arg(samples), in_arg(weights), replacement, state));
   if (!samples.is_same(result)) {
     result.copy_(samples);
   }

@@ -4,6 +4,7 @@
 // oxide_kernels::ops::reduce::histogram.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/native/Histogram.h>
 #include <ATen/ops/empty.h>
@@ -26,11 +27,8 @@ void histogram_linear_kernel(const at::Tensor& self, const std::optional<at::Ten
                               "oxide: weighted, normalised or multi-dimensional histograms have no native kernel");
   const auto edges = bin_edges[0].contiguous();
   auto dst = hist.is_contiguous() ? hist : at::empty(hist.sizes(), hist.options());
-  const auto device = hist.device().index();
-  OXIDE_CHECK(oxide_histc(device, current_stream(device), static_cast<int32_t>(self.scalar_type()),
-                          static_cast<size_t>(self.size(0)), self.const_data_ptr(), self.stride(0),
-                          edges.const_data_ptr(), static_cast<size_t>(edges.numel()), local_search ? 1 : 0,
-                          dst.mutable_data_ptr(), static_cast<int32_t>(at::get_num_threads())));
+  // The (N, 1) input as the 1-d column of N values the kernel counts.
+  OXIDE_CHECK(oxide_histc(launch_on(dst), out_arg(dst), in_arg(self.select(1, 0)), in_arg(edges), local_search));
   if (!dst.is_same(hist)) {
     hist.copy_(dst);
   }
@@ -45,13 +43,10 @@ at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>
   if (self.dim() == 1 && self.numel() == 0) {
     return at::zeros({minlength}, self.options().dtype(at::kLong));
   }
-  const auto device = self.device().index();
-  const auto stream = current_stream(device);
   int64_t lo = 0, hi = -1;
   bool any = false;
   if (self.dim() == 1) {
-    OXIDE_CHECK(oxide_bincount_range(device, stream, static_cast<int32_t>(st), static_cast<size_t>(self.numel()),
-                                     self.const_data_ptr(), self.stride(0), &lo, &hi, &any));
+    OXIDE_CHECK(oxide_bincount_range(launch_on(self), in_arg(self), &lo, &hi, &any));
   }
   TORCH_CHECK(self.dim() == 1 && lo >= 0, "bincount only supports 1-d non-negative integral inputs.");
   TORCH_CHECK(hi < std::numeric_limits<int64_t>::max(), "maximum value of input overflowed, it should be < ",
@@ -65,11 +60,7 @@ at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>
     weights = weights.to(at::kDouble);
   }
   auto out = at::empty({nbins}, self.options().dtype(weights.defined() ? weights.scalar_type() : at::kLong));
-  OXIDE_CHECK(oxide_bincount(device, stream, static_cast<int32_t>(st), static_cast<size_t>(self.numel()),
-                             self.const_data_ptr(), self.stride(0),
-                             weights.defined() ? static_cast<int32_t>(weights.scalar_type()) : -1,
-                             weights.defined() ? weights.const_data_ptr() : nullptr,
-                             weights.defined() ? weights.stride(0) : 0, out.mutable_data_ptr(), static_cast<size_t>(nbins)));
+  OXIDE_CHECK(oxide_bincount(launch_on(self), out_arg(out), in_arg(self), in_arg(weights)));
   return out;
 }
 

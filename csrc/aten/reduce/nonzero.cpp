@@ -4,6 +4,7 @@
 // mask, which PyTorch's indexing turns into nonzero.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/Resize.h>
@@ -20,12 +21,8 @@ at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type",
               out.scalar_type());
   TORCH_CHECK(self.numel() < std::numeric_limits<int>::max(), "nonzero is not supported for tensors with more than INT_MAX elements");
-  const auto device = self.device().index();
-  const auto stream = current_stream(device);
-  const auto dt = static_cast<int32_t>(self.scalar_type());
   size_t count = 0;
-  OXIDE_CHECK(oxide_nonzero(device, stream, dt, self.dim(), self.sizes().data(), self.strides().data(),
-                            self.const_data_ptr(), nullptr, &count));
+  OXIDE_CHECK(oxide_nonzero(launch_on(self), in_arg(self), out_arg(at::Tensor()), &count));
   const auto n = static_cast<int64_t>(count);
   if (at::native::resize_output(out, {n, self.dim()})) {
     // A freshly sized result is column-major, as CPU's (strides (1, n)); PyTorch's
@@ -35,8 +32,7 @@ at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
   if (count > 0 && self.dim() > 0) {
     // Coordinates are written row-major; a transposed out (as CPU allows) goes through a temporary.
     auto dst = out.is_contiguous() ? out : at::empty(out.sizes(), out.options());
-    OXIDE_CHECK(oxide_nonzero(device, stream, dt, self.dim(), self.sizes().data(), self.strides().data(),
-                              self.const_data_ptr(), dst.mutable_data_ptr<int64_t>(), &count));
+    OXIDE_CHECK(oxide_nonzero(launch_on(self), in_arg(self), out_arg(dst), nullptr));
     if (!dst.is_same(out)) {
       out.copy_(dst);
     }

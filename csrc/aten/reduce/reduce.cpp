@@ -9,6 +9,7 @@
 // dtype.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/native/ReduceAllOps.h>

@@ -4,6 +4,7 @@
 // four: oxide_kernels::ops::reduce::scan.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/MemoryOverlap.h>
@@ -26,12 +27,7 @@ void scan(int32_t op, const at::Tensor& out, const at::Tensor& self, int64_t dim
   const auto o = out.dim() == 0 ? out.view({1}) : out;
   const auto i = indices == nullptr ? at::Tensor() : (indices->dim() == 0 ? indices->view({1}) : *indices);
   dim = at::maybe_wrap_dim(dim, s.dim());
-  const auto device = o.device().index();
-  OXIDE_CHECK(oxide_scan(device, current_stream(device), op, static_cast<size_t>(s.dim()), s.sizes().data(),
-                         static_cast<size_t>(dim), static_cast<int32_t>(s.scalar_type()), s.const_data_ptr(),
-                         s.strides().data(), static_cast<int32_t>(o.scalar_type()), o.mutable_data_ptr(),
-                         o.strides().data(), i.defined() ? i.mutable_data_ptr<int64_t>() : nullptr,
-                         i.defined() ? i.strides().data() : nullptr, static_cast<int32_t>(at::get_num_threads())));
+  OXIDE_CHECK(oxide_scan(launch_on(o), op, static_cast<size_t>(dim), out_arg(o), in_arg(s), out_arg(i)));
 }
 
 // A scan reads elements it has already written past: an out= that partly overlaps

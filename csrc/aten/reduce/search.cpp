@@ -4,6 +4,7 @@
 // with the arguments in the other order.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/native/BucketizationUtils.h>
 #include <ATen/native/Resize.h>
@@ -30,16 +31,7 @@ at::Tensor& searchsorted_tensor_out(const at::Tensor& boundaries, const at::Tens
   const auto& seq = bd.defined() ? bd : boundaries;
   const auto& order = srt.defined() ? srt : sorter;
   auto dst = result.is_contiguous() ? result : at::empty(result.sizes(), result.options());
-  const auto len = seq.size(-1);
-  // Value i searches boundary row i / per_row: one row for 1-d boundaries.
-  const auto per_row = seq.dim() == 1 ? values.numel() : values.size(-1);
-  const auto device = dst.device().index();
-  OXIDE_CHECK(oxide_searchsorted(device, current_stream(device), static_cast<int32_t>(values.scalar_type()),
-                                 values.const_data_ptr(), static_cast<size_t>(values.numel()), static_cast<size_t>(per_row),
-                                 seq.const_data_ptr(), static_cast<size_t>(len),
-                                 order.defined() ? order.const_data_ptr<int64_t>() : nullptr, is_right ? 1 : 0,
-                                 static_cast<int32_t>(dst.scalar_type()), dst.mutable_data_ptr(),
-                                 static_cast<int32_t>(at::get_num_threads())));
+  OXIDE_CHECK(oxide_searchsorted(launch_on(dst), out_arg(dst), in_arg(values), in_arg(seq), in_arg(order), is_right));
   if (!dst.is_same(result)) {
     result.copy_(dst);
   }

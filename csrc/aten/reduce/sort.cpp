@@ -3,6 +3,7 @@
 // the arguments and size the outputs; oxide_kernels::ops::reduce::sort sorts the rows.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/WrapDimUtils.h>
@@ -26,12 +27,7 @@ void sort_kernel(const at::TensorBase& self, const at::TensorBase& values_base, 
   }
   auto rows = values.movedim(dim, -1).contiguous();
   auto idx = at::empty(rows.sizes(), rows.options().dtype(at::kLong));
-  const auto len = rows.size(-1);
-  const auto device = rows.device().index();
-  OXIDE_CHECK(oxide_sort_rows(device, current_stream(device), static_cast<int32_t>(rows.scalar_type()),
-                              static_cast<size_t>(rows.numel() / len), static_cast<size_t>(len), rows.mutable_data_ptr(),
-                              idx.mutable_data_ptr<int64_t>(), descending ? 1 : 0,
-                              static_cast<int32_t>(at::get_num_threads())));
+  OXIDE_CHECK(oxide_sort_rows(launch_on(rows), inout_arg(rows), out_arg(idx), descending));
   values.copy_(rows.movedim(-1, dim));
   indices.copy_(idx.movedim(-1, dim));
 }

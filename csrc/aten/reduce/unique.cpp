@@ -4,6 +4,7 @@
 // instead of sorted. Shapes, and the empty results not asked for, follow CPU.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/WrapDimUtils.h>
 #include <ATen/ops/empty.h>
@@ -30,24 +31,18 @@ Groups group_rows(const at::Tensor& rows, bool sort, bool want_inverse, bool wan
   const auto n = rows.size(0);
   const auto m = rows.size(1);
   const auto opts = rows.options().dtype(at::kLong);
-  const auto device = rows.device().index();
-  const auto stream = current_stream(device);
-  const auto dt = static_cast<int32_t>(rows.scalar_type());
-  at::Tensor perm;
+  at::Tensor perm;  // undefined (absent) unless sorted
   if (sort) {
     perm = at::empty({n}, opts);
-    OXIDE_CHECK(oxide_argsort_rows(device, stream, dt, n, m, rows.const_data_ptr(), perm.mutable_data_ptr<int64_t>(),
-                                   static_cast<int32_t>(at::get_num_threads())));
+    OXIDE_CHECK(oxide_argsort_rows(launch_on(rows), in_arg(rows), out_arg(perm)));
   }
   Groups g;
   g.reps = at::empty({n}, opts);
   g.inverse = want_inverse ? at::empty({n}, opts) : at::Tensor();
   g.counts = want_counts ? at::empty({n}, opts) : at::Tensor();
   size_t k = 0;
-  OXIDE_CHECK(oxide_unique_consecutive(device, stream, dt, n, m, rows.const_data_ptr(),
-                                       sort ? perm.const_data_ptr<int64_t>() : nullptr, g.reps.mutable_data_ptr<int64_t>(),
-                                       want_inverse ? g.inverse.mutable_data_ptr<int64_t>() : nullptr,
-                                       want_counts ? g.counts.mutable_data_ptr<int64_t>() : nullptr, &k));
+  OXIDE_CHECK(oxide_unique_consecutive(launch_on(rows), in_arg(rows), in_arg(perm), out_arg(g.reps), out_arg(g.inverse),
+                                       out_arg(g.counts), &k));
   g.k = static_cast<int64_t>(k);
   g.reps.resize_({g.k});
   if (want_counts) {
@@ -71,12 +66,9 @@ Triple unique_flat(const at::Tensor& self, bool sort, bool return_inverse, bool 
     auto values = at::empty({256}, self.options());
     auto counts = return_counts ? at::empty({256}, opts) : at::Tensor();
     auto inverse = return_inverse ? at::empty(self.sizes(), opts) : at::empty({0}, opts);
-    const auto device = self.device().index();
     size_t k = 0;
-    OXIDE_CHECK(oxide_unique_bytes(device, current_stream(device), static_cast<int32_t>(dt), flat.numel(),
-                                   flat.const_data_ptr(), values.mutable_data_ptr(),
-                                   return_inverse ? inverse.mutable_data_ptr<int64_t>() : nullptr,
-                                   return_counts ? counts.mutable_data_ptr<int64_t>() : nullptr, &k));
+    OXIDE_CHECK(oxide_unique_bytes(launch_on(flat), in_arg(flat), out_arg(values),
+                                   out_arg(return_inverse ? inverse : at::Tensor()), out_arg(counts), &k));
     const auto groups = static_cast<int64_t>(k);
     return {values.narrow(0, 0, groups).clone(), inverse,
             return_counts ? counts.narrow(0, 0, groups).clone() : at::empty({0}, opts)};

@@ -4,14 +4,15 @@
 use super::*;
 
 /// Advanced indexing over `iter` (destination, source, `nindexed` index
-/// operands): `put == 0` gathers (`x[idx]`), otherwise scatters (`x[idx] = v`,
-/// adding when `accumulate != 0`). `sizes`/`strides` (bytes) describe the
-/// indexed dimensions of the restrided tensor; elements are `elem_size` bytes.
-/// Negative indices count from the end when `wrap_negative != 0`, else they are
-/// out of range (index_select, embedding).
+/// operands), on `on`: `put == false` gathers (`x[idx]`), otherwise scatters
+/// (`x[idx] = v`, adding when `accumulate`). `sizes`/`strides` (bytes)
+/// describe the indexed dimensions of the restrided tensor; elements are of
+/// the destination's dtype. Negative indices count from the end when
+/// `wrap_negative`, else they are out of range (index_select, embedding).
 ///
 /// # Safety
-/// As [`oxide_pointwise`]; `sizes` and `strides` hold `nindexed` values.
+/// `iter` is a valid [`OxideIter`] (see [`tensor_iter`]); `sizes` and
+/// `strides` hold `nindexed` values.
 #[no_mangle]
 pub unsafe extern "C" fn oxide_index(
     on: OxideLaunch,
@@ -19,24 +20,23 @@ pub unsafe extern "C" fn oxide_index(
     nindexed: usize,
     sizes: *const i64,
     strides: *const i64,
-    elem_size: usize,
-    put: i32,
-    accumulate: i32,
-    wrap_negative: i32,
+    put: bool,
+    accumulate: bool,
+    wrap_negative: bool,
 ) -> i32 {
     ffi(|| {
-        // SAFETY: caller contract.
+        // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("index", &*iter, &on) }?;
-        let ix = oxide_kernels::ops::index::index::Indexed {
-            sizes: unsafe { dims(sizes, nindexed) },
-            strides: unsafe { dims(strides, nindexed) },
-            wrap_negative: wrap_negative != 0,
-        };
+        // SAFETY: the function's contract: both arrays hold `nindexed` values.
+        let ix = oxide_kernels::ops::index::index::Indexed { sizes: unsafe { dims(sizes, nindexed) }, strides: unsafe { dims(strides, nindexed) }, wrap_negative };
+        // PyTorch's `iter.element_size(0)`: the destination's element size.
+        let elem_size = it.dtype(0).size();
         launch(&on, || {
-            // SAFETY: `it` was built from checked operands by tensor_iter; `ix` per the contract.
+            // SAFETY: `tensor_iter` checked the iterator's operands; the kernel checks every
+            // index against `sizes` before it addresses the indexed tensor.
             unsafe {
-                if put != 0 {
-                    oxide_kernels::ops::index::index::index_put(&it, &ix, elem_size, accumulate != 0)
+                if put {
+                    oxide_kernels::ops::index::index::index_put(&it, &ix, elem_size, accumulate)
                 } else {
                     oxide_kernels::ops::index::index::index(&it, &ix, elem_size)
                 }
@@ -46,35 +46,20 @@ pub unsafe extern "C" fn oxide_index(
 }
 
 /// Scatter with reduction `reduce` (an `OXIDE_REDUCE_*`) along `dim`: for
-/// every position of the index shape (`ndim` extents), the element of `out`
-/// at that position with coordinate `dim` replaced by the index is combined
-/// with the source element (see `oxide_kernels::ops::index::scatter::scatter_reduce`).
-/// `dim_size` is `out`'s extent along `dim`; strides are in elements, `ndim`
-/// per operand (all zero for a scalar source); the index is int64 or int32.
+/// every position of `index` (int64 or int32), the element of `out` at that
+/// position with coordinate `dim` replaced by the index is combined with the
+/// element of `src` at that position (see
+/// `oxide_kernels::ops::index::scatter::scatter_reduce`). `out`, `src` and
+/// `index` have one number of dimensions, and `index` fits in both (`out`
+/// outside `dim`); a 0-dim `src` is a scalar read for every position.
 ///
 /// # Safety
-/// Arrays hold `ndim` values; every addressed element is live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_scatter_reduce(
-    device: i32,
-    stream: i64,
-    reduce: i32,
-    dtype_code: i32,
-    ndim: usize,
-    shape: *const i64,
-    dim: usize,
-    dim_size: i64,
-    out: *mut c_void,
-    out_strides: *const i64,
-    src: *const c_void,
-    src_strides: *const i64,
-    index_dtype: i32,
-    index: *const c_void,
-    index_strides: *const i64,
-    threads: i32,
-) -> i32 {
-    use oxide_kernels::ops::index::scatter::{scatter_reduce, ScatterReduce, Strided};
+pub unsafe extern "C" fn oxide_scatter_reduce(on: OxideLaunch, reduce: i32, dim: usize, out: OxideTensor, src: OxideTensor, index: OxideTensor) -> i32 {
+    use oxide_kernels::ops::index::scatter::{scatter_reduce, Scatter, ScatterReduce, Strided};
     ffi(|| {
+        const OP: &str = "scatter_reduce";
         let reduce = match reduce {
             OXIDE_REDUCE_MAX => ScatterReduce::Amax,
             OXIDE_REDUCE_MEAN => ScatterReduce::Mean,
@@ -83,49 +68,57 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
             OXIDE_REDUCE_PROD => ScatterReduce::Prod,
             r => return Err(AbiError::Invalid(format!("unknown scatter reduction {r}"))),
         };
-        let (dt, idt) = (dtype(dtype_code)?, dtype(index_dtype)?);
-        // SAFETY: caller contract.
-        let shape = extents("scatter_reduce", unsafe { dims(shape, ndim) })?;
-        let conv = |p: *const i64| -> Vec<isize> { unsafe { dims(p, ndim) }.iter().map(|&s| s as isize).collect() };
-        let (os, ss, is) = (conv(out_strides), conv(src_strides), conv(index_strides));
-        let numel: usize = shape.iter().product();
-        // A broadcast scalar source may live in host memory (a CPU scalar): only strided operands are checked.
-        let mut operands = vec![out as *const c_void, index];
-        if ss.iter().any(|&s| s != 0) {
-            operands.push(src);
+        // SAFETY: the function's contract.
+        let [out, src, index] = unsafe { required(OP, [&out, &src, &index]) }?;
+        let dt = common_dtype(OP, &[&out, &src])?;
+        let nd = index.sizes.len();
+        let scalar = src.sizes.is_empty();
+        let fits = |o: &Operand, skip: Option<usize>| o.sizes.len() == nd && (0..nd).all(|d| Some(d) == skip || index.sizes[d] <= o.sizes[d]);
+        if dim >= nd || !fits(&out, Some(dim)) || !(scalar || fits(&src, None)) {
+            return Err(AbiError::Invalid(format!("{OP}: index of sizes {:?} along dim {dim} does not fit out {:?} and src {:?}", index.sizes, out.sizes, src.sizes)));
         }
-        launch_raw(device, stream, numel, &operands, || unsafe {
-            scatter_reduce(
-                reduce,
-                dt,
-                &shape,
-                dim,
-                dim_size.max(0) as usize,
-                Strided { ptr: out as *mut u8, strides: &os },
-                Strided { ptr: src as *mut u8, strides: &ss },
-                idt,
-                Strided { ptr: index as *mut u8, strides: &is },
-                threads.max(1) as usize,
-            )
+        let shape = index.extents();
+        let (os, is) = (out.istrides(), index.istrides());
+        // A scalar source is read for every position: all-zero strides.
+        let ss = if scalar { vec![0; nd] } else { src.istrides() };
+        let s = Scatter { reduce, shape: &shape, dim, dim_size: out.sizes[dim] as usize };
+        launch(&on, || {
+            // SAFETY: every position of `index` lies within `src` and, outside `dim`, `out`
+            // (checked above); the kernel checks each index against `dim_size` before writing.
+            unsafe {
+                scatter_reduce(
+                    s,
+                    dt,
+                    Strided { ptr: out.dst(), strides: &os },
+                    Strided { ptr: src.data as *mut u8, strides: &ss },
+                    index.dtype,
+                    Strided { ptr: index.data as *mut u8, strides: &is },
+                    on.threads(),
+                )
+            }
         })
     })
 }
 
-/// `masked_scatter_` over `iter` (output, bool mask; linear order): the
-/// k-th set mask element receives element k of the contiguous `source`
-/// (`source_len` elements of the output's dtype).
+/// `masked_scatter_` over `iter` (output, bool mask; linear order), on `on`:
+/// the k-th set mask element receives element k of the contiguous `source`
+/// (of the output's dtype).
 ///
 /// # Safety
-/// As [`oxide_pointwise`]; `source` holds `source_len` elements.
+/// `iter` is a valid [`OxideIter`] (see [`tensor_iter`]); `source` describes
+/// live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_masked_scatter(on: OxideLaunch, iter: *const OxideIter, source: *const c_void, source_len: usize) -> i32 {
+pub unsafe extern "C" fn oxide_masked_scatter(on: OxideLaunch, iter: *const OxideIter, source: OxideTensor) -> i32 {
     ffi(|| {
-        // SAFETY: caller contract.
+        // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("masked_scatter", &*iter, &on) }?;
-        check_device_ptr(runtime()?, source, source_len)?;
+        // SAFETY: the function's contract.
+        let [source] = unsafe { required("masked_scatter", [&source]) }?;
+        source.contiguous("masked_scatter")?.dtype_is("masked_scatter (source)", it.dtype(0))?;
         launch(&on, || {
-            // SAFETY: `it` was built from checked operands by tensor_iter; `source` was checked and holds `source_len` elements.
-            unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source as *const u8, source_len) }
+            // SAFETY: `source` holds `numel` contiguous elements of the output's dtype (checked
+            // above); the kernel refuses a mask with more set elements than that.
+            unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source.src(), source.numel) }
         })
     })
 }

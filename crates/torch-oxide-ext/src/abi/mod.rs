@@ -315,6 +315,27 @@ impl Operand<'_> {
         }
         Ok(self)
     }
+
+    /// Refuses an operand whose dtype is not `dtype`.
+    pub fn dtype_is(&self, op: &'static str, dtype: oxide_kernels::DType) -> Result<&Self, AbiError> {
+        if self.dtype != dtype {
+            return Err(AbiError::Invalid(format!("{op}: operand of dtype {}, expected {}", self.dtype.name(), dtype.name())));
+        }
+        Ok(self)
+    }
+
+    /// Refuses an operand whose sizes are not `sizes`.
+    pub fn sizes_are(&self, op: &'static str, sizes: &[i64]) -> Result<&Self, AbiError> {
+        if self.sizes != sizes {
+            return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?}, expected {sizes:?}", self.sizes)));
+        }
+        Ok(self)
+    }
+
+    /// Strides as `isize`, as the strided kernels take them.
+    pub fn istrides(&self) -> Vec<isize> {
+        self.strides.iter().map(|&s| s as isize).collect()
+    }
 }
 
 /// Decodes every operand of a kernel: dtype codes, access modes and sizes must
@@ -422,6 +443,11 @@ pub(crate) unsafe fn required<'a, const N: usize>(op: &'static str, ts: [&'a Oxi
         out.push(d.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing")))?);
     }
     Ok(out.try_into().unwrap_or_else(|_| unreachable!("N operands in, N out")))
+}
+
+/// `o`, refused when absent (a required operand among optional ones).
+pub(crate) fn present<'a>(op: &'static str, o: Option<Operand<'a>>) -> Result<Operand<'a>, AbiError> {
+    o.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing")))
 }
 
 /// The dtype all of `ops` share; refused when they differ (a kernel reads

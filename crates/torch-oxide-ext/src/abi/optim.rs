@@ -3,33 +3,24 @@
 
 use super::*;
 
-/// `_amp_foreach_non_finite_check_and_unscale_` for one strided device operand:
+/// `_amp_foreach_non_finite_check_and_unscale_` for one strided operand:
 /// scales it in place by `inv_scale` and ORs "found a NaN/inf" into `*found`.
 ///
 /// # Safety
-/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+/// `t` describes live memory (see [`operands`]); `found` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_amp_unscale(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    ndim: usize,
-    shape: *const i64,
-    data: *mut c_void,
-    strides: *const i64,
-    inv_scale: f64,
-    found: *mut bool,
-) -> i32 {
+pub unsafe extern "C" fn oxide_amp_unscale(on: OxideLaunch, t: OxideTensor, inv_scale: f64, found: *mut bool) -> i32 {
+    const OP: &str = "_amp_foreach_non_finite_check_and_unscale_";
     ffi(|| {
-        // SAFETY: the glue passes ndim-long arrays.
-        let layout = Layout::new("_amp_foreach_non_finite_check_and_unscale_", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
-        let dt = dtype(dtype_code)?;
-        let any = launch_raw(device, stream, layout.numel(), &[data], || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::optim::amp::unscale_and_check(dt, &layout, data as *mut u8, inv_scale) }
+        // SAFETY: the function's contract.
+        let [t] = unsafe { required(OP, [&t]) }?;
+        let layout = Layout::new(OP, t.sizes, [t.strides])?;
+        let any = launch(&on, || {
+            // SAFETY: `layout` addresses only elements of the decoded operand.
+            unsafe { oxide_kernels::ops::optim::amp::unscale_and_check(t.dtype, &layout, t.dst(), inv_scale) }
         })?;
-        // SAFETY: found is the glue's local.
         if any && !found.is_null() {
+            // SAFETY: non-null, and the glue passes its own local.
             unsafe { *found = true };
         }
         Ok(())
@@ -40,27 +31,33 @@ pub unsafe extern "C" fn oxide_amp_unscale(
 /// `growth_tracker` (int32) and `found_inf` (float32).
 ///
 /// # Safety
-/// The three pointers address one live device element each.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
 pub unsafe extern "C" fn oxide_amp_update_scale(
-    device: i32,
-    stream: i64,
-    scale: *mut f32,
-    growth_tracker: *mut i32,
-    found_inf: *const f32,
+    on: OxideLaunch,
+    scale: OxideTensor,
+    growth_tracker: OxideTensor,
+    found_inf: OxideTensor,
     growth_factor: f64,
     backoff_factor: f64,
     growth_interval: i64,
 ) -> i32 {
+    use oxide_kernels::DType;
+    const OP: &str = "_amp_update_scale_";
     ffi(|| {
-        let operands = [scale as *const c_void, growth_tracker as *const c_void, found_inf as *const c_void];
-        launch_raw(device, stream, 1, &operands, || -> Result<(), AbiError> {
-            // SAFETY: one element each, per the contract.
+        // SAFETY: the function's contract.
+        let [scale, growth_tracker, found_inf] = unsafe { required(OP, [&scale, &growth_tracker, &found_inf]) }?;
+        scale.dtype_is(OP, DType::F32)?.numel_is(OP, 1)?;
+        growth_tracker.dtype_is(OP, DType::I32)?.numel_is(OP, 1)?;
+        found_inf.dtype_is(OP, DType::F32)?.numel_is(OP, 1)?;
+        let (sp, tp, fp) = (scale.dst() as *mut f32, growth_tracker.dst() as *mut i32, found_inf.src() as *const f32);
+        launch(&on, || -> Result<(), AbiError> {
+            // SAFETY: each operand is one element of the dtype read here (checked above).
             unsafe {
-                let (mut s, mut t) = (scale.read_unaligned(), growth_tracker.read_unaligned());
-                oxide_kernels::ops::optim::amp::update_scale(&mut s, &mut t, found_inf.read_unaligned(), growth_factor, backoff_factor, growth_interval);
-                scale.write_unaligned(s);
-                growth_tracker.write_unaligned(t);
+                let (mut s, mut t) = (sp.read_unaligned(), tp.read_unaligned());
+                oxide_kernels::ops::optim::amp::update_scale(&mut s, &mut t, fp.read_unaligned(), growth_factor, backoff_factor, growth_interval);
+                sp.write_unaligned(s);
+                tp.write_unaligned(t);
             }
             Ok(())
         })
@@ -75,35 +72,75 @@ pub struct OxideAdam {
     pub beta2: f64,
     pub weight_decay: f64,
     pub eps: f64,
-    pub amsgrad: i32,
-    pub maximize: i32,
-    /// Nonzero for AdamW's decoupled weight decay.
-    pub decoupled: i32,
+    pub amsgrad: bool,
+    pub maximize: bool,
+    /// AdamW's decoupled weight decay.
+    pub decoupled: bool,
     /// Step count after this step.
     pub step: f64,
-    /// Gradients are divided by this when `has_grad_scale` is nonzero.
+    /// Gradients are divided by this when `has_grad_scale`.
     pub grad_scale: f64,
-    pub has_grad_scale: i32,
+    pub has_grad_scale: bool,
 }
 
-/// One fused Adam/AdamW step on `n` contiguous elements of each tensor
-/// (`max_exp_avg_sq` may be null without amsgrad).
+/// The contiguous operands of a fused step: one dtype, `numel` elements each.
+fn fused_operands(op: &'static str, ops: &[&Operand]) -> Result<(oxide_kernels::DType, usize), AbiError> {
+    let dt = common_dtype(op, ops)?;
+    let n = ops[0].numel;
+    for o in ops {
+        o.contiguous(op)?.numel_is(op, n)?;
+    }
+    Ok((dt, n))
+}
+
+/// The first element of an optional operand (null when absent).
+fn data_or_null(o: Option<Operand>) -> *mut u8 {
+    o.map_or(std::ptr::null_mut(), |o| o.data as *mut u8)
+}
+
+/// One fused Adam/AdamW step on contiguous tensors of one dtype and element
+/// count (`max_exp_avg_sq` absent without amsgrad). With a grad scale, `grad`
+/// is overwritten with the unscaled gradient.
 ///
 /// # Safety
-/// Non-null pointers address `n` elements of `dtype_code` in live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]); `h` points to a valid struct.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fused_adam(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *mut c_void, exp_avg: *mut c_void, exp_avg_sq: *mut c_void, max_exp_avg_sq: *mut c_void, h: *const OxideAdam, threads: i32) -> i32 {
+pub unsafe extern "C" fn oxide_fused_adam(
+    on: OxideLaunch,
+    param: OxideTensor,
+    grad: OxideTensor,
+    exp_avg: OxideTensor,
+    exp_avg_sq: OxideTensor,
+    max_exp_avg_sq: OxideTensor,
+    h: *const OxideAdam,
+) -> i32 {
+    use oxide_kernels::ops::optim::fused::{adam, Adam, AdamTensors};
+    const OP: &str = "_fused_adam_";
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        // SAFETY: caller passes a valid struct.
-        let h = unsafe { &*h };
-        let hp = oxide_kernels::ops::optim::fused::Adam {
-            lr: h.lr, beta1: h.beta1, beta2: h.beta2, weight_decay: h.weight_decay, eps: h.eps,
-            amsgrad: h.amsgrad != 0, maximize: h.maximize != 0, decoupled: h.decoupled != 0, step: h.step,
-            grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
+        // SAFETY: the function's contract.
+        let [param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq] = unsafe { operands(OP, [&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq]) }?;
+        let (param, grad, exp_avg, exp_avg_sq) = (present(OP, param)?, present(OP, grad)?, present(OP, exp_avg)?, present(OP, exp_avg_sq)?);
+        let mut all = vec![&param, &grad, &exp_avg, &exp_avg_sq];
+        all.extend(max_exp_avg_sq.as_ref());
+        let (dt, n) = fused_operands(OP, &all)?;
+        // SAFETY: the function's contract.
+        let h = unsafe { h.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null hyper-parameters")))?;
+        let hp = Adam {
+            lr: h.lr,
+            beta1: h.beta1,
+            beta2: h.beta2,
+            weight_decay: h.weight_decay,
+            eps: h.eps,
+            amsgrad: h.amsgrad,
+            maximize: h.maximize,
+            decoupled: h.decoupled,
+            step: h.step,
+            grad_scale: h.has_grad_scale.then_some(h.grad_scale),
         };
-        launch_raw(device, stream, n, &[param as *const c_void, grad as *const c_void, exp_avg as *const c_void, exp_avg_sq as *const c_void], || unsafe {
-            oxide_kernels::ops::optim::fused::adam(dt, n, param as _, grad as _, exp_avg as _, exp_avg_sq as _, max_exp_avg_sq as _, hp, threads.max(1) as usize)
+        let ts = AdamTensors { param: param.dst(), grad: grad.dst(), exp_avg: exp_avg.dst(), exp_avg_sq: exp_avg_sq.dst(), max_exp_avg_sq: data_or_null(max_exp_avg_sq) };
+        launch(&on, || {
+            // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
+            unsafe { adam(dt, n, ts, hp, on.threads()) }
         })
     })
 }
@@ -115,30 +152,44 @@ pub struct OxideSgd {
     pub weight_decay: f64,
     pub momentum: f64,
     pub dampening: f64,
-    pub nesterov: i32,
-    pub maximize: i32,
-    pub is_first_step: i32,
+    pub nesterov: bool,
+    pub maximize: bool,
+    pub is_first_step: bool,
     pub grad_scale: f64,
-    pub has_grad_scale: i32,
+    pub has_grad_scale: bool,
 }
 
-/// One fused SGD step on `n` contiguous elements (`momentum_buffer` may be null without momentum).
+/// One fused SGD step on contiguous tensors of one dtype and element count
+/// (`momentum_buffer` absent without momentum).
 ///
 /// # Safety
-/// Non-null pointers address `n` elements of `dtype_code` in live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]); `h` points to a valid struct.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fused_sgd(device: i32, stream: i64, dtype_code: i32, n: usize, param: *mut c_void, grad: *mut c_void, momentum_buffer: *mut c_void, h: *const OxideSgd, threads: i32) -> i32 {
+pub unsafe extern "C" fn oxide_fused_sgd(on: OxideLaunch, param: OxideTensor, grad: OxideTensor, momentum_buffer: OxideTensor, h: *const OxideSgd) -> i32 {
+    const OP: &str = "_fused_sgd_";
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        // SAFETY: caller passes a valid struct.
-        let h = unsafe { &*h };
+        // SAFETY: the function's contract.
+        let [param, grad, momentum_buffer] = unsafe { operands(OP, [&param, &grad, &momentum_buffer]) }?;
+        let (param, grad) = (present(OP, param)?, present(OP, grad)?);
+        let mut all = vec![&param, &grad];
+        all.extend(momentum_buffer.as_ref());
+        let (dt, n) = fused_operands(OP, &all)?;
+        // SAFETY: the function's contract.
+        let h = unsafe { h.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null hyper-parameters")))?;
         let hp = oxide_kernels::ops::optim::fused::Sgd {
-            lr: h.lr, weight_decay: h.weight_decay, momentum: h.momentum, dampening: h.dampening,
-            nesterov: h.nesterov != 0, maximize: h.maximize != 0, is_first_step: h.is_first_step != 0,
-            grad_scale: (h.has_grad_scale != 0).then_some(h.grad_scale),
+            lr: h.lr,
+            weight_decay: h.weight_decay,
+            momentum: h.momentum,
+            dampening: h.dampening,
+            nesterov: h.nesterov,
+            maximize: h.maximize,
+            is_first_step: h.is_first_step,
+            grad_scale: h.has_grad_scale.then_some(h.grad_scale),
         };
-        launch_raw(device, stream, n, &[param as *const c_void, grad as *const c_void], || unsafe {
-            oxide_kernels::ops::optim::fused::sgd(dt, n, param as _, grad as _, momentum_buffer as _, hp, threads.max(1) as usize)
+        let buf = data_or_null(momentum_buffer);
+        launch(&on, || {
+            // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
+            unsafe { oxide_kernels::ops::optim::fused::sgd(dt, n, param.dst(), grad.dst(), buf, hp, on.threads()) }
         })
     })
 }

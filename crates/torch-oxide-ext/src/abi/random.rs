@@ -14,28 +14,18 @@ pub struct OxideDistribution {
     pub range: u64,
 }
 
-/// Fills the strided device operand `dst` (`ndim` dims, element strides) of
-/// dtype `dtype_code` with samples of `dist`; element k in iteration order uses
-/// Philox block `philox.offset + k`. Enqueued on `stream` of `device`.
+/// Fills the strided operand `dst` with samples of `dist`; element k in
+/// iteration order uses Philox block `philox.offset + k`.
 ///
 /// # Safety
-/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+/// `dst` describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_random_sample(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    ndim: usize,
-    shape: *const i64,
-    dst: *mut c_void,
-    strides: *const i64,
-    dist: OxideDistribution,
-    philox_state: OxidePhilox,
-) -> i32 {
+pub unsafe extern "C" fn oxide_random_sample(on: OxideLaunch, dst: OxideTensor, dist: OxideDistribution, philox_state: OxidePhilox) -> i32 {
     use oxide_kernels::ops::random::random::Distribution as D;
     ffi(|| {
-        // SAFETY: the glue passes ndim-long arrays.
-        let layout = Layout::new("random", unsafe { dims(shape, ndim) }, [unsafe { dims(strides, ndim) }])?;
+        // SAFETY: the function's contract.
+        let [dst] = unsafe { required("random", [&dst]) }?;
+        let layout = Layout::new("random", dst.sizes, [dst.strides])?;
         let d = match dist.kind {
             OXIDE_DIST_UNIFORM => D::Uniform { from: dist.a, to: dist.b },
             OXIDE_DIST_NORMAL => D::Normal { mean: dist.a, std: dist.b },
@@ -47,133 +37,122 @@ pub unsafe extern "C" fn oxide_random_sample(
             OXIDE_DIST_INTEGERS => D::Integers { base: dist.base, range: dist.range },
             k => return Err(AbiError::Invalid(format!("unknown distribution kind {k}"))),
         };
-        let dt = dtype(dtype_code)?;
         let bits = philox(&philox_state);
-        launch_raw(device, stream, layout.numel(), &[dst], || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::random::random::sample(dt, &layout, dst as *mut u8, d, &bits) }
+        launch(&on, || {
+            // SAFETY: `layout` addresses only elements of the decoded operand.
+            unsafe { oxide_kernels::ops::random::random::sample(dst.dtype, &layout, dst.dst(), d, &bits) }
         })
     })
 }
 
-/// `bernoulli_(p)` with a float64 probability operand `p` already broadcast to `dst`'s shape.
+/// `bernoulli_(p)` with a float64 probability operand `p` of `dst`'s sizes
+/// (broadcast by the glue).
 ///
 /// # Safety
-/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_bernoulli_tensor(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    ndim: usize,
-    shape: *const i64,
-    dst: *mut c_void,
-    dst_strides: *const i64,
-    p: *const c_void,
-    p_strides: *const i64,
-    philox_state: OxidePhilox,
-) -> i32 {
+pub unsafe extern "C" fn oxide_bernoulli_tensor(on: OxideLaunch, dst: OxideTensor, p: OxideTensor, philox_state: OxidePhilox) -> i32 {
     ffi(|| {
-        // SAFETY: the glue passes ndim-long arrays.
-        let (sh, ds, ps) = unsafe { (dims(shape, ndim), dims(dst_strides, ndim), dims(p_strides, ndim)) };
-        let layout = Layout::new("bernoulli_", sh, [ds, ps])?;
-        let dt = dtype(dtype_code)?;
+        // SAFETY: the function's contract.
+        let [dst, p] = unsafe { required("bernoulli_", [&dst, &p]) }?;
+        same_sizes("bernoulli_", &[&dst, &p])?;
+        p.dtype_is("bernoulli_ (p)", oxide_kernels::DType::F64)?;
+        let layout = Layout::new("bernoulli_", dst.sizes, [dst.strides, p.strides])?;
         let bits = philox(&philox_state);
-        launch_raw(device, stream, layout.numel(), &[dst, p], || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::random::random::bernoulli_tensor(dt, &layout, dst as *mut u8, p as *const f64, &bits) }
+        launch(&on, || {
+            // SAFETY: `layout` addresses only elements of the two decoded operands of one shape.
+            unsafe { oxide_kernels::ops::random::random::bernoulli_tensor(dst.dtype, &layout, dst.dst(), p.src() as *const f64, &bits) }
         })
     })
 }
 
-/// Dropout scaling `out = mask ? input * scale : 0` over three strided device
-/// operands (`out`, `input` of `dtype_code`, `mask` of bool).
+/// Dropout scaling `out = mask ? input * scale : 0` over three strided
+/// operands of one shape (`out`, `input` of one dtype, `mask` of bool).
 ///
 /// # Safety
-/// Every addressed element lies in live device memory; arrays hold `ndim` values.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_masked_scale(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    ndim: usize,
-    shape: *const i64,
-    out: *mut c_void,
-    out_strides: *const i64,
-    input: *const c_void,
-    input_strides: *const i64,
-    mask: *const c_void,
-    mask_strides: *const i64,
-    scale: f64,
-) -> i32 {
+pub unsafe extern "C" fn oxide_masked_scale(on: OxideLaunch, out: OxideTensor, input: OxideTensor, mask: OxideTensor, scale: f64) -> i32 {
     ffi(|| {
-        // SAFETY: the glue passes ndim-long arrays.
-        let (sh, os, is, ms) = unsafe { (dims(shape, ndim), dims(out_strides, ndim), dims(input_strides, ndim), dims(mask_strides, ndim)) };
-        let layout = Layout::new("masked_scale", sh, [os, is, ms])?;
-        let dt = dtype(dtype_code)?;
-        launch_raw(device, stream, layout.numel(), &[out, input, mask], || {
-            // SAFETY: see the function's contract.
-            unsafe { oxide_kernels::ops::random::random::masked_scale(dt, &layout, out as *mut u8, input as *const u8, mask as *const bool, scale) }
+        // SAFETY: the function's contract.
+        let [out, input, mask] = unsafe { required("masked_scale", [&out, &input, &mask]) }?;
+        same_sizes("masked_scale", &[&out, &input, &mask])?;
+        let dt = common_dtype("masked_scale", &[&out, &input])?;
+        mask.dtype_is("masked_scale (mask)", oxide_kernels::DType::Bool)?;
+        let layout = Layout::new("masked_scale", out.sizes, [out.strides, input.strides, mask.strides])?;
+        launch(&on, || {
+            // SAFETY: `layout` addresses only elements of the three decoded operands of one shape.
+            unsafe { oxide_kernels::ops::random::random::masked_scale(dt, &layout, out.dst(), input.src(), mask.src() as *const bool, scale) }
         })
     })
 }
 
-/// `randperm(n)` into the 1-D strided device operand `out` (`n` elements at
-/// `stride`) of dtype `dtype_code`; swap i uses Philox block `offset + i`.
+/// `randperm(n)` into the 1-d strided operand `out` (`n` its length); swap i
+/// uses Philox block `offset + i`.
 ///
 /// # Safety
-/// `out` addresses `n` live device elements at `stride`.
+/// `out` describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_randperm(device: i32, stream: i64, dtype_code: i32, n: i64, out: *mut c_void, stride: i64, philox_state: OxidePhilox) -> i32 {
+pub unsafe extern "C" fn oxide_randperm(on: OxideLaunch, out: OxideTensor, philox_state: OxidePhilox) -> i32 {
     ffi(|| {
-        let layout = Layout::new("randperm", &[n], [&[stride]])?;
-        let dt = dtype(dtype_code)?;
+        // SAFETY: the function's contract.
+        let [out] = unsafe { required("randperm", [&out]) }?;
+        let (n, stride) = match (out.sizes, out.strides) {
+            (&[n], &[s]) => (n, s),
+            (s, _) => return Err(AbiError::Invalid(format!("randperm: operand of sizes {s:?}, expected one dimension"))),
+        };
         let bits = philox(&philox_state);
-        launch_raw(device, stream, layout.numel(), &[out], || -> Result<(), AbiError> {
+        launch(&on, || -> Result<(), AbiError> {
             let perm = oxide_kernels::ops::random::random::randperm(n as usize, &bits);
             let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
-            // SAFETY: out addresses n elements (contract); perm is a host buffer of n i64s
-            // converted element by element into the destination dtype.
-            unsafe { oxide_kernels::ops::elementwise::cast::cast_from_i64(dt, &src, out as *mut u8, &perm)? };
+            // SAFETY: `out` holds n elements at `stride` (decoded above); perm is a host
+            // buffer of n i64s converted element by element.
+            unsafe { oxide_kernels::ops::elementwise::cast::cast_from_i64(out.dtype, &src, out.dst(), &perm)? };
             Ok(())
         })
     })
 }
 
-/// `multinomial`: `samples` draws per row of the contiguous `rows x categories`
-/// weights (float32 or float64) into the contiguous int64 `out`.
+/// `multinomial`: draws per row of the contiguous `(rows, categories)`
+/// `weights` (float32 or float64) into the contiguous int64 `out`
+/// (`(rows, samples)`; 1-d operands are one row).
 ///
 /// # Safety
-/// `weights` holds rows*categories live device elements, `out` rows*samples.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_multinomial(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    rows: usize,
-    categories: usize,
-    weights: *const c_void,
-    samples: usize,
-    replacement: bool,
-    out: *mut c_void,
-    philox_state: OxidePhilox,
-) -> i32 {
+pub unsafe extern "C" fn oxide_multinomial(on: OxideLaunch, out: OxideTensor, weights: OxideTensor, replacement: bool, philox_state: OxidePhilox) -> i32 {
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        check_device_ptr(runtime()?, weights, rows * categories)?;
+        const OP: &str = "multinomial";
+        // SAFETY: the function's contract.
+        let [out, weights] = unsafe { required(OP, [&out, &weights]) }?;
+        out.contiguous(OP)?.dtype_is("multinomial (out)", oxide_kernels::DType::I64)?;
+        weights.contiguous(OP)?;
+        let rows_of = |o: &Operand| match o.sizes {
+            &[c] => Ok((1usize, c as usize)),
+            &[r, c] => Ok((r as usize, c as usize)),
+            s => Err(AbiError::Invalid(format!("{OP}: operand of sizes {s:?}, expected one or two dimensions"))),
+        };
+        let ((rows, categories), (out_rows, samples)) = (rows_of(&weights)?, rows_of(&out)?);
+        if out_rows != rows || out.sizes.len() != weights.sizes.len() {
+            return Err(AbiError::Invalid(format!("{OP}: samples of sizes {:?} for weights of sizes {:?}", out.sizes, weights.sizes)));
+        }
         let bits = philox(&philox_state);
-        launch_raw(device, stream, rows * samples, &[out], || -> Result<(), AbiError> {
-            // SAFETY: sizes per the contract.
-            let out = unsafe { std::slice::from_raw_parts_mut(out as *mut i64, rows * samples) };
-            match dt {
+        let (wp, op) = (weights.src(), out.dst());
+        launch(&on, || -> Result<(), AbiError> {
+            if rows * samples == 0 {
+                return Ok(());
+            }
+            // SAFETY: `out` holds rows * samples contiguous int64 (checked above), at least one.
+            let out = unsafe { std::slice::from_raw_parts_mut(op as *mut i64, rows * samples) };
+            match weights.dtype {
                 oxide_kernels::DType::F32 => {
-                    // SAFETY: sizes per the contract.
-                    let w = unsafe { std::slice::from_raw_parts(weights as *const f32, rows * categories) };
+                    // SAFETY: `weights` holds rows * categories contiguous float32 (checked above).
+                    let w = if categories == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(wp as *const f32, rows * categories) } };
                     oxide_kernels::ops::random::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
                 }
                 oxide_kernels::DType::F64 => {
-                    // SAFETY: sizes per the contract.
-                    let w = unsafe { std::slice::from_raw_parts(weights as *const f64, rows * categories) };
+                    // SAFETY: `weights` holds rows * categories contiguous float64 (checked above).
+                    let w = if categories == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(wp as *const f64, rows * categories) } };
                     oxide_kernels::ops::random::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
                 }
                 d => return Err(oxide_kernels::Error::UnsupportedDtype { op: "multinomial", dtype: d }.into()),

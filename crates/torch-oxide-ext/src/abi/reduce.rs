@@ -5,50 +5,34 @@ use super::*;
 
 /// Runs reduction stub `name` (`sum`, `mean`, `prod`, `max_values`, `argmax`,
 /// `std_var`, `norm`, ... see `oxide_kernels::ops::reduce::reduce::ReduceOp::lookup`, with
-/// scalar arguments `a`, `b`) over the reduction iterator `iter`.
+/// scalar arguments `a`, `b`) over the reduction iterator `iter`, on `on`.
 ///
 /// # Safety
-/// As [`oxide_pointwise`]; `name` is NUL-terminated.
+/// `iter` is a valid [`OxideIter`] (see [`tensor_iter`]); `name` is NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn oxide_reduce(on: OxideLaunch, name: *const c_char, a: f64, b: f64, iter: *const OxideIter) -> i32 {
     ffi(|| {
-        // SAFETY: caller contract.
+        // SAFETY: the function's contract.
         let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
         let op = oxide_kernels::ops::reduce::reduce::ReduceOp::lookup(name, a, b).ok_or_else(|| AbiError::Invalid(format!("unknown reduction {name}")))?;
-        // SAFETY: caller contract.
+        // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("reduce", &*iter, &on) }?;
         launch(&on, || {
-            // SAFETY: `it` was built from checked operands by tensor_iter.
+            // SAFETY: `tensor_iter` checked that every operand the iterator addresses is device memory.
             unsafe { oxide_kernels::ops::reduce::reduce::reduce(op, &it) }
         })
     })
 }
 
 /// Cumulative op `op` (0 cumsum, 1 cumprod, 2 cummax, 3 cummin) along `dim`
-/// of the strided tensor `input` (`ndim` extents, element strides) into `out`
-/// (and `indices`, int64, for cummax/cummin; may be null otherwise).
+/// of `input` into `out` (same sizes; its own dtype) and, for cummax/cummin,
+/// `indices` (int64, same sizes; absent otherwise).
 ///
 /// # Safety
-/// All arrays hold `ndim` values; every addressed element is live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_scan(
-    device: i32,
-    stream: i64,
-    op: i32,
-    ndim: usize,
-    shape: *const i64,
-    dim: usize,
-    in_dtype: i32,
-    input: *const c_void,
-    in_strides: *const i64,
-    out_dtype: i32,
-    out: *mut c_void,
-    out_strides: *const i64,
-    indices: *mut i64,
-    idx_strides: *const i64,
-    threads: i32,
-) -> i32 {
-    use oxide_kernels::ops::reduce::scan::{scan, ScanOp};
+pub unsafe extern "C" fn oxide_scan(on: OxideLaunch, op: i32, dim: usize, out: OxideTensor, input: OxideTensor, indices: OxideTensor) -> i32 {
+    use oxide_kernels::ops::reduce::scan::{scan, ScanOp, View};
     ffi(|| {
         let op = match op {
             0 => ScanOp::CumSum,
@@ -57,196 +41,255 @@ pub unsafe extern "C" fn oxide_scan(
             3 => ScanOp::CumMin,
             k => return Err(AbiError::Invalid(format!("unknown scan op {k}"))),
         };
-        // SAFETY: caller contract.
-        let shape = extents("scan", unsafe { dims(shape, ndim) })?;
-        let conv = |p: *const i64| -> Vec<isize> { unsafe { dims(p, ndim) }.iter().map(|&s| s as isize).collect() };
-        let (ins, outs) = (conv(in_strides), conv(out_strides));
-        let idxs = if indices.is_null() { vec![] } else { conv(idx_strides) };
-        let (idt, odt) = (dtype(in_dtype)?, dtype(out_dtype)?);
-        let numel: usize = shape.iter().product();
-        let mut operands = vec![input, out as *const c_void];
-        if !indices.is_null() {
-            operands.push(indices as *const c_void);
+        // SAFETY: the function's contract.
+        let [out, input, indices] = unsafe { operands("scan", [&out, &input, &indices]) }?;
+        let (out, input) = (present("scan", out)?, present("scan", input)?);
+        same_sizes("scan", &[&out, &input])?;
+        if let Some(i) = &indices {
+            i.dtype_is("scan (indices)", oxide_kernels::DType::I64)?.sizes_are("scan (indices)", input.sizes)?;
         }
-        launch_raw(device, stream, numel, &operands, || unsafe {
-            let idx = if indices.is_null() { None } else { Some((indices, &idxs[..])) };
-            scan(op, &shape, dim, idt, input as *const u8, &ins, odt, out as *mut u8, &outs, idx, threads.max(1) as usize)
-        })
-    })
-}
-
-/// Stable sort of `rows` contiguous rows of `len` elements of `dtype_code` at
-/// `data`, in place; original positions go to `indices` (rows x len int64).
-///
-/// # Safety
-/// `data` holds rows*len elements, `indices` rows*len int64, both live device memory.
-#[no_mangle]
-pub unsafe extern "C" fn oxide_sort_rows(device: i32, stream: i64, dtype_code: i32, rows: usize, len: usize, data: *mut c_void, indices: *mut i64, descending: i32, threads: i32) -> i32 {
-    ffi(|| {
-        let dt = dtype(dtype_code)?;
-        launch_raw(device, stream, rows * len, &[data as *const c_void, indices as *const c_void], || unsafe {
-            oxide_kernels::ops::reduce::sort::sort_rows(dt, rows, len, data as *mut u8, indices, descending != 0, threads.max(1) as usize)
-        })
-    })
-}
-
-/// `torch.nonzero`: with `out` null, stores the number of nonzero elements of
-/// the strided tensor in `*count`; otherwise writes their coordinates
-/// (`*count` x `ndim` int64, row-major order) to `out`.
-///
-/// # Safety
-/// Arrays hold `ndim` values; `data` addresses live memory of `dtype_code`;
-/// `out` (when non-null) holds `*count * ndim` int64.
-#[no_mangle]
-pub unsafe extern "C" fn oxide_nonzero(device: i32, stream: i64, dtype_code: i32, ndim: usize, shape: *const i64, strides: *const i64, data: *const c_void, out: *mut i64, count: *mut usize) -> i32 {
-    ffi(|| {
-        let dt = dtype(dtype_code)?;
-        // SAFETY: caller contract.
-        let shape = extents("nonzero", unsafe { dims(shape, ndim) })?;
-        let strides: Vec<isize> = unsafe { dims(strides, ndim) }.iter().map(|&s| s as isize).collect();
-        let numel: usize = shape.iter().product();
-        launch_raw(device, stream, numel, &[data], || unsafe {
-            if out.is_null() {
-                *count = oxide_kernels::ops::reduce::nonzero::count_nonzero(dt, &shape, &strides, data as *const u8)?;
-                Ok::<(), oxide_kernels::Error>(())
-            } else {
-                oxide_kernels::ops::reduce::nonzero::nonzero(dt, &shape, &strides, data as *const u8, out, *count)
+        let shape = input.extents();
+        let (ins, outs) = (input.istrides(), out.istrides());
+        let idxs = indices.map(|i| i.istrides()).unwrap_or_default();
+        launch(&on, || {
+            // SAFETY: the three decoded operands share `shape` (checked above); the kernel
+            // addresses only their elements through their own strides.
+            unsafe {
+                scan(
+                    op,
+                    &shape,
+                    dim,
+                    View { dtype: input.dtype, ptr: input.data as *mut u8, strides: &ins },
+                    View { dtype: out.dtype, ptr: out.dst(), strides: &outs },
+                    indices.map(|i| (i.dst() as *mut i64, &idxs[..])),
+                    on.threads(),
+                )
             }
         })
     })
 }
 
-/// Stable lexicographic order of `n` contiguous rows of `m` elements at
-/// `data`, written to `perm` (`n` int64): the sort behind `unique`.
+/// Stable sort of the rows (last dimension) of the contiguous `values`, in
+/// place; original positions go to `indices` (int64, contiguous, same sizes).
 ///
 /// # Safety
-/// `data` holds n*m elements of `dtype_code`, `perm` n int64, both live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_argsort_rows(device: i32, stream: i64, dtype_code: i32, n: usize, m: usize, data: *const c_void, perm: *mut i64, threads: i32) -> i32 {
+pub unsafe extern "C" fn oxide_sort_rows(on: OxideLaunch, values: OxideTensor, indices: OxideTensor, descending: bool) -> i32 {
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        let operands: &[*const c_void] = if m == 0 { &[perm as *const c_void] } else { &[data, perm as *const c_void] };
-        launch_raw(device, stream, n, operands, || unsafe { oxide_kernels::ops::reduce::unique::argsort_rows(dt, n, m, data as *const u8, perm, threads.max(1) as usize) })
+        // SAFETY: the function's contract.
+        let [values, indices] = unsafe { required("sort", [&values, &indices]) }?;
+        values.contiguous("sort")?;
+        indices.contiguous("sort")?.dtype_is("sort (indices)", oxide_kernels::DType::I64)?.sizes_are("sort (indices)", values.sizes)?;
+        let len = values.sizes.last().map_or(1, |&l| l as usize);
+        let rows = values.numel.checked_div(len).unwrap_or(0);
+        launch(&on, || {
+            // SAFETY: both operands are contiguous with `rows * len` elements (checked above).
+            unsafe { oxide_kernels::ops::reduce::sort::sort_rows(values.dtype, rows, len, values.dst(), indices.dst() as *mut i64, descending, on.threads()) }
+        })
     })
 }
 
-/// Groups of equal consecutive rows among `n` contiguous rows of `m`
-/// elements, visited in `perm` order (null: in order): first row of each
-/// group to `reps`, group sizes to `counts` (may be null), each row's group
-/// to `inverse` (may be null); the number of groups to `*groups`.
+/// `torch.nonzero` of the strided `input`: with `out` absent, stores the
+/// number of nonzero elements in `*count`; otherwise writes their coordinates
+/// to `out` (contiguous int64 of sizes `[k, ndim]`, `k` the count), row-major.
 ///
 /// # Safety
-/// `data` holds n*m elements; `perm` (if non-null) a permutation of 0..n;
-/// `reps`, `counts`, `inverse` n int64 each; all live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]); `count` is
+/// null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_nonzero(on: OxideLaunch, input: OxideTensor, out: OxideTensor, count: *mut usize) -> i32 {
+    ffi(|| {
+        // SAFETY: the function's contract.
+        let [input, out] = unsafe { operands("nonzero", [&input, &out]) }?;
+        let input = present("nonzero", input)?;
+        let (shape, strides) = (input.extents(), input.istrides());
+        match out {
+            None => {
+                let k = launch(&on, || {
+                    // SAFETY: the kernel addresses only elements of the decoded input.
+                    unsafe { oxide_kernels::ops::reduce::nonzero::count_nonzero(input.dtype, &shape, &strides, input.src()) }
+                })?;
+                put(count, k)
+            }
+            Some(out) => {
+                let k = out.sizes.first().copied().unwrap_or(0);
+                out.contiguous("nonzero")?.dtype_is("nonzero (out)", oxide_kernels::DType::I64)?.sizes_are("nonzero (out)", &[k, shape.len() as i64])?;
+                launch(&on, || {
+                    // SAFETY: `out` holds `k` contiguous rows of `ndim` int64 (checked above); the
+                    // kernel writes no more than `k` rows and refuses another count.
+                    unsafe { oxide_kernels::ops::reduce::nonzero::nonzero(input.dtype, &shape, &strides, input.src(), out.dst() as *mut i64, k as usize) }
+                })
+            }
+        }
+    })
+}
+
+/// The `(n, m)` contiguous `rows` (one dtype) as a row count and width.
+fn matrix_rows(op: &'static str, rows: &Operand) -> Result<(usize, usize), AbiError> {
+    rows.contiguous(op)?;
+    match rows.sizes {
+        &[n, m] => Ok((n as usize, m as usize)),
+        s => Err(AbiError::Invalid(format!("{op}: rows of sizes {s:?}, expected two dimensions"))),
+    }
+}
+
+/// A contiguous int64 operand of `n` elements.
+fn int64_of(op: &'static str, o: &Operand, n: usize) -> Result<(), AbiError> {
+    o.contiguous(op)?.dtype_is(op, oxide_kernels::DType::I64)?.numel_is(op, n)?;
+    Ok(())
+}
+
+/// Stable lexicographic order of the rows of the contiguous `(n, m)` `rows`,
+/// written to `perm` (`n` contiguous int64): the sort behind `unique`.
+///
+/// # Safety
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
+#[no_mangle]
+pub unsafe extern "C" fn oxide_argsort_rows(on: OxideLaunch, rows: OxideTensor, perm: OxideTensor) -> i32 {
+    ffi(|| {
+        // SAFETY: the function's contract.
+        let [rows, perm] = unsafe { required("unique", [&rows, &perm]) }?;
+        let (n, m) = matrix_rows("unique", &rows)?;
+        int64_of("unique (perm)", &perm, n)?;
+        launch(&on, || {
+            // SAFETY: `rows` holds n*m contiguous elements and `perm` n int64 (checked above).
+            unsafe { oxide_kernels::ops::reduce::unique::argsort_rows(rows.dtype, n, m, rows.src(), perm.dst() as *mut i64, on.threads()) }
+        })
+    })
+}
+
+/// Groups of equal consecutive rows among the rows of the contiguous `(n, m)`
+/// `rows`, visited in `perm` order (absent: in order): first row of each group
+/// to `reps`, group sizes to `counts` (optional), each row's group to `inverse`
+/// (optional), all `n` contiguous int64; the number of groups to `*groups`.
+///
+/// # Safety
+/// Each [`OxideTensor`] describes live memory (see [`operands`]); `perm`, when
+/// present, is a permutation of `0..n`; `groups` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn oxide_unique_consecutive(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    n: usize,
-    m: usize,
-    data: *const c_void,
-    perm: *const i64,
-    reps: *mut i64,
-    inverse: *mut i64,
-    counts: *mut i64,
+    on: OxideLaunch,
+    rows: OxideTensor,
+    perm: OxideTensor,
+    reps: OxideTensor,
+    inverse: OxideTensor,
+    counts: OxideTensor,
     groups: *mut usize,
 ) -> i32 {
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        let mut operands = vec![reps as *const c_void];
-        for p in [data, perm as *const c_void, inverse as *const c_void, counts as *const c_void] {
-            if !p.is_null() && (m > 0 || p != data) {
-                operands.push(p);
-            }
+        // SAFETY: the function's contract.
+        let [rows, perm, reps, inverse, counts] = unsafe { operands("unique", [&rows, &perm, &reps, &inverse, &counts]) }?;
+        let (rows, reps) = (present("unique", rows)?, present("unique", reps)?);
+        let (n, m) = matrix_rows("unique", &rows)?;
+        for o in [Some(reps), perm, inverse, counts].iter().flatten() {
+            int64_of("unique", o, n)?;
         }
-        let k = launch_raw(device, stream, n, &operands, || unsafe { oxide_kernels::ops::reduce::unique::unique_consecutive(dt, n, m, data as *const u8, perm, reps, inverse, counts) })?;
-        put(groups, k)
-    })
-}
-
-/// Sorted flat `unique` of `n` contiguous one-byte elements (bool, uint8,
-/// int8) by counting: distinct values to `values` (room for 256), their counts
-/// to `counts` (room for 256, may be null), each element's position among them
-/// to `inverse` (`n`, may be null); the number of distinct values to `*groups`.
-///
-/// # Safety
-/// `data` holds n bytes; the outputs are live device memory of the sizes above.
-#[no_mangle]
-pub unsafe extern "C" fn oxide_unique_bytes(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    n: usize,
-    data: *const c_void,
-    values: *mut c_void,
-    inverse: *mut i64,
-    counts: *mut i64,
-    groups: *mut usize,
-) -> i32 {
-    ffi(|| {
-        let dt = dtype(dtype_code)?;
-        let mut operands = vec![values as *const c_void];
-        if n > 0 {
-            operands.push(data);
-        }
-        operands.extend([inverse as *const c_void, counts as *const c_void].into_iter().filter(|p| !p.is_null()));
-        let k = launch_raw(device, stream, n, &operands, || unsafe {
-            oxide_kernels::ops::reduce::unique::unique_bytes(dt, n, data as *const u8, values as *mut u8, inverse, counts)
+        let ptr = |o: Option<Operand>| o.map_or(std::ptr::null_mut(), |o| o.data as *mut i64);
+        let k = launch(&on, || {
+            // SAFETY: `rows` holds n*m contiguous elements, every index operand n int64 (checked above).
+            unsafe { oxide_kernels::ops::reduce::unique::unique_consecutive(rows.dtype, n, m, rows.src(), ptr(perm), reps.dst() as *mut i64, ptr(inverse), ptr(counts)) }
         })?;
         put(groups, k)
     })
 }
 
-/// `searchsorted`: for each of the `nvalues` contiguous values, its
-/// insertion position in row `i / per_row` of `boundaries` (contiguous rows
-/// of `len`, ordered through `sorter` when non-null), upper bound when
-/// `right != 0`; written as `out_dtype` (int32/int64) to `out`.
+/// Sorted flat `unique` of the contiguous one-byte (bool, uint8, int8)
+/// `input` by counting: distinct values to `values` (256 elements of the
+/// input's dtype), their counts to `counts` (256 int64, optional), each
+/// element's position among them to `inverse` (int64, the input's element
+/// count, optional); the number of distinct values to `*groups`.
 ///
 /// # Safety
-/// Pointers address the stated contiguous elements of live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]); `groups` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_searchsorted(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    values: *const c_void,
-    nvalues: usize,
-    per_row: usize,
-    boundaries: *const c_void,
-    len: usize,
-    sorter: *const i64,
-    right: i32,
-    out_dtype: i32,
-    out: *mut c_void,
-    threads: i32,
-) -> i32 {
+pub unsafe extern "C" fn oxide_unique_bytes(on: OxideLaunch, input: OxideTensor, values: OxideTensor, inverse: OxideTensor, counts: OxideTensor, groups: *mut usize) -> i32 {
     ffi(|| {
-        let (dt, odt) = (dtype(dtype_code)?, dtype(out_dtype)?);
-        let mut operands = vec![values, out as *const c_void];
-        if len > 0 {
-            operands.push(boundaries);
-            if !sorter.is_null() {
-                operands.push(sorter as *const c_void);
-            }
+        // SAFETY: the function's contract.
+        let [input, values, inverse, counts] = unsafe { operands("unique", [&input, &values, &inverse, &counts]) }?;
+        let (input, values) = (present("unique", input)?, present("unique", values)?);
+        input.contiguous("unique")?;
+        values.contiguous("unique (values)")?.numel_is("unique (values)", 256)?;
+        common_dtype("unique", &[&input, &values])?;
+        if let Some(i) = &inverse {
+            int64_of("unique (inverse)", i, input.numel)?;
         }
-        launch_raw(device, stream, nvalues, &operands, || unsafe {
-            oxide_kernels::ops::reduce::search::searchsorted(dt, values as *const u8, nvalues, per_row, boundaries as *const u8, len, sorter, right != 0, odt, out as *mut u8, threads.max(1) as usize)
+        if let Some(c) = &counts {
+            int64_of("unique (counts)", c, 256)?;
+        }
+        let ptr = |o: Option<Operand>| o.map_or(std::ptr::null_mut(), |o| o.data as *mut i64);
+        let k = launch(&on, || {
+            // SAFETY: sizes checked above: `input` n contiguous elements, `values` and `counts` 256, `inverse` n.
+            unsafe { oxide_kernels::ops::reduce::unique::unique_bytes(input.dtype, input.numel, input.src(), values.dst(), ptr(inverse), ptr(counts)) }
+        })?;
+        put(groups, k)
+    })
+}
+
+/// `searchsorted`: for each value of the contiguous `values`, its insertion
+/// position in its row of the contiguous `boundaries` (1-d: one row for all
+/// values; else rows along the last dimension, one per row of `values`),
+/// ordered through `sorter` (int64, `boundaries`' sizes, optional); upper
+/// bound when `right`. Written as int32/int64 to the contiguous `out`.
+///
+/// # Safety
+/// Each [`OxideTensor`] describes live memory (see [`operands`]); `sorter`
+/// entries lie in `0..len`.
+#[no_mangle]
+pub unsafe extern "C" fn oxide_searchsorted(on: OxideLaunch, out: OxideTensor, values: OxideTensor, boundaries: OxideTensor, sorter: OxideTensor, right: bool) -> i32 {
+    use oxide_kernels::ops::reduce::search::{searchsorted, Search};
+    ffi(|| {
+        const OP: &str = "searchsorted";
+        // SAFETY: the function's contract.
+        let [out, values, boundaries, sorter] = unsafe { operands(OP, [&out, &values, &boundaries, &sorter]) }?;
+        let (out, values, boundaries) = (present(OP, out)?, present(OP, values)?, present(OP, boundaries)?);
+        common_dtype(OP, &[&values, &boundaries])?;
+        values.contiguous(OP)?;
+        boundaries.contiguous(OP)?;
+        out.contiguous(OP)?.numel_is(OP, values.numel)?;
+        if let Some(s) = &sorter {
+            s.contiguous(OP)?.dtype_is("searchsorted (sorter)", oxide_kernels::DType::I64)?.sizes_are("searchsorted (sorter)", boundaries.sizes)?;
+        }
+        let len = *boundaries.sizes.last().ok_or_else(|| AbiError::Invalid("searchsorted: 0-dim boundaries".into()))? as usize;
+        let nvalues = values.numel;
+        let per_row = if boundaries.sizes.len() == 1 { nvalues } else { values.sizes.last().map_or(1, |&l| l as usize) };
+        let rows = if boundaries.sizes.len() == 1 { 1 } else { nvalues.checked_div(per_row).unwrap_or(0) };
+        if boundaries.sizes.len() > 1 && (values.sizes.len() != boundaries.sizes.len() || boundaries.numel != rows * len) {
+            return Err(AbiError::Invalid(format!("searchsorted: boundaries of sizes {:?} for values of sizes {:?}", boundaries.sizes, values.sizes)));
+        }
+        let s = Search { dtype: values.dtype, nvalues, per_row, len, right, out_dtype: out.dtype };
+        let sorter = sorter.map_or(std::ptr::null(), |o| o.src() as *const i64);
+        launch(&on, || {
+            // SAFETY: every value's row of `boundaries` (and `sorter`) exists (checked above); all operands are contiguous.
+            unsafe { searchsorted(s, values.src(), boundaries.src(), sorter, out.dst(), on.threads()) }
         })
     })
 }
 
-/// Smallest and largest of `n` integers at `data` (element stride
-/// `stride`); `*any = false` when `n == 0`. The glue validates `bincount`'s
-/// input and sizes its result with them.
+/// The 1-d operand `o` as an element count and stride.
+fn vector(op: &'static str, o: &Operand) -> Result<(usize, isize), AbiError> {
+    match (o.sizes, o.strides) {
+        (&[n], &[s]) => Ok((n as usize, s as isize)),
+        (s, _) => Err(AbiError::Invalid(format!("{op}: operand of sizes {s:?}, expected one dimension"))),
+    }
+}
+
+/// Smallest and largest of the integers of the 1-d `input`; `*any = false`
+/// when it is empty. The glue validates `bincount`'s input and sizes its
+/// result with them.
 ///
 /// # Safety
-/// `data + i*stride` are live device elements of `dtype_code` for `i < n`.
+/// `input` describes live memory (see [`operands`]); the outputs are writable.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_bincount_range(device: i32, stream: i64, dtype_code: i32, n: usize, data: *const c_void, stride: i64, min: *mut i64, max: *mut i64, any: *mut bool) -> i32 {
+pub unsafe extern "C" fn oxide_bincount_range(on: OxideLaunch, input: OxideTensor, min: *mut i64, max: *mut i64, any: *mut bool) -> i32 {
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        let r = launch_raw(device, stream, n, &[data], || unsafe { oxide_kernels::ops::reduce::histogram::bincount_range(dt, n, data as *const u8, stride as isize) })?;
+        // SAFETY: the function's contract.
+        let [input] = unsafe { required("bincount", [&input]) }?;
+        let (n, stride) = vector("bincount", &input)?;
+        let r = launch(&on, || {
+            // SAFETY: the kernel reads the n elements of the decoded 1-d input.
+            unsafe { oxide_kernels::ops::reduce::histogram::bincount_range(input.dtype, n, input.src(), stride) }
+        })?;
         let (lo, hi) = r.unwrap_or((0, -1));
         put(min, lo)?;
         put(max, hi)?;
@@ -254,70 +297,66 @@ pub unsafe extern "C" fn oxide_bincount_range(device: i32, stream: i64, dtype_co
     })
 }
 
-/// `bincount` of `n` integers at `data` into `out` (`nbins` contiguous
-/// elements, zeroed first): int64 counts when `weights_dtype < 0`, else sums
-/// of the float32/float64 `weights` (element stride `weights_stride`).
+/// `bincount` of the 1-d integer `input` into the contiguous 1-d `out`
+/// (its length is the bin count; zeroed first): int64 counts without
+/// `weights`, else sums of the float32/float64 1-d `weights` (the input's
+/// length) in `out` of the weights' dtype.
 ///
 /// # Safety
-/// As [`oxide_bincount_range`]; `weights` likewise; `out` holds `nbins` elements.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_bincount(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    n: usize,
-    data: *const c_void,
-    stride: i64,
-    weights_dtype: i32,
-    weights: *const c_void,
-    weights_stride: i64,
-    out: *mut c_void,
-    nbins: usize,
-) -> i32 {
+pub unsafe extern "C" fn oxide_bincount(on: OxideLaunch, out: OxideTensor, input: OxideTensor, weights: OxideTensor) -> i32 {
     use oxide_kernels::ops::reduce::histogram::{bincount, Weights};
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        let w = if weights_dtype < 0 { None } else { Some(Weights { dtype: dtype(weights_dtype)?, ptr: weights as *const u8, stride: weights_stride as isize }) };
-        // An empty input's pointer may be null: only what is read is checked.
-        let mut operands = vec![out as *const c_void];
-        if n > 0 {
-            operands.push(data);
-            if w.is_some() {
-                operands.push(weights);
+        // SAFETY: the function's contract.
+        let [out, input, weights] = unsafe { operands("bincount", [&out, &input, &weights]) }?;
+        let (out, input) = (present("bincount", out)?, present("bincount", input)?);
+        let (n, stride) = vector("bincount", &input)?;
+        let (nbins, _) = vector("bincount", out.contiguous("bincount")?)?;
+        let w = match weights {
+            None => {
+                out.dtype_is("bincount (out)", oxide_kernels::DType::I64)?;
+                None
             }
-        }
-        launch_raw(device, stream, n.max(nbins), &operands, || unsafe {
-            bincount(dt, n, data as *const u8, stride as isize, w, out as *mut u8, nbins)
+            Some(w) => {
+                let (wn, ws) = vector("bincount (weights)", &w)?;
+                if wn != n {
+                    return Err(AbiError::Invalid(format!("bincount: {wn} weights for {n} values")));
+                }
+                out.dtype_is("bincount (out)", w.dtype)?;
+                Some(Weights { dtype: w.dtype, ptr: w.src(), stride: ws })
+            }
+        };
+        launch(&on, || {
+            // SAFETY: `input` and `weights` hold n elements at their strides, `out` nbins contiguous
+            // elements of the dtype the kernel writes (checked above).
+            unsafe { bincount(input.dtype, n, input.src(), stride, w, out.dst(), nbins) }
         })
     })
 }
 
-/// `histc` counts of `n` values at `input` (element stride `stride`) in the
-/// bins between the `nedges` contiguous ascending `edges`, into `hist`
-/// (`nedges - 1` contiguous elements); `local_search` refines the
+/// `histc` counts of the values of the 1-d `input` in the bins between the
+/// contiguous ascending 1-d `edges`, into the contiguous `hist` (one element
+/// fewer than `edges`; all three of one dtype); `local_search` refines the
 /// interpolated bin against the edges.
 ///
 /// # Safety
-/// Pointers address the stated elements of live device memory.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_histc(
-    device: i32,
-    stream: i64,
-    dtype_code: i32,
-    n: usize,
-    input: *const c_void,
-    stride: i64,
-    edges: *const c_void,
-    nedges: usize,
-    local_search: i32,
-    hist: *mut c_void,
-    threads: i32,
-) -> i32 {
+pub unsafe extern "C" fn oxide_histc(on: OxideLaunch, hist: OxideTensor, input: OxideTensor, edges: OxideTensor, local_search: bool) -> i32 {
+    use oxide_kernels::ops::reduce::histogram::{histc, Bins};
     ffi(|| {
-        let dt = dtype(dtype_code)?;
-        let operands: &[*const c_void] = if n == 0 { &[edges, hist as *const c_void] } else { &[input, edges, hist as *const c_void] };
-        launch_raw(device, stream, nedges, operands, || unsafe {
-            oxide_kernels::ops::reduce::histogram::histc(dt, n, input as *const u8, stride as isize, edges as *const u8, nedges, local_search != 0, hist as *mut u8, threads.max(1) as usize)
+        // SAFETY: the function's contract.
+        let [hist, input, edges] = unsafe { required("histc", [&hist, &input, &edges]) }?;
+        common_dtype("histc", &[&hist, &input, &edges])?;
+        let (n, stride) = vector("histc", &input)?;
+        let (nedges, _) = vector("histc", edges.contiguous("histc")?)?;
+        hist.contiguous("histc")?.numel_is("histc", nedges.saturating_sub(1))?;
+        let bins = Bins { edges: edges.src(), nedges, local_search };
+        launch(&on, || {
+            // SAFETY: `input` holds n elements at its stride, `edges` nedges and `hist`
+            // nedges - 1 contiguous elements of one dtype (checked above).
+            unsafe { histc(input.dtype, n, input.src(), stride, bins, hist.dst(), on.threads()) }
         })
     })
 }

@@ -130,6 +130,16 @@ impl Lines<'_> {
     }
 }
 
+/// What one [`scatter_reduce`] does: the reduction, the index shape, the
+/// dimension scattered along and `out`'s extent along it.
+#[derive(Debug, Clone, Copy)]
+pub struct Scatter<'a> {
+    pub reduce: ScatterReduce,
+    pub shape: &'a [usize],
+    pub dim: usize,
+    pub dim_size: usize,
+}
+
 /// `out[.., index[p], ..] = reduce(out[.., index[p], ..], src[p])` for every
 /// position `p` of the index shape `shape`, along `dim` (`out` has `dim_size`
 /// elements along it). Strides are in elements, one per dimension of `shape`
@@ -148,19 +158,8 @@ impl Lines<'_> {
 /// # Safety
 /// Every addressed element is live memory of its dtype; `out` does not overlap
 /// `src` or `index`; stride arrays have `shape.len()` entries.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn scatter_reduce(
-    reduce: ScatterReduce,
-    dtype: DType,
-    shape: &[usize],
-    dim: usize,
-    dim_size: usize,
-    out: Strided,
-    src: Strided,
-    index_dtype: DType,
-    index: Strided,
-    threads: usize,
-) -> Result<()> {
+pub unsafe fn scatter_reduce(s: Scatter, dtype: DType, out: Strided, src: Strided, index_dtype: DType, index: Strided, threads: usize) -> Result<()> {
+    let Scatter { reduce, shape, dim, dim_size } = s;
     if !reduce.supports(dtype) {
         return Err(Error::UnsupportedDtype { op: reduce.name(), dtype });
     }
@@ -382,11 +381,8 @@ mod tests {
         let (os, ss, is) = ([cols as isize, 1], [k as isize, 1], [k as isize, 1]);
         unsafe {
             scatter_reduce(
-                reduce,
+                Scatter { reduce, shape: &[rows, k], dim: 1, dim_size: cols },
                 T::DTYPE,
-                &[rows, k],
-                1,
-                cols,
                 Strided { ptr: out.as_mut_ptr() as *mut u8, strides: &os },
                 Strided { ptr: src.as_ptr() as *mut u8, strides: &ss },
                 DType::I64,
@@ -457,11 +453,8 @@ mod tests {
         // index shape (2, 3), contiguous; out strides (1, 4) for the (4, 3) view.
         unsafe {
             scatter_reduce(
-                ScatterReduce::Prod,
+                Scatter { reduce: ScatterReduce::Prod, shape: &[2, 3], dim: 0, dim_size: 4 },
                 DType::F32,
-                &[2, 3],
-                0,
-                4,
                 Strided { ptr: buf.as_mut_ptr() as *mut u8, strides: &[1, 4] },
                 Strided { ptr: [2f32].as_ptr() as *mut u8, strides: &[0, 0] },
                 DType::I64,

@@ -45,6 +45,17 @@ pub struct Adam {
     pub grad_scale: Option<f64>,
 }
 
+/// The tensors of one [`adam`] step: `n` contiguous elements each
+/// (`max_exp_avg_sq` may be null without amsgrad).
+#[derive(Debug, Clone, Copy)]
+pub struct AdamTensors {
+    pub param: *mut u8,
+    pub grad: *mut u8,
+    pub exp_avg: *mut u8,
+    pub exp_avg_sq: *mut u8,
+    pub max_exp_avg_sq: *mut u8,
+}
+
 /// Hyper-parameters of one SGD step.
 #[derive(Debug, Clone, Copy)]
 pub struct Sgd {
@@ -159,8 +170,8 @@ unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], 
 /// # Safety
 /// Every non-null pointer addresses `n` contiguous elements of `dt`; the
 /// written tensors do not overlap each other or `grad`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn adam(dt: DType, n: usize, param: *mut u8, grad: *mut u8, exp_avg: *mut u8, exp_avg_sq: *mut u8, max_exp_avg_sq: *mut u8, h: Adam, threads: usize) -> Result<()> {
+pub unsafe fn adam(dt: DType, n: usize, t: AdamTensors, h: Adam, threads: usize) -> Result<()> {
+    let AdamTensors { param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq } = t;
     check("_fused_adam_", dt)?;
     if h.amsgrad && max_exp_avg_sq.is_null() {
         return Err(Error::InvalidValue { op: "_fused_adam_", reason: "amsgrad needs max_exp_avg_sqs".into() });
@@ -316,7 +327,7 @@ mod tests {
         let mut vmax: Vec<f64> = vec![0.02; n];
         let (p0, m0, v0) = (p.clone(), m.clone(), v.clone());
         let h = Adam { lr: 1e-2, beta1: 0.9, beta2: 0.99, weight_decay: 0.1, eps: 1e-8, amsgrad: true, maximize: false, decoupled: true, step: 3.0, grad_scale: Some(2.0) };
-        unsafe { adam(DType::F64, n, p.as_mut_ptr() as _, g.as_mut_ptr() as _, m.as_mut_ptr() as _, v.as_mut_ptr() as _, vmax.as_mut_ptr() as _, h, 2) }.unwrap();
+        unsafe { adam(DType::F64, n, AdamTensors { param: p.as_mut_ptr() as _, grad: g.as_mut_ptr() as _, exp_avg: m.as_mut_ptr() as _, exp_avg_sq: v.as_mut_ptr() as _, max_exp_avg_sq: vmax.as_mut_ptr() as _ }, h, 2) }.unwrap();
         for k in 0..n {
             let gk = g0[k] / 2.0;
             // With a grad scale the gradient is left unscaled, as CPU's fused kernel leaves it.
@@ -381,10 +392,10 @@ mod tests {
             };
             let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
             let (mut p, mut gf, mut m, mut v, mut vmax) = (f(&p0), f(&g), f(&m0), f(&v0), f(&vmax0));
-            unsafe { adam(DType::F32, n, p.as_mut_ptr() as _, gf.as_mut_ptr() as _, m.as_mut_ptr() as _, v.as_mut_ptr() as _, vmax.as_mut_ptr() as _, h, 2) }.unwrap();
+            unsafe { adam(DType::F32, n, AdamTensors { param: p.as_mut_ptr() as _, grad: gf.as_mut_ptr() as _, exp_avg: m.as_mut_ptr() as _, exp_avg_sq: v.as_mut_ptr() as _, max_exp_avg_sq: vmax.as_mut_ptr() as _ }, h, 2) }.unwrap();
             let h16 = |v: &[f64]| v.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>();
             let (mut p16, mut g16, mut m16, mut v16, mut vmax16) = (h16(&p0), h16(&g), h16(&m0), h16(&v0), h16(&vmax0));
-            unsafe { adam(DType::F16, n, p16.as_mut_ptr() as _, g16.as_mut_ptr() as _, m16.as_mut_ptr() as _, v16.as_mut_ptr() as _, vmax16.as_mut_ptr() as _, h, 2) }.unwrap();
+            unsafe { adam(DType::F16, n, AdamTensors { param: p16.as_mut_ptr() as _, grad: g16.as_mut_ptr() as _, exp_avg: m16.as_mut_ptr() as _, exp_avg_sq: v16.as_mut_ptr() as _, max_exp_avg_sq: vmax16.as_mut_ptr() as _ }, h, 2) }.unwrap();
             for k in 0..n {
                 let (pw, mw, vw, vmw) = adam_ref(p0[k], g[k], m0[k], v0[k], vmax0[k], &h);
                 let close = |got: f64, want: f64, tol: f64| (got - want).abs() <= tol * (1.0 + want.abs());

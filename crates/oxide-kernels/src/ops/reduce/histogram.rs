@@ -127,6 +127,15 @@ macro_rules! half_bin {
 }
 half_bin!(half::f16, half::bf16);
 
+/// The bins of [`histc`]: `nedges` contiguous ascending edges (the input's
+/// dtype), and whether the interpolated bin is refined against them.
+#[derive(Debug, Clone, Copy)]
+pub struct Bins {
+    pub edges: *const u8,
+    pub nedges: usize,
+    pub local_search: bool,
+}
+
 /// `histc`: counts of the `n` values at `input` (element stride `stride`)
 /// in the `nedges - 1` bins delimited by the ascending `edges` (contiguous,
 /// same dtype), written to `hist` (`nedges - 1` contiguous elements of the
@@ -141,8 +150,8 @@ half_bin!(half::f16, half::bf16);
 ///
 /// # Safety
 /// Pointers address the stated elements; `hist` does not overlap the inputs.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn histc(dtype: DType, n: usize, input: *const u8, stride: isize, edges: *const u8, nedges: usize, local_search: bool, hist: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn histc(dtype: DType, n: usize, input: *const u8, stride: isize, bins: Bins, hist: *mut u8, threads: usize) -> Result<()> {
+    let Bins { edges, nedges, local_search } = bins;
     if nedges < 2 {
         return Err(Error::InvalidLayout { op: "histc", reason: format!("{nedges} bin edges") });
     }
@@ -250,22 +259,22 @@ mod tests {
         for local in [false, true] {
             for threads in [1, 4] {
                 let mut h = vec![0f64; 8];
-                unsafe { histc(DType::F64, values.len(), values.as_ptr() as *const u8, 1, edges.as_ptr() as *const u8, 9, local, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                unsafe { histc(DType::F64, values.len(), values.as_ptr() as *const u8, 1, Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: local }, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
                 assert_eq!(h, want);
                 let v32: Vec<f32> = values.iter().map(|&v| v as f32).collect();
                 let e32: Vec<f32> = edges.iter().map(|&v| v as f32).collect();
                 let mut h = vec![0f32; 8];
-                unsafe { histc(DType::F32, v32.len(), v32.as_ptr() as *const u8, 1, e32.as_ptr() as *const u8, 9, local, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                unsafe { histc(DType::F32, v32.len(), v32.as_ptr() as *const u8, 1, Bins { edges: e32.as_ptr() as *const u8, nedges: 9, local_search: local }, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
                 assert_eq!(h.iter().map(|&x| x as f64).collect::<Vec<_>>(), want);
             }
         }
         let vh: Vec<half::f16> = values[..200].iter().map(|&v| half::f16::from_f64(v)).collect();
         let eh: Vec<half::f16> = edges.iter().map(|&v| half::f16::from_f64(v)).collect();
         let mut h = vec![half::f16::ZERO; 8];
-        unsafe { histc(DType::F16, 200, vh.as_ptr() as *const u8, 1, eh.as_ptr() as *const u8, 9, true, h.as_mut_ptr() as *mut u8, 1) }.unwrap();
+        unsafe { histc(DType::F16, 200, vh.as_ptr() as *const u8, 1, Bins { edges: eh.as_ptr() as *const u8, nedges: 9, local_search: true }, h.as_mut_ptr() as *mut u8, 1) }.unwrap();
         let wanth = naive(&vh.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), &edges);
         assert_eq!(h.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), wanth);
-        let e = unsafe { histc(DType::I64, 0, std::ptr::null(), 1, edges.as_ptr() as *const u8, 9, false, h.as_mut_ptr() as *mut u8, 1) };
+        let e = unsafe { histc(DType::I64, 0, std::ptr::null(), 1, Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: false }, h.as_mut_ptr() as *mut u8, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "histc", dtype: DType::I64 }));
     }
 }

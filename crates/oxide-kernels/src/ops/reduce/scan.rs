@@ -100,6 +100,15 @@ fn check_real(op: &'static str, dtype: DType) -> Result<()> {
     }
 }
 
+/// A strided operand of [`scan`]: its dtype, first element and element
+/// strides (one per dimension of the shape).
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub dtype: DType,
+    pub ptr: *mut u8,
+    pub strides: &'a [isize],
+}
+
 /// Cumulative `op` of `input` along dimension `dim`, written to `out` (and,
 /// for `CumMax`/`CumMin`, the index of each running extreme to `indices`).
 ///
@@ -125,24 +134,12 @@ fn check_real(op: &'static str, dtype: DType) -> Result<()> {
 ///
 /// # Safety
 /// For every index in `shape`, the addressed element of `input` must be
-/// readable as `in_dtype`, those of `out` writable as `out_dtype` and those
+/// readable as `input.dtype`, those of `out` writable as `out.dtype` and those
 /// of `indices` writable as i64, for the duration of the call. Outputs must
 /// not overlap each other, and may overlap the input only element for element
 /// (same address for the same index).
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn scan(
-    op: ScanOp,
-    shape: &[usize],
-    dim: usize,
-    in_dtype: DType,
-    input: *const u8,
-    in_strides: &[isize],
-    out_dtype: DType,
-    out: *mut u8,
-    out_strides: &[isize],
-    indices: Option<(*mut i64, &[isize])>,
-    threads: usize,
-) -> Result<()> {
+pub unsafe fn scan(op: ScanOp, shape: &[usize], dim: usize, input: View, out: View, indices: Option<(*mut i64, &[isize])>, threads: usize) -> Result<()> {
+    let (View { dtype: in_dtype, ptr: input, strides: in_strides }, View { dtype: out_dtype, ptr: out, strides: out_strides }) = (input, out);
     let name = op.name();
     let nd = shape.len();
     let layout = |reason: String| Err(Error::InvalidLayout { op: name, reason });
@@ -380,12 +377,8 @@ mod tests {
                 op,
                 shape,
                 dim,
-                I::DTYPE,
-                buf.as_ptr() as *const u8,
-                in_strides,
-                O::DTYPE,
-                out.as_mut_ptr() as *mut u8,
-                &cs,
+                View { dtype: I::DTYPE, ptr: buf.as_ptr() as *mut u8, strides: in_strides },
+                View { dtype: O::DTYPE, ptr: out.as_mut_ptr() as *mut u8, strides: &cs },
                 if with_idx { Some((idx.as_mut_ptr(), &cs[..])) } else { None },
                 threads,
             )
@@ -591,7 +584,7 @@ mod tests {
         let mut x: Vec<f64> = (0..2 * BLOCK + 3).map(|i| i as f64).collect();
         let n = x.len();
         let p = x.as_mut_ptr() as *mut u8;
-        unsafe { scan(ScanOp::CumSum, &[n], 0, DType::F64, p, &[1], DType::F64, p, &[1], None, 1) }.unwrap();
+        unsafe { scan(ScanOp::CumSum, &[n], 0, View { dtype: DType::F64, ptr: p, strides: &[1] }, View { dtype: DType::F64, ptr: p, strides: &[1] }, None, 1) }.unwrap();
         assert!(x.iter().enumerate().all(|(i, &v)| v == (i * (i + 1) / 2) as f64));
     }
 
@@ -601,7 +594,7 @@ mod tests {
         let null = std::ptr::null_mut::<u8>();
         for op in [ScanOp::CumSum, ScanOp::CumMax] {
             let idx = Some((std::ptr::null_mut::<i64>(), &[1isize, 1][..]));
-            unsafe { scan(op, &[0, 3], 1, DType::F32, null, &[3, 1], DType::F32, null, &[3, 1], idx, 4) }.unwrap();
+            unsafe { scan(op, &[0, 3], 1, View { dtype: DType::F32, ptr: null, strides: &[3, 1] }, View { dtype: DType::F32, ptr: null, strides: &[3, 1] }, idx, 4) }.unwrap();
         }
         // 0-dim as shape [1].
         let (v, _) = run::<f32, f64>(ScanOp::CumProd, &[1], 0, &[2.5], &[0], 1);
@@ -610,15 +603,15 @@ mod tests {
         assert_eq!((v, i), (vec![-3], vec![0]));
         let mut b = [0u8; 64];
         let p = b.as_mut_ptr();
-        let e = unsafe { scan(ScanOp::CumSum, &[2], 0, DType::C64, p, &[1], DType::C64, p, &[1], None, 1) };
+        let e = unsafe { scan(ScanOp::CumSum, &[2], 0, View { dtype: DType::C64, ptr: p, strides: &[1] }, View { dtype: DType::C64, ptr: p, strides: &[1] }, None, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "cumsum", dtype: DType::C64 }));
-        let e = unsafe { scan(ScanOp::CumProd, &[2], 0, DType::F32, p, &[1], DType::C128, p, &[1], None, 1) };
+        let e = unsafe { scan(ScanOp::CumProd, &[2], 0, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::C128, ptr: p, strides: &[1] }, None, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "cumprod", dtype: DType::C128 }));
-        let e = unsafe { scan(ScanOp::CumMax, &[2], 0, DType::F32, p, &[1], DType::F32, p, &[1], None, 1) };
+        let e = unsafe { scan(ScanOp::CumMax, &[2], 0, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[1] }, None, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { op: "cummax", .. })));
-        let e = unsafe { scan(ScanOp::CumSum, &[2], 1, DType::F32, p, &[1], DType::F32, p, &[1], None, 1) };
+        let e = unsafe { scan(ScanOp::CumSum, &[2], 1, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[1] }, None, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
-        let e = unsafe { scan(ScanOp::CumSum, &[2, 2], 1, DType::F32, p, &[1], DType::F32, p, &[2, 1], None, 1) };
+        let e = unsafe { scan(ScanOp::CumSum, &[2, 2], 1, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[2, 1] }, None, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
     }
 }

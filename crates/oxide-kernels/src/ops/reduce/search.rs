@@ -10,6 +10,19 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::engine::iter::GRAIN;
 
+/// The shape of one [`searchsorted`] call: the dtype of values and
+/// boundaries, `nvalues` values, `per_row` of them per boundary row of `len`
+/// elements, upper bound when `right`, and the output dtype (int32/int64).
+#[derive(Debug, Clone, Copy)]
+pub struct Search {
+    pub dtype: DType,
+    pub nvalues: usize,
+    pub per_row: usize,
+    pub len: usize,
+    pub right: bool,
+    pub out_dtype: DType,
+}
+
 /// Where each value would be inserted into its row of `boundaries` to keep it sorted.
 ///
 /// Shapes: `values` holds `nvalues` contiguous elements; `boundaries` holds
@@ -28,20 +41,8 @@ use crate::engine::iter::GRAIN;
 ///
 /// # Safety
 /// Pointers address the stated contiguous elements; `sorter` entries are in `0..len`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn searchsorted(
-    dtype: DType,
-    values: *const u8,
-    nvalues: usize,
-    per_row: usize,
-    boundaries: *const u8,
-    len: usize,
-    sorter: *const i64,
-    right: bool,
-    out_dtype: DType,
-    out: *mut u8,
-    threads: usize,
-) -> Result<()> {
+pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, sorter: *const i64, out: *mut u8, threads: usize) -> Result<()> {
+    let Search { dtype, nvalues, per_row, len, right, out_dtype } = s;
     if !matches!(out_dtype, DType::I64 | DType::I32) {
         return Err(Error::UnsupportedDtype { op: "searchsorted (out)", dtype: out_dtype });
     }
@@ -136,15 +137,10 @@ mod tests {
         let mut out = vec![-1i64; values.len()];
         unsafe {
             searchsorted(
-                T::DTYPE,
+                Search { dtype: T::DTYPE, nvalues: values.len(), per_row, len, right, out_dtype: DType::I64 },
                 values.as_ptr() as *const u8,
-                values.len(),
-                per_row,
                 bd.as_ptr() as *const u8,
-                len,
                 sorter.map_or(std::ptr::null(), |s| s.as_ptr()),
-                right,
-                DType::I64,
                 out.as_mut_ptr() as *mut u8,
                 threads,
             )
@@ -194,9 +190,9 @@ mod tests {
         assert_eq!(search(&[f64::NAN, 2.0, 5.0], 3, &bd, 3, None, true, 1), [3, 3, 3]);
         assert_eq!(search::<f32>(&[1.0], 1, &[], 0, None, false, 1), [0]);
         let mut out = [0i32; 2];
-        unsafe { searchsorted(DType::U8, [0u8, 9].as_ptr(), 2, 2, [1u8, 5].as_ptr(), 2, std::ptr::null(), false, DType::I32, out.as_mut_ptr() as *mut u8, 1) }.unwrap();
+        unsafe { searchsorted(Search { dtype: DType::U8, nvalues: 2, per_row: 2, len: 2, right: false, out_dtype: DType::I32 }, [0u8, 9].as_ptr(), [1u8, 5].as_ptr(), std::ptr::null(), out.as_mut_ptr() as *mut u8, 1) }.unwrap();
         assert_eq!(out, [0, 2]);
-        let e = unsafe { searchsorted(DType::Bool, [0u8].as_ptr(), 1, 1, [1u8].as_ptr(), 1, std::ptr::null(), false, DType::I64, out.as_mut_ptr() as *mut u8, 1) };
+        let e = unsafe { searchsorted(Search { dtype: DType::Bool, nvalues: 1, per_row: 1, len: 1, right: false, out_dtype: DType::I64 }, [0u8].as_ptr(), [1u8].as_ptr(), std::ptr::null(), out.as_mut_ptr() as *mut u8, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "searchsorted", dtype: DType::Bool }));
     }
 }
