@@ -53,7 +53,18 @@ unsafe fn present<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]
 
 /// Refuses `o` unless it is contiguous with `numel` elements (a kernel reading a flat buffer).
 fn flat(op: &'static str, o: &Operand, numel: usize) -> Result<(), AbiError> {
-    o.contiguous(op)?.numel_is(op, numel)?;
+    dense(op, o)?;
+    o.numel_is(op, numel)?;
+    Ok(())
+}
+
+/// Refuses a non-empty operand that is not contiguous. An empty tensor is
+/// contiguous whatever its strides, as in PyTorch (`is_contiguous()` is true for
+/// it and `.contiguous()` returns it unchanged).
+fn dense(op: &'static str, o: &Operand) -> Result<(), AbiError> {
+    if o.numel > 0 {
+        o.contiguous(op)?;
+    }
     Ok(())
 }
 
@@ -146,8 +157,8 @@ pub unsafe extern "C" fn oxide_softmax(on: OxideLaunch, out: OxideTensor, input:
         // SAFETY: the function's contract.
         let [out, input] = unsafe { present(OP, [&out, &input]) }?;
         same_sizes(OP, &[&out, &input])?;
-        input.contiguous(OP)?;
-        out.contiguous(OP)?;
+        dense(OP, &input)?;
+        dense(OP, &out)?;
         let span = softmax_span(OP, input.sizes, dim, log)?;
         launch(&on, || {
             // SAFETY: both operands were decoded and checked contiguous with the sizes `span` covers.
@@ -170,7 +181,7 @@ pub unsafe extern "C" fn oxide_softmax_backward(on: OxideLaunch, grad_input: Oxi
         same_sizes(OP, &[&grad_input, &grad, &output])?;
         let dt = common_dtype(OP, &[&grad, &output])?;
         for o in [&grad_input, &grad, &output] {
-            o.contiguous(OP)?;
+            dense(OP, o)?;
         }
         let span = softmax_span(OP, output.sizes, dim, log)?;
         launch(&on, || {
@@ -215,7 +226,7 @@ pub unsafe extern "C" fn oxide_nll_loss(on: OxideLaunch, out: OxideTensor, total
         let (n, c, s) = nll_ncs(OP, &input)?;
         let reduction = Reduction::from_code(reduction)?;
         let dt = common_dtype(OP, &[&input, &out, &total_weight])?;
-        input.contiguous(OP)?;
+        dense(OP, &input)?;
         flat(OP, &target, n * s)?;
         dtype_is(OP, &target, DType::I64)?;
         if let Some(w) = &weight {
@@ -249,7 +260,7 @@ pub unsafe extern "C" fn oxide_nll_loss_backward(on: OxideLaunch, grad_input: Ox
         let (n, c, s) = nll_ncs(OP, &grad_input)?;
         let reduction = Reduction::from_code(reduction)?;
         let dt = common_dtype(OP, &[&grad_input, &grad_output, &total_weight])?;
-        grad_input.contiguous(OP)?;
+        dense(OP, &grad_input)?;
         flat(OP, &target, n * s)?;
         dtype_is(OP, &target, DType::I64)?;
         if let Some(w) = &weight {
@@ -428,8 +439,8 @@ pub unsafe extern "C" fn oxide_batch_norm(
         let dt = common_dtype(OP, &[&x, &y])?;
         let per_channel = [&weight, &bias, &running_mean, &running_var, &save_mean, &save_invstd];
         let pdt = optional_dtype(OP, &per_channel, dt)?;
-        x.contiguous(OP)?;
-        y.contiguous(OP)?;
+        dense(OP, &x)?;
+        dense(OP, &y)?;
         for o in per_channel {
             flat_opt(OP, o, sh.c)?;
         }
@@ -485,12 +496,12 @@ pub unsafe extern "C" fn oxide_batch_norm_backward(
         if let Some(d) = &dx {
             sizes_are(OP, d, x.sizes)?;
             dtype_is(OP, d, dt)?;
-            d.contiguous(OP)?;
+            dense(OP, d)?;
         }
         let per_channel = [&weight, &running_mean, &running_var, &save_mean, &save_invstd, &dweight, &dbias];
         let pdt = optional_dtype(OP, &per_channel, dt)?;
-        x.contiguous(OP)?;
-        dy.contiguous(OP)?;
+        dense(OP, &x)?;
+        dense(OP, &dy)?;
         for o in per_channel {
             flat_opt(OP, o, sh.c)?;
         }
@@ -667,7 +678,7 @@ fn conv_operands(op: &'static str, c: &OxideConv, cv: &oxide_kernels::ops::nn::c
         if let Some(o) = o {
             let sizes: Vec<i64> = [c.batch, channels].into_iter().chain(spatial[..nd].iter().copied()).collect();
             sizes_are(op, o, &sizes)?;
-            o.contiguous(op)?;
+            dense(op, &o)?;
         }
         Ok(())
     };
@@ -1095,7 +1106,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
         let n = indices.numel;
         let num_bags = offsets.numel.saturating_sub(usize::from(include_last_offset));
         let dt = common_dtype(OP, &[&weight, &output])?;
-        weight.contiguous(OP)?;
+        dense(OP, &weight)?;
         index_operand(OP, &indices, n)?;
         index_operand(OP, &offsets, offsets.numel)?;
         index_operand(OP, &offset2bag, n)?;
@@ -1163,8 +1174,8 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
         }
         let n = indices.numel;
         let dt = common_dtype(OP, &[&grad, &grad_weight])?;
-        grad.contiguous(OP)?;
-        grad_weight.contiguous(OP)?;
+        dense(OP, &grad)?;
+        dense(OP, &grad_weight)?;
         index_operand(OP, &indices, n)?;
         index_operand(OP, &offset2bag, n)?;
         index_operand(OP, &bag_size, num_bags)?;
@@ -1220,8 +1231,8 @@ pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(on: Oxi
         }
         let n = indices.numel;
         let dt = common_dtype(OP, &[&out, &grad, &weight])?;
-        grad.contiguous(OP)?;
-        weight.contiguous(OP)?;
+        dense(OP, &grad)?;
+        dense(OP, &weight)?;
         flat(OP, &out, n)?;
         index_operand(OP, &indices, n)?;
         index_operand(OP, &offset2bag, n)?;
@@ -1266,10 +1277,10 @@ pub unsafe extern "C" fn oxide_grid_sample_2d(on: OxideLaunch, output: OxideTens
         let [output, input, grid] = unsafe { present(OP, [&output, &input, &grid]) }?;
         let gs = grid_sample_desc(OP, &input, &grid, interpolation, padding, align_corners)?;
         let dt = common_dtype(OP, &[&input, &grid, &output])?;
-        input.contiguous(OP)?;
-        grid.contiguous(OP)?;
+        dense(OP, &input)?;
+        dense(OP, &grid)?;
         sizes_are(OP, &output, &[gs.batch, gs.channels, gs.output[0], gs.output[1]].map(|e| e as i64))?;
-        output.contiguous(OP)?;
+        dense(OP, &output)?;
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the sizes `gs` describes.
             unsafe { oxide_kernels::ops::nn::grid_sample::grid_sample_2d(dt, &gs, input.src(), grid.src(), output.dst(), on.threads()) }
@@ -1305,16 +1316,16 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
         let (grad_grid, grad_output, input, grid) = (grad_grid.ok_or_else(missing)?, grad_output.ok_or_else(missing)?, input.ok_or_else(missing)?, grid.ok_or_else(missing)?);
         let gs = grid_sample_desc(OP, &input, &grid, interpolation, padding, align_corners)?;
         let dt = common_dtype(OP, &[&input, &grid, &grad_output, &grad_grid])?;
-        input.contiguous(OP)?;
-        grid.contiguous(OP)?;
+        dense(OP, &input)?;
+        dense(OP, &grid)?;
         sizes_are(OP, &grad_output, &[gs.batch, gs.channels, gs.output[0], gs.output[1]].map(|e| e as i64))?;
-        grad_output.contiguous(OP)?;
+        dense(OP, &grad_output)?;
         sizes_are(OP, &grad_grid, grid.sizes)?;
-        grad_grid.contiguous(OP)?;
+        dense(OP, &grad_grid)?;
         if let Some(gi) = &grad_input {
             sizes_are(OP, gi, input.sizes)?;
             dtype_is(OP, gi, dt)?;
-            gi.contiguous(OP)?;
+            dense(OP, gi)?;
         }
         let grads = GridGrads { input: grad_input.map(|g| g.dst()), grid: grad_grid.dst() };
         launch(&on, || {
