@@ -15,6 +15,7 @@
 // the op's output is differentiable, the backward receives the same bias
 // (undefined when there was none) and grad_input_mask for (q, k, v, bias).
 #include "common/device_check.h"
+#include "common/launch.h"
 #include "common/oxide.h"
 
 #include <ATen/Context.h>
@@ -79,19 +80,6 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   return ok ? static_cast<int64_t>(sdp::SDPBackend::overrideable) : math;
 }
 
-OxideStrided4 strided4(const at::Tensor& t) {
-  OxideStrided4 s{};
-  if (!t.defined()) {
-    return s;
-  }
-  TORCH_INTERNAL_ASSERT(t.dim() == 4);
-  s.data = t.data_ptr();
-  for (int i = 0; i < 4; ++i) {
-    s.strides[i] = t.stride(i);
-  }
-  return s;
-}
-
 // Inputs of one call normalised to 4-d: 3-d (unbatched) operands get a batch of 1.
 at::Tensor batched(const at::Tensor& t, bool unbatched) {
   return unbatched && t.defined() ? t.unsqueeze(0) : t;
@@ -103,7 +91,8 @@ struct Problem {
 };
 
 // Checks what the kernel relies on (the op can be called directly, not only
-// through the choice above) and fills the ABI description.
+// through the choice above) and fills the ABI description (the extents come
+// from the operands).
 Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
                  double dropout_p, bool is_causal, std::optional<double> scale) {
   constexpr const char* op = "_scaled_dot_product_fused_attention_overrideable";
@@ -116,7 +105,7 @@ Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
   TORCH_CHECK_NOT_IMPLEMENTED(supported_dtype(q.scalar_type()), op, ": dtype ", q.scalar_type(),
                               " is not supported on oxide");
   const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), E = q.size(3);
-  const int64_t Hkv = k.size(1), S = k.size(2), Ev = v.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
   TORCH_CHECK(k.size(0) == B && v.size(0) == B, op, ": query, key and value must have the same batch size");
   TORCH_CHECK(v.size(1) == Hkv && Hkv > 0 && Hq % Hkv == 0, op, ": key and value heads (", Hkv, ", ", v.size(1),
               ") must be equal and divide the query heads (", Hq, ")");
@@ -132,21 +121,9 @@ Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     p.bias = bias.expand({B, Hq, L, S});
   }
   auto& d = p.desc;
-  d.batch = B;
-  d.heads_q = Hq;
-  d.heads_kv = Hkv;
-  d.len_q = L;
-  d.len_kv = S;
-  d.dim_qk = E;
-  d.dim_v = Ev;
-  d.query = strided4(q);
-  d.key = strided4(k);
-  d.value = strided4(v);
-  d.bias = strided4(p.bias);
   d.causal = is_causal;
   d.scale = sdp::calculate_scale(q, scale).expect_float();
   d.dropout_p = dropout_p;
-  d.threads = static_cast<int32_t>(at::get_num_threads());
   return p;
 }
 
@@ -174,14 +151,13 @@ fused_attention(const at::Tensor& query_, const at::Tensor& key_, const at::Tens
   int64_t seed = 0, offset = 0;
   if (dropout_p > 0.0) {
     uint64_t blocks = 0;
-    OXIDE_CHECK(oxide_attention_dropout_blocks(&p.desc, &blocks));
+    OXIDE_CHECK(oxide_attention_dropout_blocks(in_arg(q), in_arg(k), in_arg(v), &blocks));
     p.desc.philox = philox_reserve(std::nullopt, q.device(), blocks);
     seed = static_cast<int64_t>(p.desc.philox.seed);
     offset = static_cast<int64_t>(p.desc.philox.offset);
   }
-  const auto device = q.device().index();
-  OXIDE_CHECK(oxide_attention_forward(device, current_stream(device), static_cast<int32_t>(q.scalar_type()), &p.desc,
-                                      strided4(out), lse.data_ptr()));
+  OXIDE_CHECK(oxide_attention_forward(launch_on(q), out_arg(out), out_arg(lse), in_arg(q), in_arg(k), in_arg(v),
+                                      in_arg(p.bias), &p.desc));
   // Seed and offset are host scalars: the backward pass reads them without a device round trip.
   const auto host_long = at::TensorOptions().dtype(at::kLong).device(at::kCPU);
   return {unbatched ? out.squeeze(0) : out,
@@ -223,10 +199,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
   // The kernel writes the gradient of every broadcast bias element; broadcast
   // dims are then summed (sum_to), as autograd would for an expanded input.
   at::Tensor gb_full = want_bias ? at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options()) : at::Tensor();
-  const auto device = q.device().index();
-  OXIDE_CHECK(oxide_attention_backward(device, current_stream(device), static_cast<int32_t>(q.scalar_type()), &p.desc,
-                                       strided4(out), strided4(grad_out), logsumexp.data_ptr(), strided4(gq),
-                                       strided4(gk), strided4(gv), strided4(gb_full)));
+  OXIDE_CHECK(oxide_attention_backward(launch_on(q), out_arg(gq), out_arg(gk), out_arg(gv), out_arg(gb_full),
+                                       in_arg(grad_out), in_arg(out), in_arg(logsumexp), in_arg(q), in_arg(k), in_arg(v),
+                                       in_arg(p.bias), &p.desc));
   at::Tensor gb;
   if (want_bias) {
     gb = gb_full.sizes() == attn_bias.sizes() ? gb_full : at::sum_to(gb_full, attn_bias.sizes());

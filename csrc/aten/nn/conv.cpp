@@ -22,6 +22,7 @@
 // Dtypes: float32/64, float16/bfloat16 (computed in float32), integers
 // (wrapping, a plain GEMM loop; CPU convolves them too).
 #include "common/device_check.h"
+#include "common/launch.h"
 #include "common/oxide.h"
 
 #include <algorithm>
@@ -69,21 +70,12 @@ OxideConv describe(const at::Tensor& input, const at::Tensor& weight, const at::
     c.padding[d] = padding[d];
     c.dilation[d] = dilation[d];
   }
-  c.threads = static_cast<int32_t>(at::get_num_threads());
   return c;
 }
 
 // The kernels read contiguous memory without a negative bit.
 at::Tensor dense(const at::Tensor& t) {
   return t.resolve_neg().contiguous();
-}
-
-const void* ptr_or_null(const at::Tensor& t) {
-  return t.defined() ? t.const_data_ptr() : nullptr;
-}
-
-void* mut_ptr_or_null(const at::Tensor& t) {
-  return t.defined() ? t.mutable_data_ptr() : nullptr;
 }
 
 at::Tensor convolution(const at::Tensor& input_in, const at::Tensor& weight_in, const std::optional<at::Tensor>& bias_in,
@@ -113,10 +105,7 @@ at::Tensor convolution(const at::Tensor& input_in, const at::Tensor& weight_in, 
                                   bias.scalar_type() == input.scalar_type()),
               "convolution expects a bias of shape [", c.out_channels, "] and dtype ", input.scalar_type(), ", got ",
               bias.sizes(), " and ", bias.scalar_type());
-  const auto device = output.device().index();
-  OXIDE_CHECK(oxide_convolution(device, current_stream(device), static_cast<int32_t>(input.scalar_type()), &c,
-                                input.const_data_ptr(), weight.const_data_ptr(), ptr_or_null(bias),
-                                output.mutable_data_ptr()));
+  OXIDE_CHECK(oxide_convolution(launch_on(output), out_arg(output), in_arg(input), in_arg(weight), in_arg(bias), &c));
   return output;
 }
 
@@ -139,12 +128,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   if (output_mask[2]) {
     grad_bias = at::empty({c.out_channels}, grad_output.options());
   }
-  const auto device = grad_output.device().index();
-  OXIDE_CHECK(oxide_convolution_backward(
-      device, current_stream(device), static_cast<int32_t>(grad_output.scalar_type()), &c,
-      grad_output.const_data_ptr(), output_mask[1] ? input.const_data_ptr() : nullptr,
-      output_mask[0] ? weight.const_data_ptr() : nullptr, mut_ptr_or_null(grad_input), mut_ptr_or_null(grad_weight),
-      mut_ptr_or_null(grad_bias)));
+  // Unread operands are absent: they need not be dense.
+  OXIDE_CHECK(oxide_convolution_backward(launch_on(grad_output), out_arg(grad_input), out_arg(grad_weight),
+                                         out_arg(grad_bias), in_arg(grad_output),
+                                         in_arg(output_mask[1] ? input : at::Tensor()),
+                                         in_arg(output_mask[0] ? weight : at::Tensor()), &c));
   return {grad_input, grad_weight, grad_bias};
 }
 

@@ -12,6 +12,7 @@
 // (int32 only when indices and offsets are both int32).
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_embedding_bag_backward_native.h>
@@ -28,10 +29,6 @@ using T = const at::Tensor&;
 using OptT = const std::optional<at::Tensor>&;
 using Four = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-int32_t threads() {
-  return static_cast<int32_t>(at::get_num_threads());
-}
-
 void check_index_type(const at::Tensor& t, const char* name, int pos) {
   TORCH_CHECK(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt, "Expected tensor for argument #", pos, " '",
               name, "' to have one of the following scalar types: Long, Int; but got ", t.toString(),
@@ -40,19 +37,6 @@ void check_index_type(const at::Tensor& t, const char* name, int pos) {
 
 at::Tensor longs(const at::Tensor& t) {
   return t.to(at::kLong).contiguous();
-}
-
-OxideBags bags_of(const at::Tensor& indices, const at::Tensor& offsets, bool include_last_offset,
-                  const at::Tensor& weight, int64_t padding_idx, int64_t mode) {
-  return OxideBags{indices.const_data_ptr<int64_t>(),
-                   static_cast<size_t>(indices.numel()),
-                   offsets.defined() ? offsets.const_data_ptr<int64_t>() : nullptr,
-                   offsets.defined() ? static_cast<size_t>(offsets.numel()) : 0,
-                   include_last_offset,
-                   static_cast<size_t>(weight.size(0)),
-                   static_cast<size_t>(weight.size(1)),
-                   padding_idx,
-                   mode};
 }
 
 Four embedding_bag(T weight_, T indices_, T offsets_, bool /*scale_grad_by_freq*/, int64_t mode, bool /*sparse*/,
@@ -91,13 +75,10 @@ Four embedding_bag(T weight_, T indices_, T offsets_, bool /*scale_grad_by_freq*
   auto offset2bag = at::empty({indices.numel()}, lopt);
   auto bag_size = at::empty({num_bags}, lopt);
   auto max_indices = mode == 2 ? at::empty({num_bags, dim}, lopt) : at::zeros({num_bags}, lopt);
-  const auto b = bags_of(indices, offsets, include_last_offset, weight, padding_idx, mode);
-  const auto device = weight.device().index();
-  OXIDE_CHECK(oxide_embedding_bag(device, current_stream(device), static_cast<int32_t>(weight.scalar_type()), &b,
-                                  weight.const_data_ptr(), has_psw ? psw.const_data_ptr() : nullptr,
-                                  output.mutable_data_ptr(), offset2bag.mutable_data_ptr<int64_t>(),
-                                  bag_size.mutable_data_ptr<int64_t>(),
-                                  mode == 2 ? max_indices.mutable_data_ptr<int64_t>() : nullptr, threads()));
+  // max_indices is written in max mode only (the zeros of the other modes are returned as they are).
+  OXIDE_CHECK(oxide_embedding_bag(launch_on(weight), out_arg(output), out_arg(offset2bag), out_arg(bag_size),
+                                  out_arg(mode == 2 ? max_indices : at::Tensor()), in_arg(indices), in_arg(offsets),
+                                  in_arg(weight), in_arg(psw), mode, padding_idx, include_last_offset));
   return {output, offset2bag.to(index_type), bag_size.to(index_type), max_indices.to(index_type)};
 }
 
@@ -125,21 +106,9 @@ at::Tensor dense_backward(T grad_, T indices_, T offset2bag_, T bag_size_, T max
               " entries for ", indices.numel(), " indices");
   const int64_t nw = num_weights.guard_int(__FILE__, __LINE__);
   auto grad_weight = at::empty({nw, grad.size(1)}, grad.options());
-  OxideBags b{indices.const_data_ptr<int64_t>(),
-              static_cast<size_t>(indices.numel()),
-              nullptr,
-              0,
-              false,
-              static_cast<size_t>(nw),
-              static_cast<size_t>(grad.size(1)),
-              padding_idx,
-              mode};
-  const auto device = grad.device().index();
-  OXIDE_CHECK(oxide_embedding_bag_backward(
-      device, current_stream(device), static_cast<int32_t>(grad.scalar_type()), &b, static_cast<size_t>(grad.size(0)),
-      grad.const_data_ptr(), offset2bag.const_data_ptr<int64_t>(), bag_size.const_data_ptr<int64_t>(),
-      mode == 2 ? max_indices.const_data_ptr<int64_t>() : nullptr, scale_grad_by_freq,
-      has_psw ? psw.const_data_ptr() : nullptr, grad_weight.mutable_data_ptr(), threads()));
+  OXIDE_CHECK(oxide_embedding_bag_backward(launch_on(grad), out_arg(grad_weight), in_arg(grad), in_arg(indices),
+                                           in_arg(offset2bag), in_arg(bag_size), in_arg(max_indices), in_arg(psw), mode,
+                                           padding_idx, scale_grad_by_freq));
   return grad_weight;
 }
 
@@ -174,12 +143,8 @@ at::Tensor per_sample_weights_backward(T grad_, T weight_, T indices_, T /*offse
   TORCH_CHECK(offset2bag.numel() == indices.numel(), "embedding_bag backward: offset2bag has ", offset2bag.numel(),
               " entries for ", indices.numel(), " indices");
   auto out = at::empty({indices.numel()}, grad.options());
-  const auto b = bags_of(indices, at::Tensor(), false, weight, padding_idx, mode);
-  const auto device = grad.device().index();
-  OXIDE_CHECK(oxide_embedding_bag_per_sample_weights_backward(
-      device, current_stream(device), static_cast<int32_t>(grad.scalar_type()), &b, static_cast<size_t>(grad.size(0)),
-      grad.const_data_ptr(), weight.const_data_ptr(), offset2bag.const_data_ptr<int64_t>(), out.mutable_data_ptr(),
-      threads()));
+  OXIDE_CHECK(oxide_embedding_bag_per_sample_weights_backward(launch_on(grad), out_arg(out), in_arg(grad), in_arg(weight),
+                                                             in_arg(indices), in_arg(offset2bag), padding_idx));
   return out;
 }
 

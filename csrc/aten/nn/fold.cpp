@@ -4,6 +4,7 @@
 // then the unfold/fold loops convolution uses (oxide_kernels::ops::nn::conv::unfold / fold).
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/native/Resize.h>
 #include <ATen/native/im2col_shape_check.h>
@@ -24,26 +25,19 @@ void check_pairs(IA kernel_size, IA dilation, IA padding, IA stride) {
 
 // Runs the kernel from contiguous `src` into `dst` (contiguous, or through a temporary).
 void run(const at::Tensor& src, const at::Tensor& dst, const OxideUnfold& u, bool fold) {
-  const auto elements = static_cast<size_t>(std::max(src.numel(), dst.numel()));
   if (dst.numel() == 0) {
     return;
   }
-  const auto device = dst.device().index();
   auto out = dst.is_contiguous() ? dst : at::empty(dst.sizes(), dst.options());
-  OXIDE_CHECK(oxide_unfold(device, current_stream(device), static_cast<int32_t>(src.scalar_type()), &u, fold ? 1 : 0,
-                           elements, src.const_data_ptr(), out.mutable_data_ptr(),
-                           static_cast<int32_t>(at::get_num_threads())));
+  OXIDE_CHECK(oxide_unfold(launch_on(out), out_arg(out), in_arg(src), &u, fold));
   if (!out.is_same(dst)) {
     dst.copy_(out);
   }
 }
 
-OxideUnfold geometry(int64_t batch, int64_t channels, int64_t h, int64_t w, IA kernel_size, IA dilation, IA padding,
-                     IA stride) {
-  return OxideUnfold{batch,
-                     channels,
-                     {h, w},
-                     {kernel_size[0], kernel_size[1]},
+// The window; batch, channels and image extents come from the image operand.
+OxideUnfold geometry(IA kernel_size, IA dilation, IA padding, IA stride) {
+  return OxideUnfold{{kernel_size[0], kernel_size[1]},
                      {stride[0], stride[1]},
                      {padding[0], padding[1]},
                      {dilation[0], dilation[1]}};
@@ -63,7 +57,7 @@ at::Tensor& im2col_out(const at::Tensor& self, IA kernel_size, IA dilation, IA p
     shape.erase(shape.begin());
   }
   at::native::resize_output(out, shape);
-  run(input, batched ? out : out.unsqueeze(0), geometry(n, c, h, w, kernel_size, dilation, padding, stride), false);
+  run(input, batched ? out : out.unsqueeze(0), geometry(kernel_size, dilation, padding, stride), false);
   return out;
 }
 
@@ -87,7 +81,7 @@ at::Tensor& col2im_out(const at::Tensor& self, IA output_size, IA kernel_size, I
   }
   at::native::resize_output(out, shape);
   run(input, batched ? out : out.unsqueeze(0),
-      geometry(n, c, output_size[0], output_size[1], kernel_size, dilation, padding, stride), true);
+      geometry(kernel_size, dilation, padding, stride), true);
   return out;
 }
 

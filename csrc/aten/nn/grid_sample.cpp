@@ -4,6 +4,7 @@
 // follow ATen/native/GridSampler.h (restated in the Rust module).
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <ATen/native/GridSamplerUtils.h>
 #include <ATen/ops/empty.h>
@@ -13,12 +14,6 @@ namespace oxide {
 namespace {
 
 using T = const at::Tensor&;
-
-OxideGridSample geometry(const at::Tensor& input, const at::Tensor& grid, int64_t interpolation, int64_t padding,
-                         bool align_corners) {
-  return OxideGridSample{input.size(0),   input.size(1), {input.size(2), input.size(3)},
-                         {grid.size(1), grid.size(2)}, interpolation, padding, align_corners};
-}
 
 void check_dtypes(const at::Tensor& input, const at::Tensor& grid, const char* name) {
   TORCH_CHECK(input.scalar_type() == grid.scalar_type(), "expected scalar type ", input.scalar_type(),
@@ -37,11 +32,8 @@ at::Tensor grid_sampler_2d(T input_, T grid_, int64_t interpolation, int64_t pad
   if (output.numel() == 0) {
     return output;
   }
-  const auto g = geometry(input, grid, interpolation, padding, align_corners);
-  const auto device = input.device().index();
-  OXIDE_CHECK(oxide_grid_sample_2d(device, current_stream(device), static_cast<int32_t>(input.scalar_type()), &g,
-                                   input.const_data_ptr(), grid.const_data_ptr(), output.mutable_data_ptr(),
-                                   static_cast<int32_t>(at::get_num_threads())));
+  OXIDE_CHECK(oxide_grid_sample_2d(launch_on(input), out_arg(output), in_arg(input), in_arg(grid), interpolation, padding,
+                                   align_corners));
   return output;
 }
 
@@ -60,12 +52,9 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_backward(T grad_output_, T in
     grad_input.zero_();
   }
   if (grad_grid.numel() > 0) {
-    const auto g = geometry(input, grid, interpolation, padding, align_corners);
-    const auto device = input.device().index();
-    OXIDE_CHECK(oxide_grid_sample_2d_backward(
-        device, current_stream(device), static_cast<int32_t>(input.scalar_type()), &g, grad_output.const_data_ptr(),
-        input.const_data_ptr(), grid.const_data_ptr(), grad_input.defined() ? grad_input.mutable_data_ptr() : nullptr,
-        grad_grid.mutable_data_ptr(), static_cast<int32_t>(at::get_num_threads())));
+    OXIDE_CHECK(oxide_grid_sample_2d_backward(launch_on(input), out_arg(grad_input), out_arg(grad_grid),
+                                              in_arg(grad_output), in_arg(input), in_arg(grid), interpolation, padding,
+                                              align_corners));
   }
   return {grad_input, grad_grid};
 }

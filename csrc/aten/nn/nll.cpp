@@ -6,6 +6,7 @@
 #include "aten/nn/contiguous.h"
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/TensorOperators.h>
@@ -41,28 +42,14 @@ std::optional<at::Tensor> weights(const at::Tensor& input, const at::Tensor* wei
   return weight->contiguous();
 }
 
-// [n, c, s] of an nll_loss input: (C), (N, C) or (N, C, spatial...).
-std::array<size_t, 3> ncs(const at::Tensor& input) {
-  if (input.dim() == 1) {
-    return {1, static_cast<size_t>(input.size(0)), 1};
-  }
-  const auto n = static_cast<size_t>(input.size(0));
-  const auto c = static_cast<size_t>(input.size(1));
-  const auto s = c == 0 || n == 0 ? 1 : static_cast<size_t>(input.numel()) / (n * c);
-  return {n, c, s};
-}
-
 void nll_forward(T self, T target, const at::Tensor* weight, int64_t reduction, int64_t ignore_index, T output,
                  T total_weight) {
   const auto x = self.contiguous();
   const auto t = targets(target);
   const auto w = weights(self, weight);
-  const auto [n, c, s] = ncs(x);
-  const auto device = self.device().index();
   into_contiguous(output, [&](const at::Tensor& out) {
-    OXIDE_CHECK(oxide_nll_loss(device, current_stream(device), static_cast<int32_t>(x.scalar_type()), n, c, s,
-                               reduction, ignore_index, x.const_data_ptr(), t.const_data_ptr<int64_t>(),
-                               w ? w->const_data_ptr() : nullptr, out.data_ptr(), total_weight.data_ptr()));
+    OXIDE_CHECK(oxide_nll_loss(launch_on(x), out_arg(out), out_arg(total_weight), in_arg(x), in_arg(t), in_arg(w),
+                               reduction, ignore_index));
   });
 }
 
@@ -72,13 +59,11 @@ void nll_backward(T grad_output, T self, T target, const at::Tensor* weight, int
   const auto w = weights(self, weight);
   const auto g = grad_output.contiguous();
   const auto tw = total_weight.contiguous();
-  const auto [n, c, s] = ncs(self);
-  const auto device = self.device().index();
   into_contiguous(grad_input, [&](const at::Tensor& gi) {
     gi.zero_();
-    OXIDE_CHECK(oxide_nll_loss_backward(device, current_stream(device), static_cast<int32_t>(self.scalar_type()), n, c,
-                                        s, reduction, ignore_index, g.const_data_ptr(), t.const_data_ptr<int64_t>(),
-                                        w ? w->const_data_ptr() : nullptr, tw.const_data_ptr(), gi.data_ptr()));
+    // The kernel adds into the zeroed gradient.
+    OXIDE_CHECK(oxide_nll_loss_backward(launch_on(gi), inout_arg(gi), in_arg(g), in_arg(t), in_arg(w), in_arg(tw),
+                                        reduction, ignore_index));
   });
 }
 

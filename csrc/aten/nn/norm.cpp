@@ -5,6 +5,7 @@
 // follow CPU's dtype rule (float for half inputs with float parameters).
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <torch/library.h>
 
@@ -22,17 +23,6 @@ using OptT = const std::optional<at::Tensor>&;
 const at::Tensor& get(OptT t) {
   static const at::Tensor undefined;
   return t.has_value() ? *t : undefined;
-}
-
-const void* ptr(const at::Tensor& t) {
-  return t.defined() ? t.const_data_ptr() : nullptr;
-}
-void* mut_ptr(const at::Tensor& t) {
-  return t.defined() ? t.data_ptr() : nullptr;
-}
-
-int32_t code(at::ScalarType t) {
-  return static_cast<int32_t>(t);
 }
 
 // CPU's parameter dtype: float when a half/bfloat16 input meets float parameters.
@@ -82,11 +72,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm(T input, OptT weight_o
   at::Tensor y = at::empty_like(x);
   at::Tensor save_mean = at::empty({training ? static_cast<int64_t>(c) : 0}, x.options().dtype(pdt));
   at::Tensor save_invstd = at::empty({training ? static_cast<int64_t>(c) : 0}, x.options().dtype(pdt));
-  const auto device = x.device().index();
-  OXIDE_CHECK(oxide_batch_norm(device, current_stream(device), code(x.scalar_type()), n, c, s, x.const_data_ptr(),
-                               code(pdt), ptr(w), ptr(b), mut_ptr(rm), mut_ptr(rv), training, momentum, eps, y.data_ptr(),
-                               training ? save_mean.data_ptr() : nullptr, training ? save_invstd.data_ptr() : nullptr,
-                               at::get_num_threads()));
+  // Evaluation leaves the (empty) saved statistics alone: they are not operands then.
+  OXIDE_CHECK(oxide_batch_norm(launch_on(x), out_arg(y), out_arg(training ? save_mean : at::Tensor()),
+                               out_arg(training ? save_invstd : at::Tensor()), inout_arg(rm), inout_arg(rv), in_arg(x),
+                               in_arg(w), in_arg(b), training, momentum, eps));
   return {y.contiguous(input.suggest_memory_format()), save_mean, save_invstd};
 }
 
@@ -133,11 +122,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward(T grad_out, T
   at::Tensor dx = mask[0] ? at::empty_like(x) : at::Tensor();
   at::Tensor dw = mask[1] ? at::empty({static_cast<int64_t>(c)}, x.options().dtype(pdt)) : at::Tensor();
   at::Tensor db = mask[2] ? at::empty({static_cast<int64_t>(c)}, x.options().dtype(pdt)) : at::Tensor();
-  const auto device = x.device().index();
-  OXIDE_CHECK(oxide_batch_norm_backward(device, current_stream(device), code(x.scalar_type()), n, c, s,
-                                        g.const_data_ptr(), x.const_data_ptr(), code(pdt), ptr(w), ptr(rmc), ptr(rvc),
-                                        ptr(sm), ptr(si), train, eps, mut_ptr(dx), mut_ptr(dw), mut_ptr(db),
-                                        at::get_num_threads()));
+  // Training reads the saved statistics, evaluation the running ones (the others may be empty).
+  OXIDE_CHECK(oxide_batch_norm_backward(launch_on(x), out_arg(dx), out_arg(dw), out_arg(db), in_arg(g), in_arg(x),
+                                        in_arg(w), in_arg(train ? at::Tensor() : rmc), in_arg(train ? at::Tensor() : rvc),
+                                        in_arg(train ? sm : at::Tensor()), in_arg(train ? si : at::Tensor()), train,
+                                        eps));
   if (dx.defined()) {
     dx = dx.contiguous(input.suggest_memory_format());
   }
@@ -160,10 +149,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(T input, c10::IntArray
   stat_shape.resize(input.dim(), 1);
   at::Tensor mean = at::empty(stat_shape, x.options().dtype(pdt));
   at::Tensor rstd = at::empty(stat_shape, x.options().dtype(pdt));
-  const auto device = x.device().index();
-  OXIDE_CHECK(oxide_group_norm(device, current_stream(device), code(x.scalar_type()), M, N, 1, 1, x.const_data_ptr(),
-                               code(pdt), ptr(w), ptr(b), eps, y.data_ptr(), code(pdt), mean.data_ptr(),
-                               rstd.data_ptr(), at::get_num_threads()));
+  OXIDE_CHECK(oxide_group_norm(launch_on(x), out_arg(y), out_arg(mean), out_arg(rstd), in_arg(x), in_arg(w), in_arg(b),
+                               OxideGroupShape{M, N, 1, 1}, eps));
   return {y, mean, rstd};
 }
 
@@ -186,11 +173,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(T grad_out, T
   // The kernel writes parameter gradients in the parameter dtype.
   at::Tensor dw_k = dw.defined() && dw.scalar_type() != pdt ? at::empty(dw.sizes(), dw.options().dtype(pdt)) : dw;
   at::Tensor db_k = db.defined() && db.scalar_type() != pdt ? at::empty(db.sizes(), db.options().dtype(pdt)) : db;
-  const auto device = x.device().index();
-  OXIDE_CHECK(oxide_group_norm_backward(device, current_stream(device), code(x.scalar_type()), M, N, 1, 1,
-                                        g.const_data_ptr(), x.const_data_ptr(), code(m.scalar_type()),
-                                        m.const_data_ptr(), r.const_data_ptr(), code(pdt), ptr(w), mut_ptr(dx),
-                                        mut_ptr(dw_k), mut_ptr(db_k), at::get_num_threads()));
+  OXIDE_CHECK(oxide_group_norm_backward(launch_on(x), out_arg(dx), out_arg(dw_k), out_arg(db_k), in_arg(g), in_arg(x),
+                                        in_arg(m), in_arg(r), in_arg(w), OxideGroupShape{M, N, 1, 1}));
   if (dw_k.defined() && !dw_k.is_same(dw)) {
     dw.copy_(dw_k);
   }
@@ -219,10 +203,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm(T input, OptT weight_o
   at::Tensor y = at::empty_like(x);
   at::Tensor mean = at::empty({N, group}, x.options().dtype(pdt));
   at::Tensor rstd = at::empty({N, group}, x.options().dtype(pdt));
-  const auto device = x.device().index();
-  OXIDE_CHECK(oxide_group_norm(device, current_stream(device), code(x.scalar_type()), N, C, HxW, group,
-                               x.const_data_ptr(), code(pdt), ptr(w), ptr(b), eps, y.data_ptr(), code(pdt),
-                               mean.data_ptr(), rstd.data_ptr(), at::get_num_threads()));
+  OXIDE_CHECK(oxide_group_norm(launch_on(x), out_arg(y), out_arg(mean), out_arg(rstd), in_arg(x), in_arg(w), in_arg(b),
+                               OxideGroupShape{N, C, HxW, group}, eps));
   return {y.contiguous(input.suggest_memory_format()), mean, rstd};
 }
 
@@ -240,11 +222,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(T grad_out, T
   at::Tensor dx = mask[0] ? at::empty_like(x) : at::Tensor();
   at::Tensor dw = mask[1] ? at::empty({C}, x.options().dtype(pdt)) : at::Tensor();
   at::Tensor db = mask[2] ? at::empty({C}, x.options().dtype(pdt)) : at::Tensor();
-  const auto device = x.device().index();
-  OXIDE_CHECK(oxide_group_norm_backward(device, current_stream(device), code(x.scalar_type()), N, C, HxW, group,
-                                        g.const_data_ptr(), x.const_data_ptr(), code(m.scalar_type()),
-                                        m.const_data_ptr(), r.const_data_ptr(), code(pdt), ptr(w), mut_ptr(dx),
-                                        mut_ptr(dw), mut_ptr(db), at::get_num_threads()));
+  OXIDE_CHECK(oxide_group_norm_backward(launch_on(x), out_arg(dx), out_arg(dw), out_arg(db), in_arg(g), in_arg(x),
+                                        in_arg(m), in_arg(r), in_arg(w), OxideGroupShape{N, C, HxW, group}));
   if (dx.defined()) {
     dx = dx.contiguous(input.suggest_memory_format());
   }

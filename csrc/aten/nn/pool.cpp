@@ -16,6 +16,7 @@
 // contiguous temporary and copied.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 #include "aten/nn/contiguous.h"
 
@@ -60,10 +61,6 @@ Triple extents(const at::Tensor& t, int n) {
     r[3 - n + i] = t.size(t.dim() - n + i);
   }
   return r;
-}
-
-int64_t volume(const Triple& e) {
-  return e[0] * e[1] * e[2];
 }
 
 // Product of the dims before the `n` spatial ones (batch x channels).
@@ -111,12 +108,8 @@ OxidePoolGeometry geometry(const at::Tensor& input, const at::Tensor& output, in
     g.padding[k] = w.padding[k];
     g.dilation[k] = w.dilation[k];
   }
-  g.adaptive = w.adaptive ? 1 : 0;
+  g.adaptive = w.adaptive;
   return g;
-}
-
-int32_t threads() {
-  return static_cast<int32_t>(at::get_num_threads());
 }
 
 // Max pooling of `input` over `n` spatial dims into `output` and `indices` (allocated by the caller).
@@ -126,12 +119,9 @@ void max_pool(const at::Tensor& input_, const at::Tensor& output, const at::Tens
   }
   const auto input = input_.contiguous();
   const auto g = geometry(input, output, n, w);
-  const auto device = output.device().index();
   into_contiguous(output, [&](const at::Tensor& out) {
     into_contiguous(indices, [&](const at::Tensor& idx) {
-      OXIDE_CHECK(oxide_max_pool(device, current_stream(device), static_cast<int32_t>(input.scalar_type()), &g,
-                                 input.const_data_ptr(), out.mutable_data_ptr(), idx.mutable_data_ptr<int64_t>(),
-                                 threads()));
+      OXIDE_CHECK(oxide_max_pool(launch_on(out), out_arg(out), out_arg(idx), in_arg(input), &g));
     });
   });
 }
@@ -146,13 +136,9 @@ void max_pool_backward(const at::Tensor& grad_input, const at::Tensor& grad_outp
               indices_.scalar_type());
   const auto grad_output = grad_output_.to(grad_input.scalar_type()).contiguous();
   const auto indices = indices_.contiguous();
-  const auto device = grad_input.device().index();
   into_contiguous(grad_input, [&](const at::Tensor& gi) {
-    OXIDE_CHECK(oxide_max_pool_backward(device, current_stream(device), static_cast<int32_t>(gi.scalar_type()),
-                                        static_cast<size_t>(planes(gi, n)), static_cast<size_t>(volume(extents(gi, n))),
-                                        static_cast<size_t>(volume(extents(grad_output, n))),
-                                        grad_output.const_data_ptr(), indices.const_data_ptr<int64_t>(),
-                                        gi.mutable_data_ptr(), threads()));
+    OXIDE_CHECK(oxide_max_pool_backward(launch_on(gi), out_arg(gi), in_arg(grad_output), in_arg(indices),
+                                        static_cast<size_t>(n)));
   });
 }
 
@@ -165,11 +151,9 @@ void avg_pool(const at::Tensor& src_, const at::Tensor& dst, const at::Tensor& v
   }
   const auto src = src_.to(dst.scalar_type()).contiguous();
   const auto g = geometry(volumes, pooled, n, w);
-  const auto device = dst.device().index();
   into_contiguous(dst, [&](const at::Tensor& d) {
-    OXIDE_CHECK(oxide_avg_pool(device, current_stream(device), static_cast<int32_t>(d.scalar_type()), &g,
-                               count_include_pad ? 1 : 0, divisor.has_value() ? 1 : 0, divisor.value_or(0),
-                               backward ? 1 : 0, src.const_data_ptr(), d.mutable_data_ptr(), threads()));
+    OXIDE_CHECK(oxide_avg_pool(launch_on(d), out_arg(d), in_arg(src), &g, backward, count_include_pad,
+                               divisor.has_value(), divisor.value_or(0)));
   });
 }
 

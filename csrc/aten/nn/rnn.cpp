@@ -10,6 +10,7 @@
 // contiguous in the input's dtype; outputs are new contiguous tensors.
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 
 #include <torch/library.h>
 
@@ -24,22 +25,6 @@ using OptT = const std::optional<at::Tensor>&;
 const at::Tensor& get(OptT t) {
   static const at::Tensor undefined;
   return t.has_value() ? *t : undefined;
-}
-
-// A 2-D operand with its strides; an undefined tensor is an absent operand.
-OxideMat mat(const at::Tensor& t) {
-  if (!t.defined()) {
-    return OxideMat{nullptr, 0, 0};
-  }
-  return OxideMat{t.const_data_ptr(), t.stride(0), t.stride(1)};
-}
-
-void* out_ptr(const at::Tensor& t) {
-  return t.defined() ? t.data_ptr() : nullptr;
-}
-
-int32_t code(at::ScalarType t) {
-  return static_cast<int32_t>(t);
 }
 
 void check_like(T t, T ref, c10::IntArrayRef sizes, const char* what, const char* op) {
@@ -78,11 +63,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(T igates, T hgates, T c
   auto hy = at::empty({B, H}, igates.options());
   auto cy = at::empty({B, H}, igates.options());
   auto workspace = at::empty({B, 4 * H}, igates.options());
-  const auto device = igates.device().index();
-  OXIDE_CHECK(oxide_lstm_cell(device, current_stream(device), code(igates.scalar_type()), B, H, mat(igates), mat(hgates),
-                              mat(cx), bi.defined() ? bi.const_data_ptr() : nullptr,
-                              bh.defined() ? bh.const_data_ptr() : nullptr, hy.data_ptr(), cy.data_ptr(),
-                              workspace.data_ptr(), at::get_num_threads()));
+  OXIDE_CHECK(oxide_lstm_cell(launch_on(igates), out_arg(hy), out_arg(cy), out_arg(workspace), in_arg(igates),
+                              in_arg(hgates), in_arg(cx), in_arg(bi), in_arg(bh)));
   return {hy, cy, workspace};
 }
 
@@ -106,10 +88,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(OptT grad_hy_o
   auto grad_gates = at::empty({B, 4 * H}, cx.options());
   auto grad_cx = at::empty({B, H}, cx.options());
   auto grad_bias = has_bias ? at::empty({4 * H}, cx.options()) : at::Tensor();
-  const auto device = cx.device().index();
-  OXIDE_CHECK(oxide_lstm_cell_backward(device, current_stream(device), code(cx.scalar_type()), B, H, mat(grad_hy),
-                                       mat(grad_cy), mat(cx), mat(cy), mat(workspace), grad_gates.data_ptr(),
-                                       grad_cx.data_ptr(), out_ptr(grad_bias), at::get_num_threads()));
+  OXIDE_CHECK(oxide_lstm_cell_backward(launch_on(cx), out_arg(grad_gates), out_arg(grad_cx), out_arg(grad_bias),
+                                       in_arg(grad_hy), in_arg(grad_cy), in_arg(cx), in_arg(cy), in_arg(workspace)));
   return {grad_gates, grad_cx, grad_bias};
 }
 
@@ -120,11 +100,8 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(T igates, T hgates, T hx, OptT b_ih,
   const auto bh = bias(b_hh, igates, 3 * H, op);
   auto hy = at::empty({B, H}, igates.options());
   auto workspace = at::empty({B, 5 * H}, igates.options());
-  const auto device = igates.device().index();
-  OXIDE_CHECK(oxide_gru_cell(device, current_stream(device), code(igates.scalar_type()), B, H, mat(igates), mat(hgates),
-                             mat(hx), bi.defined() ? bi.const_data_ptr() : nullptr,
-                             bh.defined() ? bh.const_data_ptr() : nullptr, hy.data_ptr(), workspace.data_ptr(),
-                             at::get_num_threads()));
+  OXIDE_CHECK(oxide_gru_cell(launch_on(igates), out_arg(hy), out_arg(workspace), in_arg(igates), in_arg(hgates),
+                             in_arg(hx), in_arg(bi), in_arg(bh)));
   return {hy, workspace};
 }
 
@@ -143,10 +120,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
     gib = at::empty({3 * H}, workspace.options());
     ghb = at::empty({3 * H}, workspace.options());
   }
-  const auto device = workspace.device().index();
-  OXIDE_CHECK(oxide_gru_cell_backward(device, current_stream(device), code(workspace.scalar_type()), B, H, mat(grad_hy),
-                                      mat(workspace), grad_input_gates.data_ptr(), grad_hidden_gates.data_ptr(),
-                                      grad_hx.data_ptr(), out_ptr(gib), out_ptr(ghb), at::get_num_threads()));
+  OXIDE_CHECK(oxide_gru_cell_backward(launch_on(workspace), out_arg(grad_input_gates), out_arg(grad_hidden_gates),
+                                      out_arg(grad_hx), out_arg(gib), out_arg(ghb), in_arg(grad_hy),
+                                      in_arg(workspace)));
   return {grad_input_gates, grad_hidden_gates, grad_hx, gib, ghb};
 }
 

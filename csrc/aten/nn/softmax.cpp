@@ -6,6 +6,7 @@
 #include "aten/nn/contiguous.h"
 #include "common/device_check.h"
 #include "common/kernels.h"
+#include "common/launch.h"
 #include "common/structured.h"
 
 #include <ATen/ops/_log_softmax_backward_data_meta.h>
@@ -19,36 +20,9 @@ namespace {
 
 using T = const at::Tensor&;
 
-struct Span3 {
-  size_t outer = 1, dim = 1, inner = 1;
-};
-
-// `t` viewed as [outer, size(dim), inner].
-Span3 around(const at::Tensor& t, int64_t dim) {
-  Span3 s;
-  if (t.dim() == 0) {
-    return s;
-  }
-  const int64_t d = c10::maybe_wrap_dim(dim, t.dim());
-  for (int64_t k = 0; k < t.dim(); ++k) {
-    const auto n = static_cast<size_t>(t.size(k));
-    (k < d ? s.outer : k == d ? s.dim : s.inner) *= n;
-  }
-  if (t.numel() == 0) {
-    s = Span3{0, 0, 0};
-  }
-  return s;
-}
-
 void softmax_forward(T input, int64_t dim, T out, bool log) {
   const auto x = input.contiguous();
-  const auto s = around(x, dim);
-  const auto device = out.device().index();
-  into_contiguous(out, [&](const at::Tensor& y) {
-    OXIDE_CHECK(oxide_softmax(device, current_stream(device), static_cast<int32_t>(x.scalar_type()), x.const_data_ptr(),
-                              static_cast<int32_t>(y.scalar_type()), y.data_ptr(), s.outer, s.dim, s.inner, log,
-                              at::get_num_threads()));
-  });
+  into_contiguous(out, [&](const at::Tensor& y) { OXIDE_CHECK(oxide_softmax(launch_on(y), out_arg(y), in_arg(x), dim, log)); });
 }
 
 void softmax_backward(T grad, T output, int64_t dim, T grad_input, bool log) {
@@ -56,12 +30,8 @@ void softmax_backward(T grad, T output, int64_t dim, T grad_input, bool log) {
   const auto y = output.contiguous();
   TORCH_CHECK(g.scalar_type() == y.scalar_type(), "softmax backward: grad_output and output must have the same dtype, got ",
               g.scalar_type(), " and ", y.scalar_type());
-  const auto s = around(y, dim);
-  const auto device = grad_input.device().index();
   into_contiguous(grad_input, [&](const at::Tensor& gi) {
-    OXIDE_CHECK(oxide_softmax_backward(device, current_stream(device), static_cast<int32_t>(y.scalar_type()),
-                                       g.const_data_ptr(), y.const_data_ptr(), static_cast<int32_t>(gi.scalar_type()),
-                                       gi.data_ptr(), s.outer, s.dim, s.inner, log, at::get_num_threads()));
+    OXIDE_CHECK(oxide_softmax_backward(launch_on(gi), out_arg(gi), in_arg(g), in_arg(y), dim, log));
   });
 }
 

@@ -475,24 +475,6 @@ fn launch<T, E: Into<AbiError>>(l: &OxideLaunch, kernel: impl FnOnce() -> Result
     r.map_err(Into::into)
 }
 
-/// The common tail of the entry points not yet taking [`OxideTensor`]s: when
-/// there is work (`numel > 0`) each operand must be device memory; then `kernel`
-/// runs on `stream` of `device` and its error, if any, is returned.
-fn launch_raw<T, E: Into<AbiError>>(
-    device: i32,
-    stream: i64,
-    numel: usize,
-    operands: &[*const c_void],
-    kernel: impl FnOnce() -> Result<T, E>,
-) -> Result<T, AbiError> {
-    let rt = runtime()?;
-    for &p in operands {
-        check_device_ptr(rt, p, numel)?;
-    }
-    let (_, r) = rt.device(device as i64)?.streams().launch(stream, kernel)?;
-    r.map_err(Into::into)
-}
-
 /// A `TensorIterator` as the glue hands it over: `ndim` extents (dimension 0
 /// fastest), and per operand (outputs first) a data pointer, a dtype code and
 /// `ndim` byte strides (operand-major in `strides`). The iterator's own

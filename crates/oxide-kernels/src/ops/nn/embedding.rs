@@ -358,6 +358,19 @@ pub unsafe fn embedding_bag_backward(dtype: DType, g: &BagGrad, mode: Mode, grad
     crate::with_float_dtype!(dtype, "embedding_bag_backward", |T, C| unsafe { backward::<T, C>(g, mode, grad, per_sample_weights, grad_weight, threads) })
 }
 
+/// The bags of one [`per_sample_weights_backward`] call: `n` indices into a
+/// `(num_weights, dim)` weight, the bag of each (`offset2bag`), `num_bags` bags.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleBags<'a> {
+    pub indices: &'a [i64],
+    pub offset2bag: &'a [i64],
+    pub num_bags: usize,
+    pub num_weights: usize,
+    pub dim: usize,
+    /// Weight row whose indices get 0; negative: none.
+    pub padding_idx: i64,
+}
+
 /// The gradient with respect to the per-sample weights (sum mode; PyTorch's
 /// `_embedding_bag_per_sample_weights_backward`): `out[i]` is the dot product of
 /// `grad[offset2bag[i]]` and `weight[indices[i]]` (0 for `padding_idx` and for
@@ -368,8 +381,8 @@ pub unsafe fn embedding_bag_backward(dtype: DType, g: &BagGrad, mode: Mode, grad
 ///
 /// # Safety
 /// `grad` holds `num_bags * dim` elements, `weight` `num_weights * dim`, `out` `n`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn per_sample_weights_backward(dtype: DType, indices: &[i64], offset2bag: &[i64], num_bags: usize, num_weights: usize, dim: usize, padding_idx: i64, grad: *const u8, weight: *const u8, out: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn per_sample_weights_backward(dtype: DType, bags: &SampleBags, grad: *const u8, weight: *const u8, out: *mut u8, threads: usize) -> Result<()> {
+    let SampleBags { indices, offset2bag, num_bags, num_weights, dim, padding_idx } = *bags;
     if let Some(&i) = indices.iter().find(|&&i| i < 0 || i as usize >= num_weights) {
         return Err(Error::InvalidValue { op: "embedding_bag", reason: format!("embedding_bag: index {i} is not in the valid range [0, {num_weights})") });
     }
@@ -495,7 +508,7 @@ mod tests {
         let r = run(&bags, Mode::Sum, &w, Some(&psw)).unwrap();
         let gy = vals(2 * dim, 7);
         let mut out = vec![0f64; 4];
-        unsafe { per_sample_weights_backward(DType::F64, &indices, &r.o2b, 2, nw, dim, 0, gy.as_ptr() as *const u8, w.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, 2) }.unwrap();
+        unsafe { per_sample_weights_backward(DType::F64, &SampleBags { indices: &indices, offset2bag: &r.o2b, num_bags: 2, num_weights: nw, dim, padding_idx: 0 }, gy.as_ptr() as *const u8, w.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, 2) }.unwrap();
         for k in 0..4 {
             let b = r.o2b[k] as usize;
             let want = if indices[k] == 0 { 0.0 } else { (0..dim).map(|d| gy[b * dim + d] * w[indices[k] as usize * dim + d]).sum() };

@@ -444,6 +444,13 @@ unsafe fn backward<T: Element, C: Real>(gs: &GridSample, grad_output: *const u8,
     }
 }
 
+/// The gradients [`grid_sample_2d_backward`] writes: `input` (None: not requested) and `grid`.
+#[derive(Debug, Clone, Copy)]
+pub struct GridGrads {
+    pub input: Option<*mut u8>,
+    pub grid: *mut u8,
+}
+
 /// Gradients of [`grid_sample_2d`] from `grad_output` (the output's shape):
 /// `grad_input` (input's shape; None: not requested, PyTorch's `output_mask[0]`)
 /// and `grad_grid` (grid's shape), both overwritten.
@@ -452,8 +459,8 @@ unsafe fn backward<T: Element, C: Real>(gs: &GridSample, grad_output: *const u8,
 ///
 /// # Safety
 /// As [`grid_sample_2d`]; the gradients overlap no operand and each other.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn grid_sample_2d_backward(dtype: DType, gs: &GridSample, grad_output: *const u8, input: *const u8, grid: *const u8, grad_input: Option<*mut u8>, grad_grid: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn grid_sample_2d_backward(dtype: DType, gs: &GridSample, grad_output: *const u8, input: *const u8, grid: *const u8, grads: GridGrads, threads: usize) -> Result<()> {
+    let GridGrads { input: grad_input, grid: grad_grid } = grads;
     // SAFETY: forwarded contract.
     crate::with_float_dtype!(dtype, "grid_sampler_2d_backward", |T, C| unsafe { backward::<T, C>(gs, grad_output, input, grid, grad_input, grad_grid, threads) });
     Ok(())
@@ -531,7 +538,7 @@ mod tests {
                     let go = vals(ol, 4);
                     let (mut gi, mut gg) = (vec![0.0; il], vec![0.0; gl]);
                     unsafe {
-                        grid_sample_2d_backward(DType::F64, &g, go.as_ptr() as *const u8, x.as_ptr() as *const u8, grid.as_ptr() as *const u8, Some(gi.as_mut_ptr() as *mut u8), gg.as_mut_ptr() as *mut u8, 3)
+                        grid_sample_2d_backward(DType::F64, &g, go.as_ptr() as *const u8, x.as_ptr() as *const u8, grid.as_ptr() as *const u8, GridGrads { input: Some(gi.as_mut_ptr() as *mut u8), grid: gg.as_mut_ptr() as *mut u8 }, 3)
                     }
                     .unwrap();
                     let dot = |y: &[f64]| y.iter().zip(&go).map(|(a, b)| a * b).sum::<f64>();

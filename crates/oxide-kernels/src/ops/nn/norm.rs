@@ -106,6 +106,19 @@ impl GroupShape {
     }
 }
 
+/// The tensors of one [`group_norm`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupNormIo {
+    pub x: *const u8,
+    pub param_dt: DType,
+    pub weight: *const u8,
+    pub bias: *const u8,
+    pub y: *mut u8,
+    pub stat_dt: DType,
+    pub mean: *mut u8,
+    pub rstd: *mut u8,
+}
+
 /// Group norm forward (and layer norm, see the module docs): writes `y`
 /// (`[n, c, s]`, dtype `dt`) and per-group `mean` and `rstd` (`[n, g]`, dtype
 /// `stat_dt`). `weight`/`bias` (`[c]`, dtype `param_dt`) may be null.
@@ -115,8 +128,8 @@ impl GroupShape {
 ///
 /// # Safety
 /// Every pointer addresses a live contiguous tensor of the shape above.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn group_norm(dt: DType, sh: GroupShape, x: *const u8, param_dt: DType, weight: *const u8, bias: *const u8, eps: f64, y: *mut u8, stat_dt: DType, mean: *mut u8, rstd: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn group_norm(dt: DType, sh: GroupShape, io: GroupNormIo, eps: f64, threads: usize) -> Result<()> {
+    let GroupNormIo { x, param_dt, weight, bias, y, stat_dt, mean, rstd } = io;
     check("group_norm", dt)?;
     check("group_norm", param_dt)?;
     check("group_norm", stat_dt)?;
@@ -187,6 +200,21 @@ unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: Gro
     });
 }
 
+/// The tensors of one [`group_norm_backward`] call (null outputs: not computed).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupNormGrads {
+    pub dy: *const u8,
+    pub x: *const u8,
+    pub stat_dt: DType,
+    pub mean: *const u8,
+    pub rstd: *const u8,
+    pub param_dt: DType,
+    pub weight: *const u8,
+    pub dx: *mut u8,
+    pub dweight: *mut u8,
+    pub dbias: *mut u8,
+}
+
 /// Group norm backward. With `xhat = (x - mean) * rstd` and `d = dy * w[ch]`,
 /// `dx = rstd * (d - mean(d) - xhat * mean(d * xhat))` over each group,
 /// `dweight[ch] = sum(dy * xhat)`, `dbias[ch] = sum(dy)` over samples and positions.
@@ -196,8 +224,8 @@ unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: Gro
 ///
 /// # Safety
 /// As [`group_norm`]; `dx` is `[n, c, s]`, `dweight`/`dbias` `[c]` of `param_dt`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, dy: *const u8, x: *const u8, stat_dt: DType, mean: *const u8, rstd: *const u8, param_dt: DType, weight: *const u8, dx: *mut u8, dweight: *mut u8, dbias: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, io: GroupNormGrads, threads: usize) -> Result<()> {
+    let GroupNormGrads { dy, x, stat_dt, mean, rstd, param_dt, weight, dx, dweight, dbias } = io;
     check("group_norm_backward", dt)?;
     check("group_norm_backward", param_dt)?;
     check("group_norm_backward", stat_dt)?;
@@ -336,6 +364,18 @@ unsafe fn set_channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, 
     }
 }
 
+/// The input, mode and outputs of one [`batch_norm`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchNormIo {
+    pub x: *const u8,
+    pub training: bool,
+    pub momentum: f64,
+    pub eps: f64,
+    pub y: *mut u8,
+    pub save_mean: *mut u8,
+    pub save_invstd: *mut u8,
+}
+
 /// Batch norm forward. Training: per channel, normalise with the batch
 /// statistics, store `save_mean` and `save_invstd` (`[c]`, dtype
 /// `param_dt`), and update non-null running statistics with `momentum`.
@@ -345,8 +385,8 @@ unsafe fn set_channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, 
 ///
 /// # Safety
 /// `x`, `y` are `[n, c, s]` of `dt`; every non-null per-channel pointer holds `c` elements of `param_dt`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn batch_norm(dt: DType, sh: BatchShape, x: *const u8, param_dt: DType, p: BatchParams, training: bool, momentum: f64, eps: f64, y: *mut u8, save_mean: *mut u8, save_invstd: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn batch_norm(dt: DType, sh: BatchShape, param_dt: DType, p: BatchParams, io: BatchNormIo, threads: usize) -> Result<()> {
+    let BatchNormIo { x, training, momentum, eps, y, save_mean, save_invstd } = io;
     check("batch_norm", dt)?;
     check("batch_norm", param_dt)?;
     let hyper = (training, momentum, eps);
@@ -406,6 +446,20 @@ unsafe fn batch_norm_in<F: Float + Element>(dt: DType, sh: BatchShape, x: Ptr, p
     });
 }
 
+/// The inputs, mode and gradients of one [`batch_norm_backward`] call (null gradients: not computed).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchNormGrads {
+    pub dy: *const u8,
+    pub x: *const u8,
+    pub save_mean: *const u8,
+    pub save_invstd: *const u8,
+    pub training: bool,
+    pub eps: f64,
+    pub dx: *mut u8,
+    pub dweight: *mut u8,
+    pub dbias: *mut u8,
+}
+
 /// Batch norm backward. Training uses the saved batch statistics:
 /// `dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`; evaluation
 /// uses the running ones: `dx = dy * w * invstd`. In both,
@@ -416,8 +470,8 @@ unsafe fn batch_norm_in<F: Float + Element>(dt: DType, sh: BatchShape, x: Ptr, p
 /// # Safety
 /// As [`batch_norm`]; `dy`, `dx` are `[n, c, s]` of `dt`; `save_mean`/`save_invstd`
 /// hold `c` elements when `training`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, dy: *const u8, x: *const u8, param_dt: DType, p: BatchParams, save_mean: *const u8, save_invstd: *const u8, training: bool, eps: f64, dx: *mut u8, dweight: *mut u8, dbias: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, param_dt: DType, p: BatchParams, io: BatchNormGrads, threads: usize) -> Result<()> {
+    let BatchNormGrads { dy, x, save_mean, save_invstd, training, eps, dx, dweight, dbias } = io;
     check("batch_norm_backward", dt)?;
     check("batch_norm_backward", param_dt)?;
     let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(save_mean as *mut u8), Ptr(save_invstd as *mut u8)];
@@ -497,7 +551,7 @@ mod tests {
         let b = [0.0, 1.0, -1.0, 0.25];
         let mut y = vec![0.0; 24];
         let (mut mean, mut rstd) = (vec![0.0; 4], vec![0.0; 4]);
-        unsafe { group_norm(DType::F64, sh, p(&x), DType::F64, p(&w), p(&b), 1e-5, y.as_mut_ptr() as _, DType::F64, mean.as_mut_ptr() as _, rstd.as_mut_ptr() as _, 2) }.unwrap();
+        unsafe { group_norm(DType::F64, sh, GroupNormIo { x: p(&x), param_dt: DType::F64, weight: p(&w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: mean.as_mut_ptr() as _, rstd: rstd.as_mut_ptr() as _ }, 1e-5, 2) }.unwrap();
         for grp in 0..4 {
             let xs = &x[grp * 6..grp * 6 + 6];
             let m: f64 = xs.iter().sum::<f64>() / 6.0;
@@ -522,15 +576,15 @@ mod tests {
         let f = |x: &[f64], w: &[f64]| -> f64 {
             let mut y = vec![0.0; 12];
             let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
-            unsafe { group_norm(DType::F64, sh, p(x), DType::F64, p(w), p(&b), 1e-5, y.as_mut_ptr() as _, DType::F64, m.as_mut_ptr() as _, s.as_mut_ptr() as _, 1) }.unwrap();
+            unsafe { group_norm(DType::F64, sh, GroupNormIo { x: p(x), param_dt: DType::F64, weight: p(w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: m.as_mut_ptr() as _, rstd: s.as_mut_ptr() as _ }, 1e-5, 1) }.unwrap();
             y.iter().zip(&r).map(|(a, b)| a * b).sum()
         };
         let mut y = vec![0.0; 12];
         let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
         let (mut dx, mut dw, mut db) = (vec![0.0; 12], vec![0.0; 2], vec![0.0; 2]);
         unsafe {
-            group_norm(DType::F64, sh, p(&x), DType::F64, p(&w), p(&b), 1e-5, y.as_mut_ptr() as _, DType::F64, m.as_mut_ptr() as _, s.as_mut_ptr() as _, 1).unwrap();
-            group_norm_backward(DType::F64, sh, p(&r), p(&x), DType::F64, p(&m), p(&s), DType::F64, p(&w), dx.as_mut_ptr() as _, dw.as_mut_ptr() as _, db.as_mut_ptr() as _, 1).unwrap();
+            group_norm(DType::F64, sh, GroupNormIo { x: p(&x), param_dt: DType::F64, weight: p(&w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: m.as_mut_ptr() as _, rstd: s.as_mut_ptr() as _ }, 1e-5, 1).unwrap();
+            group_norm_backward(DType::F64, sh, GroupNormGrads { dy: p(&r), x: p(&x), stat_dt: DType::F64, mean: p(&m), rstd: p(&s), param_dt: DType::F64, weight: p(&w), dx: dx.as_mut_ptr() as _, dweight: dw.as_mut_ptr() as _, dbias: db.as_mut_ptr() as _ }, 1).unwrap();
         }
         for k in 0..12 {
             let (mut xp, mut xm) = (x.clone(), x.clone());
@@ -561,7 +615,7 @@ mod tests {
             let mut y = vec![0.0; 12];
             let (mut sm, mut si) = (vec![0.0; 2], vec![0.0; 2]);
             let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: rm.as_mut_ptr() as _, running_var: rv.as_mut_ptr() as _ };
-            unsafe { batch_norm(DType::F64, sh, p(x), DType::F64, prm, true, 0.1, 1e-5, y.as_mut_ptr() as _, sm.as_mut_ptr() as _, si.as_mut_ptr() as _, 2) }.unwrap();
+            unsafe { batch_norm(DType::F64, sh, DType::F64, prm, BatchNormIo { x: p(x), training: true, momentum: 0.1, eps: 1e-5, y: y.as_mut_ptr() as _, save_mean: sm.as_mut_ptr() as _, save_invstd: si.as_mut_ptr() as _ }, 2) }.unwrap();
             (y, sm, si)
         };
         let (mut rm, mut rv) = (vec![0.0; 2], vec![1.0; 2]);
@@ -574,7 +628,7 @@ mod tests {
         let mut dx = vec![0.0; 12];
         let (mut dw, mut db) = (vec![0.0; 2], vec![0.0; 2]);
         let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: std::ptr::null_mut(), running_var: std::ptr::null_mut() };
-        unsafe { batch_norm_backward(DType::F64, sh, p(&r), p(&x), DType::F64, prm, p(&sm), p(&si), true, 1e-5, dx.as_mut_ptr() as _, dw.as_mut_ptr() as _, db.as_mut_ptr() as _, 1) }.unwrap();
+        unsafe { batch_norm_backward(DType::F64, sh, DType::F64, prm, BatchNormGrads { dy: p(&r), x: p(&x), save_mean: p(&sm), save_invstd: p(&si), training: true, eps: 1e-5, dx: dx.as_mut_ptr() as _, dweight: dw.as_mut_ptr() as _, dbias: db.as_mut_ptr() as _ }, 1) }.unwrap();
         let f = |x: &[f64]| -> f64 {
             let (mut a, mut c) = (vec![0.0; 2], vec![1.0; 2]);
             run(x, &mut a, &mut c).0.iter().zip(&r).map(|(a, b)| a * b).sum()

@@ -60,6 +60,56 @@ impl Mat {
     }
 }
 
+/// The operands of one [`lstm_cell`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct LstmCell {
+    pub igates: Mat,
+    pub hgates: Mat,
+    pub cx: Mat,
+    pub b_ih: *const u8,
+    pub b_hh: *const u8,
+    pub hy: *mut u8,
+    pub cy: *mut u8,
+    pub workspace: *mut u8,
+}
+
+/// The operands of one [`lstm_cell_backward`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct LstmCellGrads {
+    pub grad_hy: Mat,
+    pub grad_cy: Mat,
+    pub cx: Mat,
+    pub cy: Mat,
+    pub workspace: Mat,
+    pub grad_gates: *mut u8,
+    pub grad_cx: *mut u8,
+    pub grad_bias: *mut u8,
+}
+
+/// The operands of one [`gru_cell`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct GruCell {
+    pub igates: Mat,
+    pub hgates: Mat,
+    pub hx: Mat,
+    pub b_ih: *const u8,
+    pub b_hh: *const u8,
+    pub hy: *mut u8,
+    pub workspace: *mut u8,
+}
+
+/// The operands of one [`gru_cell_backward`] call.
+#[derive(Debug, Clone, Copy)]
+pub struct GruCellGrads {
+    pub grad_hy: Mat,
+    pub workspace: Mat,
+    pub grad_input_gates: *mut u8,
+    pub grad_hidden_gates: *mut u8,
+    pub grad_hx: *mut u8,
+    pub grad_input_bias: *mut u8,
+    pub grad_hidden_bias: *mut u8,
+}
+
 /// An output pointer that may cross into rayon tasks; tasks write disjoint rows.
 #[derive(Clone, Copy)]
 struct Out(*mut u8);
@@ -152,8 +202,8 @@ unsafe fn store_sum<F: Float + Element>(dt: DType, out: *mut u8, partials: &[Vec
 /// # Safety
 /// Every non-null pointer addresses a live tensor of the shape above (inputs
 /// with their strides); outputs overlap no input.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn lstm_cell(dt: DType, batch: usize, hidden: usize, igates: Mat, hgates: Mat, cx: Mat, b_ih: *const u8, b_hh: *const u8, hy: *mut u8, cy: *mut u8, workspace: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn lstm_cell(dt: DType, batch: usize, hidden: usize, io: LstmCell, threads: usize) -> Result<()> {
+    let LstmCell { igates, hgates, cx, b_ih, b_hh, hy, cy, workspace } = io;
     check("_thnn_fused_lstm_cell", dt)?;
     if batch == 0 || hidden == 0 {
         return Ok(());
@@ -221,8 +271,8 @@ unsafe fn lstm_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ig
 ///
 /// # Safety
 /// As [`lstm_cell`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn lstm_cell_backward(dt: DType, batch: usize, hidden: usize, grad_hy: Mat, grad_cy: Mat, cx: Mat, cy: Mat, workspace: Mat, grad_gates: *mut u8, grad_cx: *mut u8, grad_bias: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn lstm_cell_backward(dt: DType, batch: usize, hidden: usize, io: LstmCellGrads, threads: usize) -> Result<()> {
+    let LstmCellGrads { grad_hy, grad_cy, cx, cy, workspace, grad_gates, grad_cx, grad_bias } = io;
     check("_thnn_fused_lstm_cell_backward_impl", dt)?;
     if hidden == 0 {
         return Ok(());
@@ -298,8 +348,8 @@ unsafe fn lstm_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: 
 ///
 /// # Safety
 /// As [`lstm_cell`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn gru_cell(dt: DType, batch: usize, hidden: usize, igates: Mat, hgates: Mat, hx: Mat, b_ih: *const u8, b_hh: *const u8, hy: *mut u8, workspace: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn gru_cell(dt: DType, batch: usize, hidden: usize, io: GruCell, threads: usize) -> Result<()> {
+    let GruCell { igates, hgates, hx, b_ih, b_hh, hy, workspace } = io;
     check("_thnn_fused_gru_cell", dt)?;
     if batch == 0 || hidden == 0 {
         return Ok(());
@@ -372,8 +422,8 @@ unsafe fn gru_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ins
 ///
 /// # Safety
 /// As [`lstm_cell`].
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn gru_cell_backward(dt: DType, batch: usize, hidden: usize, grad_hy: Mat, workspace: Mat, grad_input_gates: *mut u8, grad_hidden_gates: *mut u8, grad_hx: *mut u8, grad_input_bias: *mut u8, grad_hidden_bias: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn gru_cell_backward(dt: DType, batch: usize, hidden: usize, io: GruCellGrads, threads: usize) -> Result<()> {
+    let GruCellGrads { grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias } = io;
     check("_thnn_fused_gru_cell_backward", dt)?;
     if hidden == 0 {
         return Ok(());
@@ -507,7 +557,7 @@ mod tests {
             let (mut hy, mut cy, mut ws) = (vec![0.0; b * h], vec![0.0; b * h], vec![0.0; b * 4 * h]);
             let hgm = Mat { ptr: hg_t.as_ptr() as *const u8, row_stride: 1, col_stride: b as isize };
             let (pi, ph) = if with_bias { (b_ih.as_ptr() as *const u8, b_hh.as_ptr() as *const u8) } else { (std::ptr::null(), std::ptr::null()) };
-            unsafe { lstm_cell(DType::F64, b, h, m(&ig, 4 * h), hgm, m(&cx, h), pi, ph, hy.as_mut_ptr() as _, cy.as_mut_ptr() as _, ws.as_mut_ptr() as _, 2) }.unwrap();
+            unsafe { lstm_cell(DType::F64, b, h, LstmCell { igates: m(&ig, 4 * h), hgates: hgm, cx: m(&cx, h), b_ih: pi, b_hh: ph, hy: hy.as_mut_ptr() as _, cy: cy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 2) }.unwrap();
             close(&hy, &want_hy, 1e-12);
             close(&cy, &want_cy, 1e-12);
             close(&ws, &want_ws, 1e-12);
@@ -529,7 +579,7 @@ mod tests {
         let (_, cy, ws) = lstm_ref(b, h, &ig, &hg, &cx, &vec![0.0; 4 * h]);
         let (mut gg, mut gcx, mut gb) = (vec![0.0; b * 4 * h], vec![0.0; b * h], vec![0.0; 4 * h]);
         unsafe {
-            lstm_cell_backward(DType::F64, b, h, m(&rh, h), m(&rc, h), m(&cx, h), m(&cy, h), m(&ws, 4 * h), gg.as_mut_ptr() as _, gcx.as_mut_ptr() as _, gb.as_mut_ptr() as _, 1).unwrap();
+            lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: m(&rc, h), cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg.as_mut_ptr() as _, grad_cx: gcx.as_mut_ptr() as _, grad_bias: gb.as_mut_ptr() as _ }, 1).unwrap();
         }
         for k in 0..b * 4 * h {
             let (mut p, mut q) = (ig.clone(), ig.clone());
@@ -551,13 +601,13 @@ mod tests {
         let (mut gg2, mut gcx2) = (vec![0.0; b * 4 * h], vec![0.0; b * h]);
         let none = Mat::contiguous(std::ptr::null(), h);
         unsafe {
-            lstm_cell_backward(DType::F64, b, h, m(&rh, h), none, m(&cx, h), m(&cy, h), m(&ws, 4 * h), gg2.as_mut_ptr() as _, gcx2.as_mut_ptr() as _, std::ptr::null_mut(), 1).unwrap();
+            lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: none, cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg2.as_mut_ptr() as _, grad_cx: gcx2.as_mut_ptr() as _, grad_bias: std::ptr::null_mut() }, 1).unwrap();
         }
         let zeros = vec![0.0; b * h];
         let mut gg3 = vec![0.0; b * 4 * h];
         let mut gcx3 = vec![0.0; b * h];
         unsafe {
-            lstm_cell_backward(DType::F64, b, h, m(&rh, h), m(&zeros, h), m(&cx, h), m(&cy, h), m(&ws, 4 * h), gg3.as_mut_ptr() as _, gcx3.as_mut_ptr() as _, std::ptr::null_mut(), 1).unwrap();
+            lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: m(&zeros, h), cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg3.as_mut_ptr() as _, grad_cx: gcx3.as_mut_ptr() as _, grad_bias: std::ptr::null_mut() }, 1).unwrap();
         }
         assert_eq!(gg2, gg3);
         assert_eq!(gcx2, gcx3);
@@ -592,7 +642,7 @@ mod tests {
         let (bi, bh) = (vals(3 * h, 0.23), vals(3 * h, 0.59));
         let (want_hy, want_ws) = gru_ref(b, h, &ig, &hg, &hx, &bi, &bh);
         let (mut hy, mut ws) = (vec![0.0; b * h], vec![0.0; b * 5 * h]);
-        unsafe { gru_cell(DType::F64, b, h, m(&ig, 3 * h), m(&hg, 3 * h), m(&hx, h), bi.as_ptr() as _, bh.as_ptr() as _, hy.as_mut_ptr() as _, ws.as_mut_ptr() as _, 1) }.unwrap();
+        unsafe { gru_cell(DType::F64, b, h, GruCell { igates: m(&ig, 3 * h), hgates: m(&hg, 3 * h), hx: m(&hx, h), b_ih: bi.as_ptr() as _, b_hh: bh.as_ptr() as _, hy: hy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 1) }.unwrap();
         close(&hy, &want_hy, 1e-12);
         close(&ws, &want_ws, 1e-12);
 
@@ -601,7 +651,7 @@ mod tests {
         let (mut gi, mut gh, mut ghx) = (vec![0.0; b * 3 * h], vec![0.0; b * 3 * h], vec![0.0; b * h]);
         let (mut gbi, mut gbh) = (vec![0.0; 3 * h], vec![0.0; 3 * h]);
         unsafe {
-            gru_cell_backward(DType::F64, b, h, m(&rg, h), m(&ws, 5 * h), gi.as_mut_ptr() as _, gh.as_mut_ptr() as _, ghx.as_mut_ptr() as _, gbi.as_mut_ptr() as _, gbh.as_mut_ptr() as _, 2).unwrap();
+            gru_cell_backward(DType::F64, b, h, GruCellGrads { grad_hy: m(&rg, h), workspace: m(&ws, 5 * h), grad_input_gates: gi.as_mut_ptr() as _, grad_hidden_gates: gh.as_mut_ptr() as _, grad_hx: ghx.as_mut_ptr() as _, grad_input_bias: gbi.as_mut_ptr() as _, grad_hidden_bias: gbh.as_mut_ptr() as _ }, 2).unwrap();
         }
         let fd = |which: usize, k: usize| {
             let mut args = [ig.clone(), hg.clone(), hx.clone()];
@@ -632,10 +682,10 @@ mod tests {
         let mf = |v: &[f32], c: usize| Mat::contiguous(v.as_ptr() as *const u8, c);
         let run = |threads: usize| {
             let (mut hy, mut ws) = (vec![0f32; b * h], vec![0f32; b * 5 * h]);
-            unsafe { gru_cell(DType::F32, b, h, mf(&ig, 3 * h), mf(&hg, 3 * h), mf(&hx, h), std::ptr::null(), std::ptr::null(), hy.as_mut_ptr() as _, ws.as_mut_ptr() as _, threads) }.unwrap();
+            unsafe { gru_cell(DType::F32, b, h, GruCell { igates: mf(&ig, 3 * h), hgates: mf(&hg, 3 * h), hx: mf(&hx, h), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: hy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, threads) }.unwrap();
             let (mut gi, mut gh, mut ghx) = (vec![0f32; b * 3 * h], vec![0f32; b * 3 * h], vec![0f32; b * h]);
             let (mut gbi, mut gbh) = (vec![0f32; 3 * h], vec![0f32; 3 * h]);
-            unsafe { gru_cell_backward(DType::F32, b, h, mf(&hx, h), mf(&ws, 5 * h), gi.as_mut_ptr() as _, gh.as_mut_ptr() as _, ghx.as_mut_ptr() as _, gbi.as_mut_ptr() as _, gbh.as_mut_ptr() as _, threads) }.unwrap();
+            unsafe { gru_cell_backward(DType::F32, b, h, GruCellGrads { grad_hy: mf(&hx, h), workspace: mf(&ws, 5 * h), grad_input_gates: gi.as_mut_ptr() as _, grad_hidden_gates: gh.as_mut_ptr() as _, grad_hx: ghx.as_mut_ptr() as _, grad_input_bias: gbi.as_mut_ptr() as _, grad_hidden_bias: gbh.as_mut_ptr() as _ }, threads) }.unwrap();
             (hy, gbi, gbh)
         };
         let (hy1, gbi1, gbh1) = run(1);
@@ -656,7 +706,7 @@ mod tests {
         let zeros = vec![bf16::ZERO; b * 4 * h];
         let mb = |v: &[bf16], c: usize| Mat::contiguous(v.as_ptr() as *const u8, c);
         let (mut hy, mut cy, mut ws) = (vec![bf16::ZERO; b * h], vec![bf16::ZERO; b * h], vec![bf16::ZERO; b * 4 * h]);
-        unsafe { lstm_cell(DType::BF16, b, h, mb(&ig, 4 * h), mb(&zeros, 4 * h), mb(&cx, h), std::ptr::null(), std::ptr::null(), hy.as_mut_ptr() as _, cy.as_mut_ptr() as _, ws.as_mut_ptr() as _, 1) }.unwrap();
+        unsafe { lstm_cell(DType::BF16, b, h, LstmCell { igates: mb(&ig, 4 * h), hgates: mb(&zeros, 4 * h), cx: mb(&cx, h), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: hy.as_mut_ptr() as _, cy: cy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 1) }.unwrap();
         let up = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
         let (want_hy, want_cy, _) = lstm_ref(b, h, &up(&ig), &vec![0.0; b * 4 * h], &up(&cx), &vec![0.0; 4 * h]);
         close(&up(&hy), &want_hy, 1e-2);
@@ -665,7 +715,7 @@ mod tests {
 
     #[test]
     fn integer_dtypes_are_rejected() {
-        let e = unsafe { gru_cell(DType::I32, 1, 1, Mat::contiguous(std::ptr::null(), 3), Mat::contiguous(std::ptr::null(), 3), Mat::contiguous(std::ptr::null(), 1), std::ptr::null(), std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 1) };
+        let e = unsafe { gru_cell(DType::I32, 1, 1, GruCell { igates: Mat::contiguous(std::ptr::null(), 3), hgates: Mat::contiguous(std::ptr::null(), 3), hx: Mat::contiguous(std::ptr::null(), 1), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: std::ptr::null_mut(), workspace: std::ptr::null_mut() }, 1) };
         assert!(matches!(e, Err(Error::UnsupportedDtype { .. })));
     }
 }

@@ -68,6 +68,16 @@ fn at(r: usize, k: usize, dim: usize, inner: usize, size: usize) -> isize {
     (((o * dim + k) * inner + i) * size) as isize
 }
 
+/// The extents of one softmax call: `[outer, dim, inner]` contiguous, reduced
+/// along the middle dimension; `log` selects log-softmax.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub outer: usize,
+    pub dim: usize,
+    pub inner: usize,
+    pub log: bool,
+}
+
 /// Softmax (`log = false`) or log-softmax (`log = true`) along the middle
 /// dimension: `out = exp(x - max) / sum(exp(x - max))`, or
 /// `x - max - log(sum(exp(x - max)))`, the max subtracted for stability.
@@ -79,7 +89,8 @@ fn at(r: usize, k: usize, dim: usize, inner: usize, size: usize) -> isize {
 ///
 /// # Safety
 /// `input` and `out` hold `outer * dim * inner` elements of their dtypes; `out` is writable.
-pub unsafe fn softmax(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, outer: usize, dim: usize, inner: usize, log: bool, threads: usize) -> Result<()> {
+pub unsafe fn softmax(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, span: Span, threads: usize) -> Result<()> {
+    let Span { outer, dim, inner, log } = span;
     check_floating("softmax", in_dt)?;
     check_floating("softmax", out_dt)?;
     if in_dt == DType::F64 {
@@ -158,8 +169,8 @@ fn softmax_row<F: Float>(x: &[F], y: &mut [F], e: &mut [F], log: bool, round: im
 ///
 /// # Safety
 /// All three hold `outer * dim * inner` elements, `[outer, dim, inner]` contiguous.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn softmax_backward(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, outer: usize, dim: usize, inner: usize, log: bool, threads: usize) -> Result<()> {
+pub unsafe fn softmax_backward(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, span: Span, threads: usize) -> Result<()> {
+    let Span { outer, dim, inner, log } = span;
     check_floating("softmax_backward", dt)?;
     check_floating("softmax_backward", gin_dt)?;
     if dt == DType::F64 {
@@ -243,7 +254,7 @@ mod tests {
             let x: Vec<f64> = (0..outer * dim * inner).map(|k| ((k * 37 % 23) as f64 - 11.0) * 0.7).collect();
             for log in [false, true] {
                 let mut y = vec![0.0; x.len()];
-                unsafe { softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, outer, dim, inner, log, 2) }.unwrap();
+                unsafe { softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 2) }.unwrap();
                 let r = naive_softmax(&x, outer, dim, inner, log);
                 for (a, b) in y.iter().zip(&r) {
                     assert!((a - b).abs() < 1e-12, "{outer},{dim},{inner} log={log}: {a} vs {b}");
@@ -261,8 +272,8 @@ mod tests {
             let mut y = vec![0.0; 12];
             let mut gi = vec![0.0; 12];
             unsafe {
-                softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, outer, dim, inner, log, 1).unwrap();
-                softmax_backward(DType::F64, g.as_ptr() as *const u8, y.as_ptr() as *const u8, DType::F64, gi.as_mut_ptr() as *mut u8, outer, dim, inner, log, 1).unwrap();
+                softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 1).unwrap();
+                softmax_backward(DType::F64, g.as_ptr() as *const u8, y.as_ptr() as *const u8, DType::F64, gi.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 1).unwrap();
             }
             let f = |x: &[f64]| -> f64 { naive_softmax(x, outer, dim, inner, log).iter().zip(&g).map(|(a, b)| a * b).sum() };
             for k in 0..12 {

@@ -168,7 +168,7 @@ impl Conv {
     }
 
     /// Elements of the input, weight and output.
-    fn lens(&self) -> (usize, usize, usize) {
+    pub fn lens(&self) -> (usize, usize, usize) {
         let p = |a: [usize; MAX_SPATIAL]| a.iter().product::<usize>();
         let weight = self.in_channels / self.groups * self.out_channels * p(self.kernel);
         (self.batch * self.in_channels * p(self.input), weight, self.batch * self.out_channels * p(self.output))

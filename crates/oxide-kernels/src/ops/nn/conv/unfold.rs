@@ -52,6 +52,12 @@ impl Unfold {
     pub(super) fn lens(&self, w: &Window) -> (usize, usize) {
         (self.batch * self.channels * w.image_len(), self.batch * self.channels * w.taps() * w.grid_len())
     }
+
+    /// Elements of the images and of the columns, for a caller checking its
+    /// buffers; errors as [`unfold`] (`op` names the call in them).
+    pub fn elements(&self, op: &'static str) -> Result<(usize, usize)> {
+        Ok(self.lens(&self.window(op)?))
+    }
 }
 
 /// Runs `f(n, src_n, dst_n)` for every image `n`: samples over tasks when
