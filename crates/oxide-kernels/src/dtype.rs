@@ -52,6 +52,30 @@ impl DType {
         }
     }
 
+    /// Whether the dtype is a real floating type (float16, bfloat16, float32, float64).
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+
+    /// `Ok` for a real floating dtype, else [`Error::UnsupportedDtype`] naming `op`:
+    /// the check of the kernels that compute in float or double only.
+    pub fn require_float(self, op: &'static str) -> Result<()> {
+        if self.is_float() {
+            Ok(())
+        } else {
+            Err(Error::UnsupportedDtype { op, dtype: self })
+        }
+    }
+
+    /// The dtype a kernel computes in for this storage dtype (PyTorch's opmath
+    /// type): float32 for float16 and bfloat16, the dtype itself otherwise.
+    pub fn compute(self) -> DType {
+        match self {
+            DType::F16 | DType::BF16 => DType::F32,
+            d => d,
+        }
+    }
+
     /// PyTorch's name for the dtype.
     pub fn name(self) -> &'static str {
         match self {

@@ -23,10 +23,18 @@
 //! threads are claimed one by one by the team's threads, OpenMP's dynamic
 //! schedule. [`for_each_chunk_mut`], [`try_for_each_task`] and [`map_in_runs`]
 //! serve kernels that split a slice or collect per-part results.
+//!
+//! Kernels outside the engine split the same way: [`tasks_for`] (or
+//! [`thread_tasks`]) decides how many tasks a problem deserves, and
+//! [`for_each_range`] / [`try_for_each_range`] run contiguous ranges of its
+//! units (rows, lines, planes) on them. The boundaries depend only on the unit
+//! count and the task count, so a kernel's split, and with it the order in
+//! which it accumulates, is the same on every call.
 
 use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
+use crate::engine::SendPtr;
 use crate::error::{Error, Result};
 use crate::with_dtype;
 
@@ -62,12 +70,17 @@ pub struct TensorIter {
     pub round_through: Option<DType>,
 }
 
-// SAFETY (Operand and TensorIter): the pointers are plain addresses into device memory; the glue
-// guarantees they stay valid for the call and that outputs do not partially
-// overlap inputs (TensorIterator's overlap checks).
+// SAFETY: an Operand is a plain address into device memory plus a dtype; the
+// glue guarantees it stays valid for the call and that outputs do not partially
+// overlap inputs (TensorIterator's overlap checks), and tasks write disjoint
+// ranges of the iteration space, so it may move to another thread.
 unsafe impl Send for Operand {}
+// SAFETY: as for `Send`: shared references only read the address and dtype.
 unsafe impl Sync for Operand {}
+// SAFETY: a TensorIter is owned shape/stride vectors plus Operands, which are
+// Send (above); the glue's guarantees cover every operand.
 unsafe impl Send for TensorIter {}
+// SAFETY: as for `Send`; `&TensorIter` only reads the description.
 unsafe impl Sync for TensorIter {}
 
 impl TensorIter {
@@ -116,13 +129,9 @@ impl TensorIter {
         self.strides[k].first().copied().unwrap_or(0)
     }
 
-    /// How many parallel tasks `n` units of work of `numel` elements deserve.
+    /// How many parallel tasks `numel` elements of work deserve ([`tasks_for`] with this call's threads).
     pub fn tasks_for(&self, numel: usize) -> usize {
-        if self.threads <= 1 {
-            1
-        } else {
-            (numel / GRAIN).clamp(1, self.threads)
-        }
+        tasks_for(numel, 1, self.threads)
     }
 
     /// Calls `f(offsets, len)` for every row segment of the linear index range
@@ -192,14 +201,53 @@ impl TensorIter {
     /// Runs `f(start, end)` over `[0, total)` split into contiguous ranges, in
     /// parallel when `total` elements of work justify more than one task.
     pub fn parallel_ranges(&self, total: usize, f: impl Fn(usize, usize) + Sync) {
-        let tasks = self.tasks_for(total);
-        if tasks <= 1 {
-            f(0, total);
-            return;
-        }
-        let chunk = total.div_ceil(tasks);
-        for_each_task(tasks, |t| f(t * chunk, ((t + 1) * chunk).min(total)));
+        for_each_range(total, self.tasks_for(total), f);
     }
+}
+
+/// How many parallel tasks `units` units of `unit_work` elements each deserve
+/// when `threads` threads are allowed: one per [`GRAIN`] elements of work, at
+/// least 1, at most `threads` (1 when serial) and at most `units` (a unit, such
+/// as a row, is never split). Pass `unit_work = 1` to split plain elements.
+pub fn tasks_for(units: usize, unit_work: usize, threads: usize) -> usize {
+    if threads <= 1 {
+        1
+    } else {
+        (units.saturating_mul(unit_work) / GRAIN).clamp(1, threads).min(units.max(1))
+    }
+}
+
+/// Like [`tasks_for`], but once the work reaches one [`GRAIN`] every allowed
+/// thread gets a task (at most one per unit): for kernels whose tasks each
+/// allocate per-range buffers, where fewer, larger ranges do not pay off.
+pub fn thread_tasks(units: usize, unit_work: usize, threads: usize) -> usize {
+    if units.saturating_mul(unit_work) < GRAIN {
+        1
+    } else {
+        threads.max(1).min(units)
+    }
+}
+
+/// Runs `f(start, end)` over `[0, count)` cut into `tasks` contiguous ranges of
+/// `count.div_ceil(tasks)` units (the last one shorter, trailing ones possibly
+/// empty), one task each; with `tasks <= 1`, `f(0, count)` on the calling thread.
+/// The boundaries depend only on `count` and `tasks`, so a kernel that fixes
+/// both splits (and accumulates) the same way on every call.
+pub fn for_each_range(count: usize, tasks: usize, f: impl Fn(usize, usize) + Sync) {
+    if tasks <= 1 {
+        return f(0, count);
+    }
+    let chunk = count.div_ceil(tasks);
+    for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)));
+}
+
+/// [`for_each_range`] for fallible `f`: the error of the lowest-numbered failing range wins.
+pub fn try_for_each_range<E: Send>(count: usize, tasks: usize, f: impl Fn(usize, usize) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+    if tasks <= 1 {
+        return f(0, count);
+    }
+    let chunk = count.div_ceil(tasks);
+    try_for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)))
 }
 
 /// Runs `f(t)` for every task `t` in `0..tasks`, in parallel.
@@ -264,18 +312,6 @@ pub fn map_in_runs<R: Send>(count: usize, tasks: usize, f: impl Fn(usize) -> R +
     map_tasks(count.div_ceil(per), |t| (t * per..((t + 1) * per).min(count)).map(&f).collect::<Vec<R>>()).into_iter().flatten().collect()
 }
 
-/// A raw pointer that tasks may share; each task touches a disjoint part of what it points to.
-struct SharedMut<T>(*mut T);
-// SAFETY: used only by the chunk helpers below, whose tasks write disjoint ranges
-// of a slice borrowed mutably for the duration of the call.
-unsafe impl<T: Send> Send for SharedMut<T> {}
-unsafe impl<T: Send> Sync for SharedMut<T> {}
-impl<T> SharedMut<T> {
-    fn get(&self) -> *mut T {
-        self.0
-    }
-}
-
 /// Calls `f(i, chunk)` for every `size`-element chunk `i` of `data` (the last may be
 /// shorter), the chunks dealt out to at most `tasks` tasks in contiguous runs; a
 /// task stops at its first error, and the error of the lowest-numbered failing task
@@ -286,7 +322,7 @@ pub fn try_for_each_chunk_mut<T: Send, E: Send>(data: &mut [T], size: usize, tas
     }
     let (len, chunks) = (data.len(), data.len().div_ceil(size));
     let per = chunks.div_ceil(tasks.clamp(1, chunks));
-    let base = SharedMut(data.as_mut_ptr());
+    let base = SendPtr::new(data.as_mut_ptr());
     try_for_each_task(chunks.div_ceil(per), |t| {
         for i in t * per..((t + 1) * per).min(chunks) {
             let (start, end) = (i * size, ((i + 1) * size).min(len));
@@ -405,6 +441,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                         ins[k] = p as *const I;
                     } else if s == 0 && filled_from[k] == p as *const u8 && filled_len[k] >= n {
                         ins[k] = bufs[k].as_ptr();
+                    // SAFETY: in-bounds by the iterator's construction.
                     } else if let Err(e) = unsafe {
                         if bufs[k].is_empty() {
                             bufs[k] = vec![I::from_i64(0); cap];
@@ -446,6 +483,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                         obuf = vec![O::from_i64(0); cap];
                     }
                     f(obuf.as_mut_ptr(), ins, n);
+                    // SAFETY: `p` addresses n output elements of the row (in bounds by the iterator's construction).
                     if let Err(e) = unsafe { store::<O>(out.dtype, p, s, &obuf[..n]) } {
                         *error.lock().unwrap() = Some(e);
                         return;
@@ -567,6 +605,7 @@ mod tests {
             2,
         )
         .unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             map::<f32, f32, 2>(&it, |o, [x, y], n| {
                 for i in 0..n {
@@ -577,9 +616,11 @@ mod tests {
         .unwrap();
         assert_eq!(out, [11, 0, 12, 0, 6, 0]);
         let it = TensorIter::new("t", &[], vec![(op(&mut out, DType::I64), &[][..]), (op(&mut b, DType::I32), &[][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<i64, i64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 2)) }.unwrap();
         assert_eq!(out[0], 20);
         let it = TensorIter::new("t", &[0], vec![(op(&mut out, DType::I64), &[8][..]), (op(&mut b, DType::I32), &[4][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<i64, i64, 1>(&it, |_, _, _| panic!("no elements")) }.unwrap();
     }
 
@@ -589,6 +630,7 @@ mod tests {
         let mut a: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let mut out = vec![0f64; n];
         let it = TensorIter::new("t", &[n as i64], vec![(op(&mut out, DType::F64), &[8][..]), (op(&mut a, DType::F64), &[8][..])], 1, 4).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<f64, f64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 3.0)) }.unwrap();
         assert!(out.iter().enumerate().all(|(i, &v)| v == 3.0 * i as f64));
     }

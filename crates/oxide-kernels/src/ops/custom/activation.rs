@@ -5,7 +5,7 @@
 //! (NeurIPS 2017), as PyTorch defines them.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::engine::layout::Layout;
 use crate::with_real_dtype;
 
@@ -57,21 +57,14 @@ impl Backward {
     }
 }
 
-fn check_float(op: &'static str, dtype: DType) -> Result<()> {
-    match dtype {
-        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
-        d => Err(Error::UnsupportedDtype { op, dtype: d }),
-    }
-}
-
 /// `out = f(x)` over operands (out, x) of floating `dtype`.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// Both operands' elements addressed by `layout` must be valid (out for writes).
 pub unsafe fn forward(f: Forward, dtype: DType, layout: &Layout<2>, out: *mut u8, x: *const u8) -> Result<()> {
-    check_float("activation", dtype)?;
+    dtype.require_float("activation")?;
     // SAFETY: forwarded caller contract.
     with_real_dtype!(dtype, "activation", |T| unsafe {
         map::<T, 2>(layout, [out, x as *mut u8], |v| T::from_f64(f.apply(v[1].to_f64())))
@@ -81,12 +74,12 @@ pub unsafe fn forward(f: Forward, dtype: DType, layout: &Layout<2>, out: *mut u8
 
 /// `dx = dy * f'(x)` over operands (dx, dy, x) of floating `dtype`.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// All operands' elements addressed by `layout` must be valid (dx for writes).
 pub unsafe fn backward(f: Backward, dtype: DType, layout: &Layout<3>, dx: *mut u8, dy: *const u8, x: *const u8) -> Result<()> {
-    check_float("activation_backward", dtype)?;
+    dtype.require_float("activation_backward")?;
     // SAFETY: forwarded caller contract.
     with_real_dtype!(dtype, "activation_backward", |T| unsafe {
         map::<T, 3>(layout, [dx, dy as *mut u8, x as *mut u8], |v| T::from_f64(f.apply(v[1].to_f64(), v[2].to_f64())))

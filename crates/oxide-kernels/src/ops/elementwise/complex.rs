@@ -801,6 +801,7 @@ mod tests {
         let mut out = vec![T::zero(); xs.len()];
         let size = std::mem::size_of::<T>() as i64;
         let it = TensorIter::new("t", &[xs.len() as i64], vec![(operand(&mut out), &[size][..]), (operand(&mut input), &[size][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup(name).unwrap().run(&it, Some(T::DTYPE), ctx) }.unwrap();
         out
     }
@@ -810,6 +811,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Complex<f32>>(), 8);
         assert_eq!(std::mem::size_of::<Complex<f64>>(), 16);
         let z = [Complex::new(1.0f32, 2.0)];
+        // SAFETY: the pointers address live local buffers sized for the call.
         let parts: &[f32; 2] = unsafe { &*(z.as_ptr() as *const [f32; 2]) };
         assert_eq!(parts, &[1.0, 2.0]);
     }
@@ -868,12 +870,14 @@ mod tests {
         let mut b = [2.0f64];
         let it = TensorIter::new("t", &[3], vec![(operand(&mut out), &[16][..]), (operand(&mut a), &[8][..]), (operand(&mut b), &[0][..])], 1, 1).unwrap();
         let ctx = Ctx { f: [1.0, 0.0, 0.0, 0.0], im: [-2.0, 0.0, 0.0, 0.0], ..Default::default() };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup("add").unwrap().run(&it, Some(DType::C128), &ctx) }.unwrap();
         assert_eq!(out, vec![C::new(3.0, -3.0), C::new(0.0, -3.5), C::new(2.0, -7.0)]);
         // eq / ne produce bool; where takes a bool condition.
         let mut flags = [false; 3];
         let mut other = vec![Complex::new(1.0f32, 1.0), Complex::new(-2.0, 0.0), Complex::new(0.0, -3.0)];
         let it = TensorIter::new("t", &[3], vec![(operand(&mut flags), &[1][..]), (operand(&mut a), &[8][..]), (operand(&mut other), &[8][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup("eq").unwrap().run(&it, Some(DType::C64), &Ctx::default()) }.unwrap();
         assert_eq!(flags, [true, false, true]);
         let mut picked = vec![Complex::<f32>::default(); 3];
@@ -885,9 +889,11 @@ mod tests {
             1,
         )
         .unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup("where").unwrap().run(&it, None, &Ctx::default()) }.unwrap();
         assert_eq!(picked, vec![a[0], other[1], a[2]]);
         // A real-only op refuses complex.
+        // SAFETY: the pointers address live local buffers sized for the call.
         let err = unsafe { PointwiseOp::lookup("floor").unwrap().run(&it, Some(DType::C64), &Ctx::default()) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
     }
@@ -902,6 +908,7 @@ mod tests {
         let mut back = vec![Complex::<f32>::default(); 4];
         let mut run = |dst: Operand, size: i64| {
             let it = TensorIter::new("t", &[2, 2], vec![(dst, &[size, 2 * size][..]), (operand(&mut src), &[16, 8][..])], 1, 1).unwrap();
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { cast(&it) }.unwrap();
         };
         run(operand(&mut ints), 4);
@@ -913,6 +920,7 @@ mod tests {
         // real -> complex sets the imaginary part to 0.
         let mut reals = [2.5f64, -1.0, 0.0, 7.0];
         let it = TensorIter::new("t", &[4], vec![(operand(&mut back), &[8][..]), (operand(&mut reals), &[8][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { cast(&it) }.unwrap();
         assert_eq!(back[0], Complex::new(2.5, 0.0));
         assert_eq!(back[3], Complex::new(7.0, 0.0));
@@ -926,21 +934,25 @@ mod tests {
         for (op, scale) in [(ReduceOp::Sum, 1.0), (ReduceOp::Mean, n as f64)] {
             let mut out = [C::default()];
             let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[16][..])], 1, 2).unwrap();
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { crate::ops::reduce::reduce::reduce(op, &it) }.unwrap();
             assert!(close(C::new(out[0].re * scale, out[0].im * scale), want, 1e-14), "{op:?}");
         }
         let mut y: Vec<C> = SAMPLES.to_vec();
         let mut out = [C::default()];
         let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Prod, &it) }.unwrap();
         let want = SAMPLES.iter().fold(C::new(1.0, 0.0), |s, &v| s * v);
         assert!(close(out[0], want, 1e-14));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let err = unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::MaxValues, &it) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
         // Vector norms of the moduli into a real output.
         for p in [2.0, 1.0, f64::INFINITY, 0.0, 3.0] {
             let mut out = [0f64];
             let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Norm { p }, &it) }.unwrap();
             let m: Vec<f64> = SAMPLES.iter().map(|z| z.re.hypot(z.im)).collect();
             let want = match p {

@@ -4,8 +4,9 @@
 
 use crate::error::{Error, Result};
 
-use crate::engine::iter::GRAIN;
+use crate::engine::iter::{for_each_range, tasks_for, GRAIN};
 use crate::engine::layout::Layout;
+use crate::engine::SendPtr;
 
 /// Copies `layout.numel()` elements of `elem_size` bytes from `src` to `dst`
 /// (operand 0 = destination, 1 = source; strides in elements).
@@ -21,19 +22,14 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
     }
     let l = layout.coalesced();
     let numel = l.numel();
-    let tasks = (numel / GRAIN).clamp(1, rayon::current_num_threads());
+    let tasks = tasks_for(numel, 1, rayon::current_num_threads());
     let contiguous = l.shape.len() <= 1 && l.strides.iter().all(|s| s.first().is_none_or(|&x| x == 1));
     if contiguous {
         let bytes = numel * elem_size;
-        let (d, s) = (SendPtr(dst), SendPtr(src as *mut u8));
-        let chunk = bytes.div_ceil(tasks);
+        let (d, s) = (SendPtr::new(dst), SendPtr::from_const(src));
         // SAFETY: the caller guarantees numel elements at both pointers, non-overlapping;
-        // the chunks partition those bytes.
-        let part = |t: usize| unsafe {
-            let (a, b) = (t * chunk, ((t + 1) * chunk).min(bytes));
-            std::ptr::copy_nonoverlapping(s.get().add(a), d.get().add(a), b - a)
-        };
-        if tasks <= 1 { part(0) } else { crate::engine::iter::for_each_task(tasks, part) }
+        // the ranges partition those bytes.
+        for_each_range(bytes, tasks, |a, b| unsafe { std::ptr::copy_nonoverlapping(s.get().add(a), d.get().add(a), b - a) });
         return Ok(());
     }
     // SAFETY: forwarded caller contract.
@@ -59,8 +55,8 @@ pub unsafe fn cat_contiguous(outer: usize, parts: &[(*const u8, usize)], dst: *m
     }
     // Starting offset of each part within an output row.
     let starts: Vec<usize> = parts.iter().scan(0, |acc, p| { let s = *acc; *acc += p.1; Some(s) }).collect();
-    let d = SendPtr(dst);
-    let srcs: Vec<SendPtr> = parts.iter().map(|p| SendPtr(p.0 as *mut u8)).collect();
+    let d = SendPtr::new(dst);
+    let srcs: Vec<SendPtr<u8>> = parts.iter().map(|p| SendPtr::from_const(p.0)).collect();
     let sizes: Vec<usize> = parts.iter().map(|p| p.1).collect();
     // One unit of work = one part's chunk in one row: (row, part) in row-major order.
     let units = outer * parts.len();
@@ -77,19 +73,6 @@ pub unsafe fn cat_contiguous(outer: usize, parts: &[(*const u8, usize)], dst: *m
         // Contiguous runs of units per task, balanced by count (parts of one cat
         // are usually alike in size).
         crate::engine::iter::for_each_task(tasks, |t| (units * t / tasks..units * (t + 1) / tasks).for_each(copy));
-    }
-}
-
-/// Raw pointer that may cross into rayon tasks; each task writes a disjoint part.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: only used for disjoint writes / shared reads under `copy_strided`'s contract.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
-impl SendPtr {
-    fn get(self) -> *mut u8 {
-        self.0
     }
 }
 
@@ -111,7 +94,7 @@ unsafe fn strided<T: Copy>(l: &Layout<2>, tasks: usize, dst: *mut u8, src: *cons
         .filter(|&d| l.strides[1][d] != 0 && l.shape[d] >= TILE)
         .min_by_key(|&d| l.strides[1][d].unsigned_abs())
         .filter(|&d| d != z && l.shape[z] >= TILE && l.strides[1][z].unsigned_abs() > l.strides[1][d].unsigned_abs());
-    let (dp, sp) = (SendPtr(dst), SendPtr(src as *mut u8));
+    let (dp, sp) = (SendPtr::new(dst), SendPtr::from_const(src));
     // Work units: (index over the dims other than `z` and `a`, block of TILE along `a`).
     let blocks_a = a.map_or(1, |a| l.shape[a].div_ceil(TILE));
     let outer: Vec<usize> = (0..z).filter(|&d| Some(d) != a).collect();
@@ -155,12 +138,7 @@ unsafe fn strided<T: Copy>(l: &Layout<2>, tasks: usize, dst: *mut u8, src: *cons
             }
         }
     };
-    if tasks <= 1 || units < 2 {
-        run(0, units);
-    } else {
-        let chunk = units.div_ceil(tasks);
-        crate::engine::iter::for_each_task(tasks, |t| run(t * chunk, ((t + 1) * chunk).min(units)));
-    }
+    for_each_range(units, if units < 2 { 1 } else { tasks }, run);
 }
 
 #[cfg(test)]

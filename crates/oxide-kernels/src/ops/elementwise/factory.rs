@@ -29,7 +29,7 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
         let op = if matches!(seq, Sequence::Arange { .. }) { "arange" } else { "linspace" };
         return Err(crate::Error::UnsupportedDtype { op, dtype: out.dtype });
     }
-    let integral = !matches!(out.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
+    let integral = !out.dtype.is_float();
     let value = move |i: usize| -> (f64, i64) {
         match seq {
             Sequence::Arange { start, step, istart, istep } => (start + i as f64 * step, istart.wrapping_add((i as i64).wrapping_mul(istep))),
@@ -57,6 +57,7 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
                 }
                 // SAFETY: caller contract.
                 let p = unsafe { out.ptr.offset(offs[0] + b as isize * stride) };
+                // SAFETY: caller contract.
                 let r = if integral { unsafe { store::<i64>(out.dtype, p, stride, &ibuf[..n]) } } else { unsafe { store::<f64>(out.dtype, p, stride, &fbuf[..n]) } };
                 if let Err(e) = r {
                     *errors.lock().unwrap() = Err(e);
@@ -78,6 +79,7 @@ mod tests {
     fn run<T: Element>(out: &mut [T], seq: Sequence, threads: usize) {
         let n = out.len() as i64;
         let it = TensorIter::new("t", &[n], vec![(Operand { ptr: out.as_mut_ptr() as *mut u8, dtype: T::DTYPE }, &[std::mem::size_of::<T>() as i64][..])], 1, threads).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { fill_sequence(&it, seq) }.unwrap();
     }
 

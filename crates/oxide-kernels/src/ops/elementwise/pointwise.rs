@@ -570,7 +570,7 @@ impl PointwiseOp {
         if compute == DType::Bool && self.rejects_bool() {
             return Err(unsupported());
         }
-        if self == PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) && matches!(compute, DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
+        if self == PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) && compute.is_float() {
             // CPU special-cases exponents for float, double and bfloat16, not for float16.
             // The exponent in the compute type (float for the half types), as CPU compares it.
             let e = if compute == DType::F64 { ctx.f[0] } else { ctx.f[0] as f32 as f64 };
@@ -696,6 +696,7 @@ mod tests {
             ops.push((operand(v), &[4i64][..]));
         }
         let it = TensorIter::new("t", &[n as i64], ops, 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup(op).unwrap().run(&it, Some(DType::F32), ctx) }.unwrap();
         out
     }
@@ -752,8 +753,10 @@ mod tests {
         let mut b = [2i32, 0];
         let mk = |v: &mut [i32]| Operand { ptr: v.as_mut_ptr() as *mut u8, dtype: DType::I32 };
         let it = TensorIter::new("t", &[2], vec![(mk(&mut out), &[4][..]), (mk(&mut a), &[4][..]), (mk(&mut b), &[4][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         let err = unsafe { PointwiseOp::lookup("div_floor").unwrap().run(&it, None, &Ctx::default()) }.unwrap_err();
         assert!(err.to_string().contains("ZeroDivisionError"));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let err = unsafe { PointwiseOp::lookup("atan2").unwrap().run(&it, None, &Ctx::default()) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
     }

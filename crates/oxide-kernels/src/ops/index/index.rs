@@ -173,15 +173,18 @@ mod tests {
         let mut idx = [3i64, -1, 0];
         let ix = Indexed { sizes: &[4], strides: &[4], wrap_negative: true };
         let it = TensorIter::new("t", &[3], vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut idx), &[8][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { index(&it, &ix, 4) }.unwrap();
         assert_eq!(out, [40.0, 40.0, 10.0]);
         // accumulate: dst[idx] += [1, 2, 3] with a repeated index
         let mut vals = [1f32, 2.0, 3.0];
         let it = TensorIter::new("t", &[3], vec![(op(&mut src), &[0][..]), (op(&mut vals), &[4][..]), (op(&mut idx), &[8][..])], 1, 2).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { index_put(&it, &ix, 4, true) }.unwrap();
         assert_eq!(src, [13.0, 20.0, 30.0, 43.0]);
         let mut bad = [4i64, 0, 0];
         let it = TensorIter::new("t", &[3], vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut bad), &[8][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { index(&it, &ix, 4) }.unwrap_err();
         assert_eq!(e.to_string(), "index 4 is out of bounds for dimension 0 with size 4");
     }

@@ -19,7 +19,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::{TensorIter, GRAIN};
+use crate::engine::iter::{for_each_range, tasks_for, TensorIter};
 use crate::engine::math::Num;
 use crate::with_real_dtype;
 
@@ -103,6 +103,7 @@ pub struct Strided<'a> {
 
 // SAFETY: a plain address; the caller of `scatter_reduce` guarantees validity.
 unsafe impl Send for Strided<'_> {}
+// SAFETY: as for `Send` above: shared references only read the descriptor, and tasks that write through it write disjoint elements.
 unsafe impl Sync for Strided<'_> {}
 
 /// The lines of `index`: every dimension but `dim`.
@@ -171,31 +172,25 @@ pub unsafe fn scatter_reduce(s: Scatter, dtype: DType, out: Strided, src: Stride
         return Ok(());
     }
     let lines = Lines { shape, dim, count: numel / shape[dim] };
-    let tasks = if threads <= 1 { 1 } else { (numel / GRAIN).clamp(1, threads).min(lines.count) };
-    // SAFETY (both calls): forwarded contract.
+    let tasks = tasks_for(lines.count, shape[dim], threads);
+    // SAFETY: forwarded contract.
     match index_dtype {
+        // SAFETY: forwarded contract.
         DType::I64 => unsafe { check_indices::<i64>(&lines, index, dim_size, tasks)? },
+        // SAFETY: forwarded contract.
         DType::I32 => unsafe { check_indices::<i32>(&lines, index, dim_size, tasks)? },
         d => return Err(Error::UnsupportedDtype { op: "scatter_reduce (index)", dtype: d }),
     }
     with_real_dtype!(dtype, reduce.name(), |T| {
         // SAFETY: forwarded contract; indices checked above.
         match index_dtype {
+            // SAFETY: forwarded contract; indices checked above.
             DType::I64 => unsafe { reduce_lines::<T, i64>(reduce, &lines, dim_size, out, src, index, tasks) },
+            // SAFETY: forwarded contract; indices checked above.
             _ => unsafe { reduce_lines::<T, i32>(reduce, &lines, dim_size, out, src, index, tasks) },
         }
         Ok(())
     })
-}
-
-/// Runs `f(first_line, end_line)` over `tasks` contiguous ranges of lines.
-fn for_line_ranges(count: usize, tasks: usize, f: impl Fn(usize, usize) + Sync) {
-    if tasks <= 1 {
-        f(0, count);
-        return;
-    }
-    let chunk = count.div_ceil(tasks);
-    crate::engine::iter::for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)));
 }
 
 /// The first (in line order) index outside `[0, size)`, as an error.
@@ -209,7 +204,7 @@ unsafe fn check_indices<I: Element>(lines: &Lines, index: Strided, size: usize, 
     let chunk = lines.count.div_ceil(tasks.max(1));
     // Capture the operand whole (it is Sync), not its raw pointer field.
     let index = &index;
-    for_line_ranges(lines.count, tasks, |a, b| {
+    for_each_range(lines.count, tasks, |a, b| {
         for l in a..b {
             let [o] = lines.offsets(l, [index.strides]);
             for i in 0..k {
@@ -241,7 +236,7 @@ unsafe fn reduce_lines<T: Opmath, I: Element>(reduce: ScatterReduce, lines: &Lin
     let direct = T::DTYPE == <T::Acc as Element>::DTYPE;
     // Capture the operands whole (they are Sync), not their raw pointer fields.
     let (out, src, index) = (&out, &src, &index);
-    for_line_ranges(lines.count, tasks, |a, b| {
+    for_each_range(lines.count, tasks, |a, b| {
         let (mut acc, mut seen, mut touched) = if direct { (vec![], vec![], vec![]) } else { (vec![T::Acc::ZERO; size], vec![false; size], Vec::new()) };
         for l in a..b {
             let [oo, so, io] = lines.offsets(l, [out.strides, src.strides, index.strides]);
@@ -379,6 +374,7 @@ mod tests {
     fn run<T: Element>(reduce: ScatterReduce, out: &mut [T], cols: usize, index: &[i64], src: &[T], k: usize, threads: usize) -> Result<()> {
         let rows = index.len() / k;
         let (os, ss, is) = ([cols as isize, 1], [k as isize, 1], [k as isize, 1]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             scatter_reduce(
                 Scatter { reduce, shape: &[rows, k], dim: 1, dim_size: cols },
@@ -451,6 +447,7 @@ mod tests {
         let mut buf = [1f32; 12];
         let index = [3i64, 0, 3, 1, 1, 1];
         // index shape (2, 3), contiguous; out strides (1, 4) for the (4, 3) view.
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             scatter_reduce(
                 Scatter { reduce: ScatterReduce::Prod, shape: &[2, 3], dim: 0, dim_size: 4 },
@@ -503,12 +500,13 @@ mod tests {
             threads,
         )
         .unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { masked_scatter(&it, source.as_ptr() as *const u8, source.len()) }
     }
 
     #[test]
     fn masked_scatter_in_order_and_parallel() {
-        let n = 5 * GRAIN + 11;
+        let n = 5 * crate::engine::iter::GRAIN + 11;
         let mut s = 7;
         let mask: Vec<bool> = (0..n).map(|_| lcg(&mut s) % 3 == 0).collect();
         let source: Vec<f32> = (0..n).map(|i| i as f32).collect();

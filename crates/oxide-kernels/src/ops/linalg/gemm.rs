@@ -36,6 +36,7 @@ pub struct Matrix {
 // SAFETY: a descriptor of memory the caller of `gemm` vouches for; the
 // parallel parts write disjoint blocks of C.
 unsafe impl Send for Matrix {}
+// SAFETY: as for `Send` above: shared references only read the descriptor, and tasks that write through it write disjoint elements.
 unsafe impl Sync for Matrix {}
 
 impl Matrix {
@@ -174,7 +175,7 @@ impl<T: 'static + Copy + PartialEq + Default + std::ops::Add<Output = T> + std::
 /// `m * k + m * n` element moves against `m * n * k` multiply-adds.
 #[allow(clippy::too_many_arguments)]
 unsafe fn reoriented<T: Scalar>(m: usize, n: usize, k: usize, alpha: T, (ap, ars, acs): (*const T, isize, isize), (bp, ldb): (*const T, isize), beta: T, (cp, ldc): (*mut T, isize)) {
-    // SAFETY (whole body): the caller's contract; every offset stays within the operands.
+    // SAFETY: the caller's contract; every offset stays within the operands.
     unsafe {
         let copied: Vec<T>;
         let (lhs, lhs_cs) = if ars == 1 {
@@ -286,18 +287,22 @@ mod tests {
         let mut c = [1.0f32, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0];
         let want = [-2.0f32 * 2.0 + 0.5, 5.5 * 2.0 + 0.5, -2.0 * 2.0 + 0.5, 16.0 * 2.0 + 0.5];
         let s = GemmShape { batch: 1, m: 2, n: 2, k: 3 };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::F32, s, 2.0, mat(&mut a, 3, 1), mat(&mut b, 1, 3), 0.5, mat(&mut c, 4, 2)).unwrap() };
         assert_eq!([c[0], c[2], c[4], c[6]], want);
         let mut ah = a.map(half::f16::from_f32);
         let mut bh = b.map(half::f16::from_f32);
         let mut ch = [half::f16::from_f32(f32::NAN); 4];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::F16, s, 1.0, mat(&mut ah, 3, 1), mat(&mut bh, 1, 3), 0.0, mat(&mut ch, 2, 1)).unwrap() };
         assert_eq!(ch.map(|v| v.to_f32()), [-2.0, 5.5, -2.0, 16.0]);
         let mut ai = [1i64, 2, 3, 4, 5, 6];
         let mut bi = [1i64, 0, -1, 2, 1, 3];
         let mut ci = [0i64; 4];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::I64, s, 1.0, mat(&mut ai, 3, 1), mat(&mut bi, 1, 3), 0.0, mat(&mut ci, 2, 1)).unwrap() };
         assert_eq!(ci, [-2, 13, -2, 31]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert!(unsafe { gemm(DType::Bool, s, 1.0, mat(&mut ai, 3, 1), mat(&mut bi, 1, 3), 0.0, mat(&mut ci, 2, 1)) }.is_err());
     }
 
@@ -310,10 +315,12 @@ mod tests {
         let s = GemmShape { batch: 2, m: 1, n: 1, k: 2 };
         let am = Matrix { batch_stride: 2, ..mat(&mut a, 2, 1) };
         let cm = Matrix { batch_stride: 1, ..mat(&mut c, 1, 1) };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::F64, s, 1.0, am, mat(&mut b, 1, 1), 0.0, cm).unwrap() };
         assert_eq!(c, [210.0, 430.0]);
         // k == 0: C = beta * C.
         let s = GemmShape { batch: 1, m: 1, n: 2, k: 0 };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::F64, s, 1.0, am, mat(&mut b, 1, 1), 0.0, mat(&mut c, 1, 1)).unwrap() };
         assert_eq!(c, [0.0, 0.0]);
     }
@@ -346,6 +353,7 @@ mod tests {
         let mut a32: Vec<f32> = av.iter().map(|&v| v as f32).collect();
         let mut b32: Vec<f32> = bv.iter().map(|&v| v as f32).collect();
         let mut c32: Vec<f32> = cv.iter().flat_map(|&v| [v as f32, f32::NAN]).collect();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::F32, s, 1.5, mat(&mut a32, 1, m as isize), mat(&mut b32, n as isize, 1), -0.5, mat(&mut c32, 2 * n as isize, 2)).unwrap() };
         for e in 0..m * n {
             assert!((c32[2 * e] as f64 - want[e]).abs() < 1e-4, "f32 {e}: {} vs {}", c32[2 * e], want[e]);
@@ -353,6 +361,7 @@ mod tests {
         }
         let (mut a64, mut b64) = (av.clone(), bv.clone());
         let mut c64 = vec![f64::NAN; m * n];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::F64, s, 1.0, mat(&mut a64, 1, m as isize), mat(&mut b64, n as isize, 1), 0.0, mat(&mut c64, n as isize, 1)).unwrap() };
         let want0 = reference(1.0, 0.0);
         for e in 0..m * n {
@@ -365,6 +374,7 @@ mod tests {
         let mut ac: Vec<[f32; 2]> = av.iter().zip(&ai).map(|(&r, &i)| [r as f32, i as f32]).collect();
         let mut bc: Vec<[f32; 2]> = bv.iter().zip(&bi).map(|(&r, &i)| [r as f32, i as f32]).collect();
         let mut cc = vec![[0f32; 2]; m * n];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::C64, s, 1.0, mat(&mut ac, 1, m as isize), mat(&mut bc, n as isize, 1), 0.0, mat(&mut cc, n as isize, 1)).unwrap() };
         for e in 0..m * n {
             let (r, q) = (e / n, e % n);
@@ -394,6 +404,7 @@ mod tests {
                 let mut b: Vec<f64> = bv.clone();
                 let mut c: Vec<f64> = if beta == 0.0 { vec![f64::NAN; m * n] } else { cv.clone() };
                 let s = GemmShape { batch: 1, m, n, k };
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { gemm(DType::F64, s, alpha, mat(&mut a, ars, acs), mat(&mut b, 1, k as isize), beta, mat(&mut c, n as isize, 1)).unwrap() };
                 for r in 0..m {
                     for q in 0..n {

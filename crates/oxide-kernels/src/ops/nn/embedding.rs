@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::GRAIN;
+use crate::engine::iter::{for_each_chunk_mut, GRAIN};
 
 /// PyTorch's `mode` argument (0, 1, 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,18 +132,6 @@ macro_rules! real {
 }
 real!(f32, f64);
 
-/// Runs `f(row, chunk)` over the `rows` chunks of `per_row` elements of `data`, over threads above the grain size.
-fn for_rows<X: Send>(data: &mut [X], per_row: usize, threads: usize, f: impl Fn(usize, &mut [X]) + Sync + Send) {
-    if per_row == 0 || data.is_empty() {
-        return;
-    }
-    if threads > 1 && data.len() > GRAIN {
-        crate::engine::iter::for_each_chunk_mut(data, per_row, threads, f);
-    } else {
-        data.chunks_mut(per_row).enumerate().for_each(|(r, c)| f(r, c));
-    }
-}
-
 /// Raw outputs of [`embedding_bag`].
 #[derive(Debug, Clone, Copy)]
 pub struct BagOutputs {
@@ -157,10 +145,9 @@ pub struct BagOutputs {
     pub max_indices: *mut i64,
 }
 
-#[allow(clippy::too_many_arguments)]
 unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u8, psw: Option<*const u8>, out: BagOutputs, threads: usize) {
     let (nb, dim, n) = (bags.count(), bags.dim, bags.indices.len());
-    // SAFETY (whole body): `embedding_bag`'s contract on the buffer sizes.
+    // SAFETY: `embedding_bag`'s contract on the buffer sizes.
     let (w, psw, output, o2b, sizes) = unsafe {
         (
             std::slice::from_raw_parts(weight as *const T, if n > 0 { bags.num_weights * dim } else { 0 }),
@@ -176,10 +163,8 @@ unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u
         o2b[r.clone()].fill(b as i64);
         sizes[b] = bags.indices[r].iter().filter(|&&i| !bags.is_padding(i)).count() as i64;
     }
-    let max_indices = (mode == Mode::Max).then(|| unsafe {
-        // SAFETY: the contract gives a `(num_bags, dim)` buffer in max mode.
-        std::slice::from_raw_parts_mut(out.max_indices, nb * dim)
-    });
+    // SAFETY: the contract gives a `(num_bags, dim)` buffer in max mode.
+    let max_indices = (mode == Mode::Max).then(|| unsafe { std::slice::from_raw_parts_mut(out.max_indices, nb * dim) });
     let sizes = &*sizes;
     let row = |b: usize, y: &mut [T], mut arg: Option<&mut [i64]>| {
         let mut acc = vec![C::default(); dim];
@@ -224,7 +209,7 @@ unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u
                 output.chunks_mut(dim.max(1)).zip(mi.chunks_mut(dim.max(1))).enumerate().for_each(|(b, (y, a))| row(b, y, Some(a)));
             }
         }
-        None => for_rows(output, dim, threads, |b, y| row(b, y, None)),
+        None => for_each_chunk_mut(output, dim, if output.len() > GRAIN { threads } else { 1 }, |b, y| row(b, y, None)),
     }
 }
 
@@ -269,7 +254,7 @@ pub struct BagGrad<'a> {
 
 unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8, psw: Option<*const u8>, grad_weight: *mut u8, threads: usize) -> Result<()> {
     let (nb, dim, n, nw) = (g.bag_size.len(), g.dim, g.indices.len(), g.num_weights);
-    // SAFETY (whole body): `embedding_bag_backward`'s contract on the buffer sizes.
+    // SAFETY: `embedding_bag_backward`'s contract on the buffer sizes.
     let (gy, psw, gw) = unsafe {
         (
             std::slice::from_raw_parts(grad as *const T, nb * dim),
@@ -296,7 +281,7 @@ unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8
                 acc[r * dim + d] = acc[r * dim + d] + C::of(gy[b * dim + d]);
             }
         }
-        for_rows(gw, dim, threads, |r, row| row.iter_mut().zip(&acc[r * dim..(r + 1) * dim]).for_each(|(o, &a)| *o = a.store()));
+        for_each_chunk_mut(gw, dim, if gw.len() > GRAIN { threads } else { 1 }, |r, row| row.iter_mut().zip(&acc[r * dim..(r + 1) * dim]).for_each(|(o, &a)| *o = a.store()));
         return Ok(());
     }
     // Counting sort of the index positions by weight row: each row then sums its
@@ -315,7 +300,7 @@ unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8
         fill[i as usize] += 1;
     }
     let (order, start) = (&order, &start);
-    for_rows(gw, dim, threads, |r, row| {
+    for_each_chunk_mut(gw, dim, if gw.len() > GRAIN { threads } else { 1 }, |r, row| {
         let mut acc = vec![C::default(); dim];
         let positions = &order[start[r]..start[r + 1]];
         if !(g.padding_idx >= 0 && r as i64 == g.padding_idx) {
@@ -396,7 +381,7 @@ pub unsafe fn per_sample_weights_backward(dtype: DType, bags: &SampleBags, grad:
                 std::slice::from_raw_parts_mut(out as *mut T, n),
             )
         };
-        for_rows(o, 1, if n * dim > GRAIN { threads } else { 1 }, |k, v| {
+        for_each_chunk_mut(o, 1, if n > GRAIN && n * dim > GRAIN { threads } else { 1 }, |k, v| {
             let (idx, b) = (indices[k], offset2bag[k]);
             let mut acc = C::default();
             if !(padding_idx >= 0 && idx == padding_idx) && b >= 0 && (b as usize) < num_bags {
@@ -431,6 +416,7 @@ mod tests {
         let mut out = vec![0f64; nb * bags.dim];
         let (mut o2b, mut sizes, mut arg) = (vec![0i64; bags.indices.len()], vec![0i64; nb], vec![0i64; nb * bags.dim]);
         let o = BagOutputs { output: out.as_mut_ptr() as *mut u8, offset2bag: o2b.as_mut_ptr(), bag_size: sizes.as_mut_ptr(), max_indices: arg.as_mut_ptr() };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { embedding_bag(DType::F64, bags, mode, w.as_ptr() as *const u8, psw.map(|p| p.as_ptr() as *const u8), o, 4)? };
         Ok(Run { out, o2b, sizes, arg })
     }
@@ -482,6 +468,7 @@ mod tests {
                 let gy = vals(3 * dim, 4);
                 let mut gw = vec![0f64; nw * dim];
                 let g = BagGrad { indices: &indices, offset2bag: &r.o2b, bag_size: &r.sizes, max_indices: Some(&r.arg), num_weights: nw, dim, scale_grad_by_freq: freq, padding_idx };
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { embedding_bag_backward(DType::F64, &g, mode, gy.as_ptr() as *const u8, None, gw.as_mut_ptr() as *mut u8, 3) }.unwrap();
                 for row in 0..nw {
                     for d in 0..dim {
@@ -508,6 +495,7 @@ mod tests {
         let r = run(&bags, Mode::Sum, &w, Some(&psw)).unwrap();
         let gy = vals(2 * dim, 7);
         let mut out = vec![0f64; 4];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { per_sample_weights_backward(DType::F64, &SampleBags { indices: &indices, offset2bag: &r.o2b, num_bags: 2, num_weights: nw, dim, padding_idx: 0 }, gy.as_ptr() as *const u8, w.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, 2) }.unwrap();
         for k in 0..4 {
             let b = r.o2b[k] as usize;
@@ -524,6 +512,7 @@ mod tests {
         let mut out = [half::bf16::ZERO];
         let (mut o2b, mut sizes) = ([0i64; 4], [0i64; 1]);
         let o = BagOutputs { output: out.as_mut_ptr() as *mut u8, offset2bag: o2b.as_mut_ptr(), bag_size: sizes.as_mut_ptr(), max_indices: std::ptr::null_mut() };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { embedding_bag(DType::BF16, &bags, Mode::Sum, w.as_ptr() as *const u8, None, o, 1) }.unwrap();
         // 1 + 256 + 1 + 1 = 259 in float, rounded once to bfloat16 (260); summing in bf16 would give 256.
         assert_eq!(out[0].to_f32(), 260.0);
@@ -537,6 +526,7 @@ mod tests {
         assert!(matches!(run(&bags, Mode::Max, &wf, Some(&[1.0])), Err(Error::InvalidValue { .. })));
         let mut o = [0i32];
         let oo = BagOutputs { output: o.as_mut_ptr() as *mut u8, offset2bag: o2b.as_mut_ptr(), bag_size: sizes.as_mut_ptr(), max_indices: std::ptr::null_mut() };
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { embedding_bag(DType::I32, &bags, Mode::Sum, o.as_ptr() as *const u8, None, oo, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "embedding_bag", dtype: DType::I32 }));
     }

@@ -480,6 +480,7 @@ mod tests {
 
     fn fwd(g: &GridSample, x: &[f64], grid: &[f64]) -> Vec<f64> {
         let mut y = vec![0.0; g.lens().2];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { grid_sample_2d(DType::F64, g, x.as_ptr() as *const u8, grid.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 4) }.unwrap();
         y
     }
@@ -537,6 +538,7 @@ mod tests {
                     let grid: Vec<f64> = vals(gl, 3).iter().map(|v| v * 1.2 + 0.0123).collect();
                     let go = vals(ol, 4);
                     let (mut gi, mut gg) = (vec![0.0; il], vec![0.0; gl]);
+                    // SAFETY: the pointers address live local buffers sized for the call.
                     unsafe {
                         grid_sample_2d_backward(DType::F64, &g, go.as_ptr() as *const u8, x.as_ptr() as *const u8, grid.as_ptr() as *const u8, GridGrads { input: Some(gi.as_mut_ptr() as *mut u8), grid: gg.as_mut_ptr() as *mut u8 }, 3)
                     }
@@ -571,10 +573,12 @@ mod tests {
         let xb: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f64(v)).collect();
         let gb: Vec<half::bf16> = grid.iter().map(|&v| half::bf16::from_f64(v)).collect();
         let mut y = vec![half::bf16::ZERO; ol];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { grid_sample_2d(DType::BF16, &g, xb.as_ptr() as *const u8, gb.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 2) }.unwrap();
         for (a, b) in y.iter().zip(&want) {
             assert!((a.to_f64() - b).abs() < 0.05, "{} vs {b}", a.to_f64());
         }
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { grid_sample_2d(DType::I32, &g, std::ptr::null(), std::ptr::null(), std::ptr::null_mut(), 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "grid_sampler_2d", dtype: DType::I32 }));
         assert!(GridSample::modes(3, 0).is_err() && GridSample::modes(0, 3).is_err());

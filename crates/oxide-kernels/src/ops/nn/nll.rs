@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::engine::iter::{load, store};
 use crate::engine::math::Float;
 
-use super::check_floating;
 
 /// How [`nll_loss`] reduces: PyTorch's `at::Reduction` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +73,7 @@ unsafe fn class_of<F: Float + Element>(sh: &NllShape, target: *const i64, weight
 /// # Safety
 /// Pointers address the contiguous tensors described by `sh`; `weight` may be null.
 pub unsafe fn nll_loss(dt: DType, sh: NllShape, input: *const u8, target: *const i64, weight: *const u8, out: *mut u8, total_weight: *mut u8) -> Result<()> {
-    check_floating("nll_loss", dt)?;
+    dt.require_float("nll_loss")?;
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
@@ -143,7 +142,7 @@ unsafe fn nll_loss_in<F: Float + Element>(dt: DType, sh: NllShape, input: *const
 /// # Safety
 /// As [`nll_loss`]; `grad_output` holds `n*s` elements for None, else one; `total_weight` one.
 pub unsafe fn nll_loss_backward(dt: DType, sh: NllShape, grad_output: *const u8, target: *const i64, weight: *const u8, total_weight: *const u8, grad_input: *mut u8) -> Result<()> {
-    check_floating("nll_loss_backward", dt)?;
+    dt.require_float("nll_loss_backward")?;
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
@@ -196,15 +195,19 @@ mod tests {
         let mut out = [0f32; 3];
         let mut tw = [0f32];
         let sh = |r| NllShape { n: 3, c: 2, s: 1, ignore_index: -100, reduction: r };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { nll_loss(DType::F32, sh(Reduction::None), x.as_ptr() as _, t.as_ptr(), w.as_ptr() as _, out.as_mut_ptr() as _, tw.as_mut_ptr() as _) }.unwrap();
         assert_eq!(out, [0.2, 0.15, 0.0]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { nll_loss(DType::F32, sh(Reduction::Mean), x.as_ptr() as _, t.as_ptr(), w.as_ptr() as _, out.as_mut_ptr() as _, tw.as_mut_ptr() as _) }.unwrap();
         assert!((out[0] - 0.35 / 2.5).abs() < 1e-7 && tw[0] == 2.5);
         let mut gi = [0f32; 6];
         let g = [1.0f32];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { nll_loss_backward(DType::F32, sh(Reduction::Mean), g.as_ptr() as _, t.as_ptr(), w.as_ptr() as _, tw.as_ptr() as _, gi.as_mut_ptr() as _) }.unwrap();
         assert_eq!(gi, [-0.8, 0.0, 0.0, -0.2, 0.0, 0.0]);
         let bad = [0i64, 2, 0];
+        // SAFETY: the pointers address live local buffers sized for the call.
         let err = unsafe { nll_loss(DType::F32, sh(Reduction::Sum), x.as_ptr() as _, bad.as_ptr(), std::ptr::null(), out.as_mut_ptr() as _, tw.as_mut_ptr() as _) }.unwrap_err();
         assert!(matches!(err, Error::OutOfRange { .. }), "{err}");
     }

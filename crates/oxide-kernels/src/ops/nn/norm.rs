@@ -16,45 +16,24 @@
 //! Gradients follow from `y = (x - mean) * invstd * w + b` (Ioffe & Szegedy
 //! 2015, Wu & He 2018, Ba et al. 2016).
 
-use std::ops::Range;
-
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::{load, store};
+use crate::engine::iter::{for_each_range, load, store, thread_tasks};
 use crate::engine::lanes::{dot_f64, sq_dev_f64, sum_f64};
 use crate::engine::math::Float;
-
-/// A raw pointer that may cross into parallel tasks; tasks write disjoint elements.
-#[derive(Clone, Copy)]
-struct Ptr(*mut u8);
-// SAFETY: tasks touch disjoint elements (contract of the public functions).
-unsafe impl Send for Ptr {}
-unsafe impl Sync for Ptr {}
-
-impl Ptr {
-    fn is_null(self) -> bool {
-        self.0.is_null()
-    }
-}
-
-fn check(op: &'static str, dt: DType) -> Result<()> {
-    match dt {
-        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
-        d => Err(Error::UnsupportedDtype { op, dtype: d }),
-    }
-}
+use crate::engine::SendPtr;
 
 /// Reads `dst.len()` contiguous elements of `dt` at element offset `off`.
-unsafe fn read<T: Element>(dt: DType, p: Ptr, off: usize, dst: &mut [T]) {
+unsafe fn read<T: Element>(dt: DType, p: SendPtr<u8>, off: usize, dst: &mut [T]) {
     // SAFETY: caller guarantees the range lies in the tensor.
-    unsafe { load(dt, p.0.add(off * dt.size()), dt.size() as isize, dst.len(), dst).expect("checked dtype") }
+    unsafe { load(dt, p.get().add(off * dt.size()), dt.size() as isize, dst.len(), dst).expect("checked dtype") }
 }
 
 /// Writes `src` as contiguous elements of `dt` at element offset `off`.
-unsafe fn write<T: Element>(dt: DType, p: Ptr, off: usize, src: &[T]) {
+unsafe fn write<T: Element>(dt: DType, p: SendPtr<u8>, off: usize, src: &[T]) {
     // SAFETY: caller guarantees the range lies in the tensor.
     unsafe {
-        let dst = p.0.add(off * dt.size());
+        let dst = p.get().add(off * dt.size());
         if dt == T::DTYPE {
             std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut T, src.len());
         } else {
@@ -64,26 +43,13 @@ unsafe fn write<T: Element>(dt: DType, p: Ptr, off: usize, src: &[T]) {
 }
 
 /// Reads a whole optional parameter vector (`len` elements), or `fill` values when null.
-unsafe fn param<T: Element>(dt: DType, p: Ptr, len: usize, fill: T) -> Vec<T> {
+unsafe fn param<T: Element>(dt: DType, p: SendPtr<u8>, len: usize, fill: T) -> Vec<T> {
     let mut v = vec![fill; len];
     if !p.is_null() {
         // SAFETY: caller guarantees `len` elements.
         unsafe { read(dt, p, 0, &mut v) };
     }
     v
-}
-
-/// Runs `f` over contiguous ranges of `0..count` (one per task, up to
-/// `threads` tasks; one range on the calling thread for small problems), so
-/// that each task allocates its buffers once.
-fn ranges(count: usize, work_per_item: usize, threads: usize, f: impl Fn(Range<usize>) + Sync + Send) {
-    if threads <= 1 || count <= 1 || count * work_per_item < 32768 {
-        f(0..count);
-    } else {
-        let tasks = threads.min(count);
-        let per = count.div_ceil(tasks);
-        crate::engine::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(count)));
-    }
 }
 
 /// Elements per chunk of groups in [`group_norm_backward`]: fixed, not derived
@@ -130,13 +96,13 @@ pub struct GroupNormIo {
 /// Every pointer addresses a live contiguous tensor of the shape above.
 pub unsafe fn group_norm(dt: DType, sh: GroupShape, io: GroupNormIo, eps: f64, threads: usize) -> Result<()> {
     let GroupNormIo { x, param_dt, weight, bias, y, stat_dt, mean, rstd } = io;
-    check("group_norm", dt)?;
-    check("group_norm", param_dt)?;
-    check("group_norm", stat_dt)?;
+    dt.require_float("group_norm")?;
+    param_dt.require_float("group_norm")?;
+    stat_dt.require_float("group_norm")?;
     if sh.g == 0 || sh.c % sh.g != 0 {
         return Err(Error::InvalidLayout { op: "group_norm", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
     }
-    let args = (Ptr(x as *mut u8), param_dt, Ptr(weight as *mut u8), Ptr(bias as *mut u8), eps, Ptr(y), stat_dt, Ptr(mean), Ptr(rstd));
+    let args = (SendPtr::from_const(x), param_dt, SendPtr::from_const(weight), SendPtr::from_const(bias), eps, SendPtr::new(y), stat_dt, SendPtr::new(mean), SendPtr::new(rstd));
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
@@ -147,7 +113,7 @@ pub unsafe fn group_norm(dt: DType, sh: GroupShape, io: GroupNormIo, eps: f64, t
     Ok(())
 }
 
-type GroupArgs = (Ptr, DType, Ptr, Ptr, f64, Ptr, DType, Ptr, Ptr);
+type GroupArgs = (SendPtr<u8>, DType, SendPtr<u8>, SendPtr<u8>, f64, SendPtr<u8>, DType, SendPtr<u8>, SendPtr<u8>);
 
 unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: GroupArgs, threads: usize) {
     let (x, param_dt, weight, bias, eps, y, stat_dt, mean, rstd) = args;
@@ -159,14 +125,16 @@ unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: Gro
     // go through the widening buffers (the two copies were a fifth of a
     // [512, 256] float32 layer norm).
     let direct = dt == F::DTYPE;
-    ranges(sh.n * sh.g, len, threads, |groups| {
+    // Contiguous ranges of groups, one per task, so that each task allocates its buffers once.
+    let groups = sh.n * sh.g;
+    for_each_range(groups, thread_tasks(groups, len, threads), |first, end| {
         let (mut buf, mut out) = if direct { (Vec::new(), Vec::new()) } else { (vec![F::ZERO; len], vec![F::ZERO; len]) };
-        for grp in groups {
+        for grp in first..end {
             // SAFETY: group `grp` spans elements [grp*len, (grp+1)*len) of x and y, which
             // do not overlap (y is the output); `direct` means both hold `F`.
             let (src, dst): (&[F], &mut [F]) = unsafe {
                 if direct && len > 0 {
-                    (std::slice::from_raw_parts((x.0 as *const F).add(grp * len), len), std::slice::from_raw_parts_mut((y.0 as *mut F).add(grp * len), len))
+                    (std::slice::from_raw_parts((x.get() as *const F).add(grp * len), len), std::slice::from_raw_parts_mut((y.get() as *mut F).add(grp * len), len))
                 } else {
                     read(dt, x, grp * len, &mut buf);
                     (&buf, &mut out)
@@ -226,14 +194,14 @@ pub struct GroupNormGrads {
 /// As [`group_norm`]; `dx` is `[n, c, s]`, `dweight`/`dbias` `[c]` of `param_dt`.
 pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, io: GroupNormGrads, threads: usize) -> Result<()> {
     let GroupNormGrads { dy, x, stat_dt, mean, rstd, param_dt, weight, dx, dweight, dbias } = io;
-    check("group_norm_backward", dt)?;
-    check("group_norm_backward", param_dt)?;
-    check("group_norm_backward", stat_dt)?;
+    dt.require_float("group_norm_backward")?;
+    param_dt.require_float("group_norm_backward")?;
+    stat_dt.require_float("group_norm_backward")?;
     if sh.g == 0 || sh.c % sh.g != 0 {
         return Err(Error::InvalidLayout { op: "group_norm_backward", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
     }
-    let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(mean as *mut u8), Ptr(rstd as *mut u8), Ptr(weight as *mut u8)];
-    let outs = [Ptr(dx), Ptr(dweight), Ptr(dbias)];
+    let ins = [SendPtr::from_const(dy), SendPtr::from_const(x), SendPtr::from_const(mean), SendPtr::from_const(rstd), SendPtr::from_const(weight)];
+    let outs = [SendPtr::new(dx), SendPtr::new(dweight), SendPtr::new(dbias)];
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
@@ -244,13 +212,14 @@ pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, io: GroupNormGrads,
     Ok(())
 }
 
-unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, ins: [Ptr; 5], stat_dt: DType, param_dt: DType, outs: [Ptr; 3], threads: usize) {
+unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, ins: [SendPtr<u8>; 5], stat_dt: DType, param_dt: DType, outs: [SendPtr<u8>; 3], threads: usize) {
     let [dy, x, mean, rstd, weight] = ins;
     let [dx, dweight, dbias] = outs;
     let len = sh.group_len();
     let cpg = sh.c / sh.g;
     // SAFETY: contract: parameter vectors hold c elements, statistics n*g.
     let (w, means, rstds): (Vec<F>, Vec<f64>, Vec<f64>) =
+        // SAFETY: contract: parameter vectors hold c elements, statistics n*g.
         unsafe { (param(param_dt, weight, sh.c, F::ONE), param(stat_dt, mean, sh.n * sh.g, 0.0), param(stat_dt, rstd, sh.n * sh.g, 0.0)) };
     let want_params = !dweight.is_null() || !dbias.is_null();
     let count = sh.n * sh.g;
@@ -349,7 +318,7 @@ pub struct BatchParams {
 }
 
 /// Gathers channel `ch` (`n * s` values) of an `[n, c, s]` tensor.
-unsafe fn channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, dst: &mut [T]) {
+unsafe fn channel<T: Element>(dt: DType, p: SendPtr<u8>, sh: BatchShape, ch: usize, dst: &mut [T]) {
     for i in 0..sh.n {
         // SAFETY: caller: the tensor is [n, c, s].
         unsafe { read(dt, p, (i * sh.c + ch) * sh.s, &mut dst[i * sh.s..(i + 1) * sh.s]) };
@@ -357,7 +326,7 @@ unsafe fn channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, dst:
 }
 
 /// Scatters channel `ch` of an `[n, c, s]` tensor.
-unsafe fn set_channel<T: Element>(dt: DType, p: Ptr, sh: BatchShape, ch: usize, src: &[T]) {
+unsafe fn set_channel<T: Element>(dt: DType, p: SendPtr<u8>, sh: BatchShape, ch: usize, src: &[T]) {
     for i in 0..sh.n {
         // SAFETY: caller: the tensor is [n, c, s].
         unsafe { write(dt, p, (i * sh.c + ch) * sh.s, &src[i * sh.s..(i + 1) * sh.s]) };
@@ -387,37 +356,37 @@ pub struct BatchNormIo {
 /// `x`, `y` are `[n, c, s]` of `dt`; every non-null per-channel pointer holds `c` elements of `param_dt`.
 pub unsafe fn batch_norm(dt: DType, sh: BatchShape, param_dt: DType, p: BatchParams, io: BatchNormIo, threads: usize) -> Result<()> {
     let BatchNormIo { x, training, momentum, eps, y, save_mean, save_invstd } = io;
-    check("batch_norm", dt)?;
-    check("batch_norm", param_dt)?;
+    dt.require_float("batch_norm")?;
+    param_dt.require_float("batch_norm")?;
     let hyper = (training, momentum, eps);
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => batch_norm_in::<f64>(dt, sh, Ptr(x as *mut u8), param_dt, p, hyper, [Ptr(y), Ptr(save_mean), Ptr(save_invstd)], threads),
-            _ => batch_norm_in::<f32>(dt, sh, Ptr(x as *mut u8), param_dt, p, hyper, [Ptr(y), Ptr(save_mean), Ptr(save_invstd)], threads),
+            DType::F64 => batch_norm_in::<f64>((dt, param_dt), sh, SendPtr::from_const(x), p, hyper, [SendPtr::new(y), SendPtr::new(save_mean), SendPtr::new(save_invstd)], threads),
+            _ => batch_norm_in::<f32>((dt, param_dt), sh, SendPtr::from_const(x), p, hyper, [SendPtr::new(y), SendPtr::new(save_mean), SendPtr::new(save_invstd)], threads),
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn batch_norm_in<F: Float + Element>(dt: DType, sh: BatchShape, x: Ptr, param_dt: DType, p: BatchParams, hyper: (bool, f64, f64), outs: [Ptr; 3], threads: usize) {
+/// `(dt, param_dt)`: the dtypes of the data and of the parameter vectors.
+unsafe fn batch_norm_in<F: Float + Element>((dt, param_dt): (DType, DType), sh: BatchShape, x: SendPtr<u8>, p: BatchParams, hyper: (bool, f64, f64), outs: [SendPtr<u8>; 3], threads: usize) {
     let (training, momentum, eps) = hyper;
     let [y, sm_p, si_p] = outs;
     let count = sh.n * sh.s;
-    let (rm_p, rv_p) = (Ptr(p.running_mean), Ptr(p.running_var));
+    let (rm_p, rv_p) = (SendPtr::new(p.running_mean), SendPtr::new(p.running_var));
     // SAFETY: contract: c elements each when non-null.
     let (w, b, rm, rv): (Vec<F>, Vec<F>, Vec<f64>, Vec<f64>) = unsafe {
         (
-            param(param_dt, Ptr(p.weight as *mut u8), sh.c, F::ONE),
-            param(param_dt, Ptr(p.bias as *mut u8), sh.c, F::ZERO),
+            param(param_dt, SendPtr::from_const(p.weight), sh.c, F::ONE),
+            param(param_dt, SendPtr::from_const(p.bias), sh.c, F::ZERO),
             param(param_dt, rm_p, sh.c, 0.0),
             param(param_dt, rv_p, sh.c, 1.0),
         )
     };
-    ranges(sh.c, count, threads, |channels| {
+    for_each_range(sh.c, thread_tasks(sh.c, count, threads), |first, end| {
         let mut v = vec![F::ZERO; count];
-        for ch in channels {
+        for ch in first..end {
             // SAFETY: channel ch of [n, c, s]; each task owns its channels' elements and parameter slots.
             unsafe {
                 channel(dt, x, sh, ch, &mut v);
@@ -472,40 +441,40 @@ pub struct BatchNormGrads {
 /// hold `c` elements when `training`.
 pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, param_dt: DType, p: BatchParams, io: BatchNormGrads, threads: usize) -> Result<()> {
     let BatchNormGrads { dy, x, save_mean, save_invstd, training, eps, dx, dweight, dbias } = io;
-    check("batch_norm_backward", dt)?;
-    check("batch_norm_backward", param_dt)?;
-    let ins = [Ptr(dy as *mut u8), Ptr(x as *mut u8), Ptr(save_mean as *mut u8), Ptr(save_invstd as *mut u8)];
-    let outs = [Ptr(dx), Ptr(dweight), Ptr(dbias)];
+    dt.require_float("batch_norm_backward")?;
+    param_dt.require_float("batch_norm_backward")?;
+    let ins = [SendPtr::from_const(dy), SendPtr::from_const(x), SendPtr::from_const(save_mean), SendPtr::from_const(save_invstd)];
+    let outs = [SendPtr::new(dx), SendPtr::new(dweight), SendPtr::new(dbias)];
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => batch_norm_backward_in::<f64>(dt, sh, ins, param_dt, p, (training, eps), outs, threads),
-            _ => batch_norm_backward_in::<f32>(dt, sh, ins, param_dt, p, (training, eps), outs, threads),
+            DType::F64 => batch_norm_backward_in::<f64>((dt, param_dt), sh, ins, p, (training, eps), outs, threads),
+            _ => batch_norm_backward_in::<f32>((dt, param_dt), sh, ins, p, (training, eps), outs, threads),
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn batch_norm_backward_in<F: Float + Element>(dt: DType, sh: BatchShape, ins: [Ptr; 4], param_dt: DType, p: BatchParams, hyper: (bool, f64), outs: [Ptr; 3], threads: usize) {
+/// `(dt, param_dt)`: the dtypes of the data and of the parameter vectors.
+unsafe fn batch_norm_backward_in<F: Float + Element>((dt, param_dt): (DType, DType), sh: BatchShape, ins: [SendPtr<u8>; 4], p: BatchParams, hyper: (bool, f64), outs: [SendPtr<u8>; 3], threads: usize) {
     let [dy, x, save_mean, save_invstd] = ins;
     let [dx, dw_p, db_p] = outs;
     let (training, eps) = hyper;
     let count = sh.n * sh.s;
     // SAFETY: contract: c elements each when non-null.
     let (w, mean, invstd): (Vec<F>, Vec<f64>, Vec<f64>) = unsafe {
-        let w = param(param_dt, Ptr(p.weight as *mut u8), sh.c, F::ONE);
+        let w = param(param_dt, SendPtr::from_const(p.weight), sh.c, F::ONE);
         if training {
             (w, param(param_dt, save_mean, sh.c, 0.0), param(param_dt, save_invstd, sh.c, 1.0))
         } else {
-            let rv: Vec<f64> = param(param_dt, Ptr(p.running_var), sh.c, 1.0);
-            (w, param(param_dt, Ptr(p.running_mean), sh.c, 0.0), rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
+            let rv: Vec<f64> = param(param_dt, SendPtr::new(p.running_var), sh.c, 1.0);
+            (w, param(param_dt, SendPtr::new(p.running_mean), sh.c, 0.0), rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
         }
     };
-    ranges(sh.c, count, threads, |channels| {
+    for_each_range(sh.c, thread_tasks(sh.c, count, threads), |first, end| {
         let mut g = vec![F::ZERO; count];
         let mut v = vec![F::ZERO; count];
-        for ch in channels {
+        for ch in first..end {
             // SAFETY: channel ch; each task owns its channels' elements and parameter slots.
             unsafe {
                 channel(dt, dy, sh, ch, &mut g);
@@ -551,6 +520,7 @@ mod tests {
         let b = [0.0, 1.0, -1.0, 0.25];
         let mut y = vec![0.0; 24];
         let (mut mean, mut rstd) = (vec![0.0; 4], vec![0.0; 4]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { group_norm(DType::F64, sh, GroupNormIo { x: p(&x), param_dt: DType::F64, weight: p(&w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: mean.as_mut_ptr() as _, rstd: rstd.as_mut_ptr() as _ }, 1e-5, 2) }.unwrap();
         for grp in 0..4 {
             let xs = &x[grp * 6..grp * 6 + 6];
@@ -576,12 +546,14 @@ mod tests {
         let f = |x: &[f64], w: &[f64]| -> f64 {
             let mut y = vec![0.0; 12];
             let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { group_norm(DType::F64, sh, GroupNormIo { x: p(x), param_dt: DType::F64, weight: p(w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: m.as_mut_ptr() as _, rstd: s.as_mut_ptr() as _ }, 1e-5, 1) }.unwrap();
             y.iter().zip(&r).map(|(a, b)| a * b).sum()
         };
         let mut y = vec![0.0; 12];
         let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
         let (mut dx, mut dw, mut db) = (vec![0.0; 12], vec![0.0; 2], vec![0.0; 2]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             group_norm(DType::F64, sh, GroupNormIo { x: p(&x), param_dt: DType::F64, weight: p(&w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: m.as_mut_ptr() as _, rstd: s.as_mut_ptr() as _ }, 1e-5, 1).unwrap();
             group_norm_backward(DType::F64, sh, GroupNormGrads { dy: p(&r), x: p(&x), stat_dt: DType::F64, mean: p(&m), rstd: p(&s), param_dt: DType::F64, weight: p(&w), dx: dx.as_mut_ptr() as _, dweight: dw.as_mut_ptr() as _, dbias: db.as_mut_ptr() as _ }, 1).unwrap();
@@ -615,6 +587,7 @@ mod tests {
             let mut y = vec![0.0; 12];
             let (mut sm, mut si) = (vec![0.0; 2], vec![0.0; 2]);
             let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: rm.as_mut_ptr() as _, running_var: rv.as_mut_ptr() as _ };
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { batch_norm(DType::F64, sh, DType::F64, prm, BatchNormIo { x: p(x), training: true, momentum: 0.1, eps: 1e-5, y: y.as_mut_ptr() as _, save_mean: sm.as_mut_ptr() as _, save_invstd: si.as_mut_ptr() as _ }, 2) }.unwrap();
             (y, sm, si)
         };
@@ -628,6 +601,7 @@ mod tests {
         let mut dx = vec![0.0; 12];
         let (mut dw, mut db) = (vec![0.0; 2], vec![0.0; 2]);
         let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: std::ptr::null_mut(), running_var: std::ptr::null_mut() };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { batch_norm_backward(DType::F64, sh, DType::F64, prm, BatchNormGrads { dy: p(&r), x: p(&x), save_mean: p(&sm), save_invstd: p(&si), training: true, eps: 1e-5, dx: dx.as_mut_ptr() as _, dweight: dw.as_mut_ptr() as _, dbias: db.as_mut_ptr() as _ }, 1) }.unwrap();
         let f = |x: &[f64]| -> f64 {
             let (mut a, mut c) = (vec![0.0; 2], vec![1.0; 2]);

@@ -29,7 +29,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::GRAIN;
+use crate::engine::iter::{tasks_for, try_for_each_range};
 
 /// How the windows of one axis are placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,17 +211,6 @@ impl Geometry {
     }
 }
 
-/// Splits `rows` units of `work` elements each into at most `threads` ranges
-/// of at least [`GRAIN`] elements and runs `f(start, end)` on each.
-fn parallel_rows(rows: usize, work: usize, threads: usize, f: impl Fn(usize, usize) -> Result<()> + Sync) -> Result<()> {
-    let total = rows.saturating_mul(work.max(1));
-    let tasks = if threads <= 1 { 1 } else { (total / GRAIN).clamp(1, threads).min(rows.max(1)) };
-    if tasks <= 1 {
-        return f(0, rows);
-    }
-    let chunk = rows.div_ceil(tasks);
-    crate::engine::iter::try_for_each_task(tasks, |t| f((t * chunk).min(rows), ((t + 1) * chunk).min(rows)))
-}
 
 /// Max pooling forward: for each of `planes` planes, the maximum of every
 /// window of `input` (`planes x D x H x W`, contiguous) goes to `output`
@@ -267,7 +256,7 @@ unsafe fn max_pool_typed<T: Pooled>(g: &Geometry, planes: usize, input: usize, o
     // A row is one (plane, od, oh): OW outputs.
     let rows = planes * od_n * oh_n;
     let taps: usize = g.spans.iter().map(|s| s.first().map_or(1, |s| s.len().max(1) as usize)).product();
-    parallel_rows(rows, ow_n * taps, threads, |start, end| {
+    try_for_each_range(rows, tasks_for(rows, (ow_n * taps).max(1), threads), |start, end| {
         for r in start..end {
             let (plane, oh) = (r / (od_n * oh_n), r % oh_n);
             let od = (r / oh_n) % od_n;
@@ -380,7 +369,7 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, planes: usize
     };
     let blocks_per_plane = out_plane.div_ceil(bo);
     let units = if bp > 1 { planes.div_ceil(bp) } else { planes * blocks_per_plane };
-    parallel_rows(units, k * rounds, threads, |start, end| {
+    try_for_each_range(units, tasks_for(units, (k * rounds).max(1), threads), |start, end| {
         let (mut best, mut at, mut vals) = (vec![T::ACC_LOWEST; k], vec![0u32; k], vec![T::ACC_LOWEST; k]);
         for u in start..end {
             // The block's first plane, first output within it, and length.
@@ -449,7 +438,7 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, planes: usize
 pub unsafe fn max_pool_backward(dtype: DType, planes: usize, in_plane: usize, out_plane: usize, grad_output: *const u8, indices: *const i64, grad_input: *mut u8, threads: usize) -> Result<()> {
     with_pooled_dtype!(dtype, "max_pool_backward", all, |T| {
         let (go, ix, gi) = (grad_output as usize, indices as usize, grad_input as usize);
-        parallel_rows(planes, in_plane + out_plane, threads, |start, end| {
+        try_for_each_range(planes, tasks_for(planes, (in_plane + out_plane).max(1), threads), |start, end| {
             let mut acc = vec![T::ACC_ZERO; in_plane];
             for p in start..end {
                 acc.iter_mut().for_each(|a| *a = T::ACC_ZERO);
@@ -468,6 +457,7 @@ pub unsafe fn max_pool_backward(dtype: DType, planes: usize, in_plane: usize, ou
                 // SAFETY: plane p of grad_input.
                 let gi = unsafe { (gi as *mut T).add(p * in_plane) };
                 for (k, a) in acc.iter().enumerate() {
+                    // SAFETY: plane p of grad_input.
                     unsafe { *gi.add(k) = T::narrow(*a) };
                 }
             }
@@ -542,7 +532,7 @@ pub unsafe fn avg_pool(dtype: DType, planes: usize, axes: &[Axis; 3], divisor: D
         }
         let rows = planes * od_n * oh_n;
         let taps: usize = g.spans.iter().map(|s| s.first().map_or(1, |s| s.padded.max(1) as usize)).product();
-        parallel_rows(rows, ow_n * taps, threads, |start, end| {
+        try_for_each_range(rows, tasks_for(rows, (ow_n * taps).max(1), threads), |start, end| {
             for r in start..end {
                 let (plane, oh) = (r / (od_n * oh_n), r % oh_n);
                 let od = (r / oh_n) % od_n;
@@ -592,7 +582,7 @@ pub unsafe fn avg_pool_backward(dtype: DType, planes: usize, axes: &[Axis; 3], d
         let (go, gi) = (grad_output as usize, grad_input as usize);
         let [_, h_n, w_n] = g.input;
         let (in_plane, out_plane) = (g.in_plane(), g.out_plane());
-        parallel_rows(planes, in_plane + out_plane, threads, |start, end| {
+        try_for_each_range(planes, tasks_for(planes, (in_plane + out_plane).max(1), threads), |start, end| {
             let mut acc = vec![T::ACC_ZERO; in_plane];
             for p in start..end {
                 acc.iter_mut().for_each(|a| *a = T::ACC_ZERO);
@@ -620,6 +610,7 @@ pub unsafe fn avg_pool_backward(dtype: DType, planes: usize, axes: &[Axis; 3], d
                 // SAFETY: plane p of grad_input.
                 let gi = unsafe { (gi as *mut T).add(p * in_plane) };
                 for (k, a) in acc.iter().enumerate() {
+                    // SAFETY: plane p of grad_input.
                     unsafe { *gi.add(k) = T::narrow(*a) };
                 }
             }
@@ -688,6 +679,7 @@ mod tests {
                 let x: Vec<f32> = data(planes * ip, nan_every).iter().map(|&v| (v as f32).round()).collect();
                 for threads in [1, 4] {
                     let (mut y, mut idx) = (vec![0f32; planes * op], vec![-1i64; planes * op]);
+                    // SAFETY: the pointers address live local buffers sized for the call.
                     unsafe { max_pool(DType::F32, planes, &axes, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), threads) }.unwrap();
                     let mut k = 0;
                     for p in 0..planes {
@@ -716,6 +708,7 @@ mod tests {
                     // Backward: each plane's gradient sums grad_output at the indices.
                     let go: Vec<f32> = (0..planes * op).map(|i| (i % 5) as f32 + 0.5).collect();
                     let mut gi = vec![f32::NAN; planes * ip];
+                    // SAFETY: the pointers address live local buffers sized for the call.
                     unsafe { max_pool_backward(DType::F32, planes, ip, op, go.as_ptr() as *const u8, idx.as_ptr(), gi.as_mut_ptr() as *mut u8, threads) }.unwrap();
                     let mut want = vec![0f32; planes * ip];
                     for (o, &i) in idx.iter().enumerate() {
@@ -743,6 +736,7 @@ mod tests {
             let dilated = axes.iter().any(|a| matches!(a.window, Window::Fixed { dilation, .. } if dilation > 1));
             for divisor in divisors {
                 let mut y = vec![0f64; planes * op];
+                // SAFETY: the pointers address live local buffers sized for the call.
                 let r = unsafe { avg_pool(DType::F64, planes, &axes, divisor, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 4) };
                 if dilated {
                     assert!(matches!(r, Err(Error::InvalidLayout { .. })));
@@ -751,6 +745,7 @@ mod tests {
                 r.unwrap();
                 let go: Vec<f64> = (0..planes * op).map(|i| (i % 7) as f64 - 2.0).collect();
                 let mut gi = vec![f64::NAN; planes * ip];
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { avg_pool_backward(DType::F64, planes, &axes, divisor, go.as_ptr() as *const u8, gi.as_mut_ptr() as *mut u8, 3) }.unwrap();
                 let mut want_gi = vec![0f64; planes * ip];
                 let mut k = 0;
@@ -793,22 +788,28 @@ mod tests {
         let axes = [Axis::unit(), fixed(4, 2, 2, 0, 1, false), fixed(4, 2, 2, 0, 1, false)];
         let x: Vec<bf16> = (0..16).map(|i| bf16::from_f32(i as f32 * 0.25)).collect();
         let (mut y, mut idx) = (vec![bf16::ZERO; 4], vec![0i64; 4]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { max_pool(DType::BF16, 1, &axes, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), 1) }.unwrap();
         assert_eq!((y.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), idx), (vec![1.25, 1.75, 3.25, 3.75], vec![5, 7, 13, 15]));
         let mut a = vec![bf16::ZERO; 4];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { avg_pool(DType::BF16, 1, &axes, Divisor::Window { count_include_pad: true }, x.as_ptr() as *const u8, a.as_mut_ptr() as *mut u8, 1) }.unwrap();
         assert_eq!(a.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), vec![0.625, 1.125, 2.625, 3.125]);
         // int64 averages truncate; int8 max starts below every value.
         let xi: Vec<i64> = (0..16).map(|i| -i).collect();
         let mut ai = vec![0i64; 4];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { avg_pool(DType::I64, 1, &axes, Divisor::Window { count_include_pad: true }, xi.as_ptr() as *const u8, ai.as_mut_ptr() as *mut u8, 1) }.unwrap();
         assert_eq!(ai, vec![-2, -4, -10, -12]);
         let x8: Vec<i8> = vec![-128; 16];
         let (mut y8, mut i8x) = (vec![0i8; 4], vec![0i64; 4]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { max_pool(DType::I8, 1, &axes, x8.as_ptr() as *const u8, y8.as_mut_ptr() as *mut u8, i8x.as_mut_ptr(), 1) }.unwrap();
         assert_eq!((y8, i8x), (vec![-128; 4], vec![0, 2, 8, 10]));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { avg_pool(DType::I8, 1, &axes, Divisor::Adaptive, x8.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { avg_pool(DType::I8, 1, &axes, Divisor::Override(2), x8.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "avg_pool", dtype: DType::I8 }));
     }
@@ -818,6 +819,7 @@ mod tests {
         let go = [1.0f32; 2];
         let mut gi = [0f32; 4];
         for bad in [[0i64, 4], [-1, 0]] {
+            // SAFETY: the pointers address live local buffers sized for the call.
             let e = unsafe { max_pool_backward(DType::F32, 1, 4, 2, go.as_ptr() as *const u8, bad.as_ptr(), gi.as_mut_ptr() as *mut u8, 1) };
             assert!(matches!(e, Err(Error::InvalidValue { .. })));
         }
@@ -826,7 +828,9 @@ mod tests {
     #[test]
     fn empty_inputs_touch_nothing() {
         let axes = [Axis::unit(), fixed(4, 2, 2, 0, 1, false), Axis { input: 3, output: 0, window: Window::Adaptive }];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { max_pool(DType::F32, 2, &axes, std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 4) }.unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { max_pool(DType::F32, 0, &[Axis::unit(); 3], std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 4) }.unwrap();
     }
 }

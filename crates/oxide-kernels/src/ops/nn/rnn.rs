@@ -30,15 +30,14 @@
 //! not depend on the thread count.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
-use crate::engine::iter::{load, store};
+use crate::error::Result;
+use crate::engine::iter::{load, store, GRAIN};
 use crate::engine::math::Float;
+use crate::engine::SendPtr;
 
 /// Gate elements per chunk of rows. Fixed, not derived from the thread count,
 /// so that the chunk-wise bias-gradient sums are reproducible.
 const CHUNK: usize = 8192;
-/// Problems below this many gate elements run on the calling thread.
-const GRAIN: usize = 32768;
 
 /// A read-only 2-D operand: its first element and the element strides of its
 /// rows and columns. A null `ptr` stands for an absent optional operand.
@@ -51,6 +50,7 @@ pub struct Mat {
 
 // SAFETY: operands are only read, and live for the whole call (caller contract).
 unsafe impl Send for Mat {}
+// SAFETY: as for `Send` above: shared references only read the descriptor, and tasks that write through it write disjoint elements.
 unsafe impl Sync for Mat {}
 
 impl Mat {
@@ -110,18 +110,14 @@ pub struct GruCellGrads {
     pub grad_hidden_bias: *mut u8,
 }
 
-/// An output pointer that may cross into rayon tasks; tasks write disjoint rows.
+/// What every inner cell function needs besides its operands: the dtype of
+/// all operands, the batch size, the hidden size and the threads allowed.
 #[derive(Clone, Copy)]
-struct Out(*mut u8);
-// SAFETY: tasks write disjoint rows (contract of the public functions).
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-
-fn check(op: &'static str, dt: DType) -> Result<()> {
-    match dt {
-        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
-        d => Err(Error::UnsupportedDtype { op, dtype: d }),
-    }
+struct Cell {
+    dt: DType,
+    batch: usize,
+    h: usize,
+    threads: usize,
 }
 
 /// Loads row `r` of `m` (dtype `dt`), `dst.len()` columns, into `dst`; zeros for a null `m`.
@@ -139,10 +135,10 @@ unsafe fn row<F: Float + Element>(dt: DType, m: Mat, r: usize, dst: &mut [F]) {
 }
 
 /// Stores `src` at element `off` of the contiguous output `p` (dtype `dt`).
-unsafe fn put<F: Element>(dt: DType, p: Out, off: usize, src: &[F]) {
+unsafe fn put<F: Element>(dt: DType, p: SendPtr<u8>, off: usize, src: &[F]) {
     // SAFETY: the range lies inside the output (caller contract).
     unsafe {
-        let dst = p.0.add(off * dt.size());
+        let dst = p.get().add(off * dt.size());
         if dt == F::DTYPE {
             std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut F, src.len());
         } else {
@@ -171,6 +167,7 @@ fn chunks<R: Send>(batch: usize, row_elems: usize, threads: usize, f: impl Fn(us
     let per = (CHUNK / row_elems.max(1)).max(1);
     let count = batch.div_ceil(per);
     let run = |k: usize| f(k * per, per.min(batch - k * per));
+    // Problems below a grain of gate elements run on the calling thread.
     if threads <= 1 || count <= 1 || batch * row_elems < GRAIN {
         (0..count).map(run).collect()
     } else {
@@ -188,7 +185,7 @@ unsafe fn store_sum<F: Float + Element>(dt: DType, out: *mut u8, partials: &[Vec
         acc.iter_mut().zip(p).for_each(|(a, b)| *a = *a + *b);
     }
     // SAFETY: n elements (caller contract).
-    unsafe { put(dt, Out(out), 0, &acc) };
+    unsafe { put(dt, SendPtr::new(out), 0, &acc) };
 }
 
 /// LSTM cell forward. `igates`, `hgates`: `[batch, 4 hidden]` gate
@@ -197,29 +194,31 @@ unsafe fn store_sum<F: Float + Element>(dt: DType, out: *mut u8, partials: &[Vec
 /// Writes `hy`, `cy` (`[batch, hidden]`) and `workspace` (`[batch, 4 hidden]`
 /// activated gates), all contiguous. Every operand has dtype `dt`.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// Every non-null pointer addresses a live tensor of the shape above (inputs
 /// with their strides); outputs overlap no input.
 pub unsafe fn lstm_cell(dt: DType, batch: usize, hidden: usize, io: LstmCell, threads: usize) -> Result<()> {
     let LstmCell { igates, hgates, cx, b_ih, b_hh, hy, cy, workspace } = io;
-    check("_thnn_fused_lstm_cell", dt)?;
+    dt.require_float("_thnn_fused_lstm_cell")?;
     if batch == 0 || hidden == 0 {
         return Ok(());
     }
+    let cell = Cell { dt, batch, h: hidden, threads };
+    let outs = [SendPtr::new(hy), SendPtr::new(cy), SendPtr::new(workspace)];
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => lstm_cell_in::<f64>(dt, batch, hidden, igates, hgates, cx, b_ih, b_hh, Out(hy), Out(cy), Out(workspace), threads),
-            _ => lstm_cell_in::<f32>(dt, batch, hidden, igates, hgates, cx, b_ih, b_hh, Out(hy), Out(cy), Out(workspace), threads),
+            DType::F64 => lstm_cell_in::<f64>(cell, [igates, hgates, cx], [b_ih, b_hh], outs),
+            _ => lstm_cell_in::<f32>(cell, [igates, hgates, cx], [b_ih, b_hh], outs),
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn lstm_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, igates: Mat, hgates: Mat, cx: Mat, b_ih: *const u8, b_hh: *const u8, hy: Out, cy: Out, ws: Out, threads: usize) {
+unsafe fn lstm_cell_in<F: Float + Element>(cell: Cell, [igates, hgates, cx]: [Mat; 3], [b_ih, b_hh]: [*const u8; 2], [hy, cy, ws]: [SendPtr<u8>; 3]) {
+    let Cell { dt, batch, h, threads } = cell;
     // SAFETY: 4h elements each when non-null.
     let bias: Vec<F> = unsafe { bias_sum(dt, b_ih, b_hh, 4 * h) };
     chunks(batch, 4 * h, threads, |first, rows| {
@@ -267,28 +266,29 @@ unsafe fn lstm_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ig
 /// dc f` (`[batch, hidden]`) and, when non-null, `grad_bias` (`[4 hidden]`,
 /// the batch sum of `grad_gates`), all contiguous, dtype `dt`.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// As [`lstm_cell`].
 pub unsafe fn lstm_cell_backward(dt: DType, batch: usize, hidden: usize, io: LstmCellGrads, threads: usize) -> Result<()> {
     let LstmCellGrads { grad_hy, grad_cy, cx, cy, workspace, grad_gates, grad_cx, grad_bias } = io;
-    check("_thnn_fused_lstm_cell_backward_impl", dt)?;
+    dt.require_float("_thnn_fused_lstm_cell_backward_impl")?;
     if hidden == 0 {
         return Ok(());
     }
+    let cell = Cell { dt, batch, h: hidden, threads };
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => lstm_cell_backward_in::<f64>(dt, batch, hidden, [grad_hy, grad_cy, cx, cy, workspace], Out(grad_gates), Out(grad_cx), grad_bias, threads),
-            _ => lstm_cell_backward_in::<f32>(dt, batch, hidden, [grad_hy, grad_cy, cx, cy, workspace], Out(grad_gates), Out(grad_cx), grad_bias, threads),
+            DType::F64 => lstm_cell_backward_in::<f64>(cell, [grad_hy, grad_cy, cx, cy, workspace], SendPtr::new(grad_gates), SendPtr::new(grad_cx), grad_bias),
+            _ => lstm_cell_backward_in::<f32>(cell, [grad_hy, grad_cy, cx, cy, workspace], SendPtr::new(grad_gates), SendPtr::new(grad_cx), grad_bias),
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn lstm_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ins: [Mat; 5], gg: Out, gcx: Out, gbias: *mut u8, threads: usize) {
+unsafe fn lstm_cell_backward_in<F: Float + Element>(cell: Cell, ins: [Mat; 5], gg: SendPtr<u8>, gcx: SendPtr<u8>, gbias: *mut u8) {
+    let Cell { dt, batch, h, threads } = cell;
     let [grad_hy, grad_cy, cx, cy, workspace] = ins;
     let want_bias = !gbias.is_null();
     let partials = chunks(batch, 4 * h, threads, |first, rows| {
@@ -344,28 +344,29 @@ unsafe fn lstm_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: 
 /// `hy` (`[batch, hidden]`) and `workspace` (`[batch, 5 hidden]`: r, z, n, hx,
 /// hn), contiguous, dtype `dt` like every operand.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// As [`lstm_cell`].
 pub unsafe fn gru_cell(dt: DType, batch: usize, hidden: usize, io: GruCell, threads: usize) -> Result<()> {
     let GruCell { igates, hgates, hx, b_ih, b_hh, hy, workspace } = io;
-    check("_thnn_fused_gru_cell", dt)?;
+    dt.require_float("_thnn_fused_gru_cell")?;
     if batch == 0 || hidden == 0 {
         return Ok(());
     }
+    let cell = Cell { dt, batch, h: hidden, threads };
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => gru_cell_in::<f64>(dt, batch, hidden, [igates, hgates, hx], [b_ih, b_hh], Out(hy), Out(workspace), threads),
-            _ => gru_cell_in::<f32>(dt, batch, hidden, [igates, hgates, hx], [b_ih, b_hh], Out(hy), Out(workspace), threads),
+            DType::F64 => gru_cell_in::<f64>(cell, [igates, hgates, hx], [b_ih, b_hh], SendPtr::new(hy), SendPtr::new(workspace)),
+            _ => gru_cell_in::<f32>(cell, [igates, hgates, hx], [b_ih, b_hh], SendPtr::new(hy), SendPtr::new(workspace)),
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn gru_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ins: [Mat; 3], biases: [*const u8; 2], hy: Out, ws: Out, threads: usize) {
+unsafe fn gru_cell_in<F: Float + Element>(cell: Cell, ins: [Mat; 3], biases: [*const u8; 2], hy: SendPtr<u8>, ws: SendPtr<u8>) {
+    let Cell { dt, batch, h, threads } = cell;
     let [igates, hgates, hx] = ins;
     // SAFETY: 3h elements each when non-null.
     let (bi, bh): (Vec<F>, Vec<F>) = unsafe { (bias_sum(dt, biases[0], std::ptr::null(), 3 * h), bias_sum(dt, biases[1], std::ptr::null(), 3 * h)) };
@@ -418,29 +419,30 @@ unsafe fn gru_cell_in<F: Float + Element>(dt: DType, batch: usize, h: usize, ins
 /// `grad_input_bias` / `grad_hidden_bias` (`[3 hidden]`, batch sums of the gate
 /// gradients); contiguous, dtype `dt`.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// As [`lstm_cell`].
 pub unsafe fn gru_cell_backward(dt: DType, batch: usize, hidden: usize, io: GruCellGrads, threads: usize) -> Result<()> {
     let GruCellGrads { grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias } = io;
-    check("_thnn_fused_gru_cell_backward", dt)?;
+    dt.require_float("_thnn_fused_gru_cell_backward")?;
     if hidden == 0 {
         return Ok(());
     }
-    let outs = [Out(grad_input_gates), Out(grad_hidden_gates), Out(grad_hx)];
+    let outs = [SendPtr::new(grad_input_gates), SendPtr::new(grad_hidden_gates), SendPtr::new(grad_hx)];
+    let cell = Cell { dt, batch, h: hidden, threads };
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => gru_cell_backward_in::<f64>(dt, batch, hidden, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias], threads),
-            _ => gru_cell_backward_in::<f32>(dt, batch, hidden, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias], threads),
+            DType::F64 => gru_cell_backward_in::<f64>(cell, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias]),
+            _ => gru_cell_backward_in::<f32>(cell, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias]),
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn gru_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: usize, grad_hy: Mat, workspace: Mat, outs: [Out; 3], gbias: [*mut u8; 2], threads: usize) {
+unsafe fn gru_cell_backward_in<F: Float + Element>(cell: Cell, grad_hy: Mat, workspace: Mat, outs: [SendPtr<u8>; 3], gbias: [*mut u8; 2]) {
+    let Cell { dt, batch, h, threads } = cell;
     let [gi_out, gh_out, ghx_out] = outs;
     let want_bias = !gbias[0].is_null() || !gbias[1].is_null();
     let partials = chunks(batch, 5 * h, threads, |first, rows| {
@@ -503,6 +505,7 @@ unsafe fn gru_cell_backward_in<F: Float + Element>(dt: DType, batch: usize, h: u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     fn sig(x: f64) -> f64 {
         1.0 / (1.0 + (-x).exp())
@@ -557,6 +560,7 @@ mod tests {
             let (mut hy, mut cy, mut ws) = (vec![0.0; b * h], vec![0.0; b * h], vec![0.0; b * 4 * h]);
             let hgm = Mat { ptr: hg_t.as_ptr() as *const u8, row_stride: 1, col_stride: b as isize };
             let (pi, ph) = if with_bias { (b_ih.as_ptr() as *const u8, b_hh.as_ptr() as *const u8) } else { (std::ptr::null(), std::ptr::null()) };
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { lstm_cell(DType::F64, b, h, LstmCell { igates: m(&ig, 4 * h), hgates: hgm, cx: m(&cx, h), b_ih: pi, b_hh: ph, hy: hy.as_mut_ptr() as _, cy: cy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 2) }.unwrap();
             close(&hy, &want_hy, 1e-12);
             close(&cy, &want_cy, 1e-12);
@@ -578,6 +582,7 @@ mod tests {
         };
         let (_, cy, ws) = lstm_ref(b, h, &ig, &hg, &cx, &vec![0.0; 4 * h]);
         let (mut gg, mut gcx, mut gb) = (vec![0.0; b * 4 * h], vec![0.0; b * h], vec![0.0; 4 * h]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: m(&rc, h), cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg.as_mut_ptr() as _, grad_cx: gcx.as_mut_ptr() as _, grad_bias: gb.as_mut_ptr() as _ }, 1).unwrap();
         }
@@ -600,12 +605,14 @@ mod tests {
         // Only grad_hy given: grad_cy counts as zero.
         let (mut gg2, mut gcx2) = (vec![0.0; b * 4 * h], vec![0.0; b * h]);
         let none = Mat::contiguous(std::ptr::null(), h);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: none, cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg2.as_mut_ptr() as _, grad_cx: gcx2.as_mut_ptr() as _, grad_bias: std::ptr::null_mut() }, 1).unwrap();
         }
         let zeros = vec![0.0; b * h];
         let mut gg3 = vec![0.0; b * 4 * h];
         let mut gcx3 = vec![0.0; b * h];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: m(&zeros, h), cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg3.as_mut_ptr() as _, grad_cx: gcx3.as_mut_ptr() as _, grad_bias: std::ptr::null_mut() }, 1).unwrap();
         }
@@ -642,6 +649,7 @@ mod tests {
         let (bi, bh) = (vals(3 * h, 0.23), vals(3 * h, 0.59));
         let (want_hy, want_ws) = gru_ref(b, h, &ig, &hg, &hx, &bi, &bh);
         let (mut hy, mut ws) = (vec![0.0; b * h], vec![0.0; b * 5 * h]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gru_cell(DType::F64, b, h, GruCell { igates: m(&ig, 3 * h), hgates: m(&hg, 3 * h), hx: m(&hx, h), b_ih: bi.as_ptr() as _, b_hh: bh.as_ptr() as _, hy: hy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 1) }.unwrap();
         close(&hy, &want_hy, 1e-12);
         close(&ws, &want_ws, 1e-12);
@@ -650,6 +658,7 @@ mod tests {
         let loss = |ig: &[f64], hg: &[f64], hx: &[f64]| gru_ref(b, h, ig, hg, hx, &bi, &bh).0.iter().zip(&rg).map(|(a, c)| a * c).sum::<f64>();
         let (mut gi, mut gh, mut ghx) = (vec![0.0; b * 3 * h], vec![0.0; b * 3 * h], vec![0.0; b * h]);
         let (mut gbi, mut gbh) = (vec![0.0; 3 * h], vec![0.0; 3 * h]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             gru_cell_backward(DType::F64, b, h, GruCellGrads { grad_hy: m(&rg, h), workspace: m(&ws, 5 * h), grad_input_gates: gi.as_mut_ptr() as _, grad_hidden_gates: gh.as_mut_ptr() as _, grad_hx: ghx.as_mut_ptr() as _, grad_input_bias: gbi.as_mut_ptr() as _, grad_hidden_bias: gbh.as_mut_ptr() as _ }, 2).unwrap();
         }
@@ -682,9 +691,11 @@ mod tests {
         let mf = |v: &[f32], c: usize| Mat::contiguous(v.as_ptr() as *const u8, c);
         let run = |threads: usize| {
             let (mut hy, mut ws) = (vec![0f32; b * h], vec![0f32; b * 5 * h]);
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { gru_cell(DType::F32, b, h, GruCell { igates: mf(&ig, 3 * h), hgates: mf(&hg, 3 * h), hx: mf(&hx, h), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: hy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, threads) }.unwrap();
             let (mut gi, mut gh, mut ghx) = (vec![0f32; b * 3 * h], vec![0f32; b * 3 * h], vec![0f32; b * h]);
             let (mut gbi, mut gbh) = (vec![0f32; 3 * h], vec![0f32; 3 * h]);
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { gru_cell_backward(DType::F32, b, h, GruCellGrads { grad_hy: mf(&hx, h), workspace: mf(&ws, 5 * h), grad_input_gates: gi.as_mut_ptr() as _, grad_hidden_gates: gh.as_mut_ptr() as _, grad_hx: ghx.as_mut_ptr() as _, grad_input_bias: gbi.as_mut_ptr() as _, grad_hidden_bias: gbh.as_mut_ptr() as _ }, threads) }.unwrap();
             (hy, gbi, gbh)
         };
@@ -706,6 +717,7 @@ mod tests {
         let zeros = vec![bf16::ZERO; b * 4 * h];
         let mb = |v: &[bf16], c: usize| Mat::contiguous(v.as_ptr() as *const u8, c);
         let (mut hy, mut cy, mut ws) = (vec![bf16::ZERO; b * h], vec![bf16::ZERO; b * h], vec![bf16::ZERO; b * 4 * h]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { lstm_cell(DType::BF16, b, h, LstmCell { igates: mb(&ig, 4 * h), hgates: mb(&zeros, 4 * h), cx: mb(&cx, h), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: hy.as_mut_ptr() as _, cy: cy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 1) }.unwrap();
         let up = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
         let (want_hy, want_cy, _) = lstm_ref(b, h, &up(&ig), &vec![0.0; b * 4 * h], &up(&cx), &vec![0.0; 4 * h]);
@@ -715,6 +727,7 @@ mod tests {
 
     #[test]
     fn integer_dtypes_are_rejected() {
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { gru_cell(DType::I32, 1, 1, GruCell { igates: Mat::contiguous(std::ptr::null(), 3), hgates: Mat::contiguous(std::ptr::null(), 3), hx: Mat::contiguous(std::ptr::null(), 1), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: std::ptr::null_mut(), workspace: std::ptr::null_mut() }, 1) };
         assert!(matches!(e, Err(Error::UnsupportedDtype { .. })));
     }

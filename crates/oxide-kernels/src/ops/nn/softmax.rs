@@ -10,42 +10,36 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::engine::iter::{load, store};
+use crate::engine::iter::{for_each_range, load, store, thread_tasks};
 use crate::engine::lanes;
 use crate::engine::math::Float;
+use crate::engine::SendPtr;
 
-use super::check_floating;
 
-/// Rows below this many elements in all run on the calling thread.
-const GRAIN: usize = 32768;
-
-/// Runs `f` over contiguous ranges of rows `0..rows` (one per task, up to
-/// `threads` tasks), each row being `dim` elements; a task allocates its
-/// buffers once for its range.
-fn for_rows(rows: usize, dim: usize, threads: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
-    let work = rows.saturating_mul(dim.max(1));
-    let tasks = if work < GRAIN { 1 } else { threads.max(1).min(rows) };
-    if tasks <= 1 {
-        f(0..rows);
-        return;
-    }
-    let per = rows.div_ceil(tasks);
-    crate::engine::iter::for_each_task(tasks, |t| f(t * per..((t + 1) * per).min(rows)));
+/// The `[outer, dim, inner]` geometry of a call (softmax runs along `dim`),
+/// whether it is the log variant, and the threads allowed.
+#[derive(Clone, Copy)]
+struct Rows {
+    outer: usize,
+    dim: usize,
+    inner: usize,
+    log: bool,
+    threads: usize,
 }
 
 /// Loads row `r` (`dst.len()` elements, `inner` apart) of a `[outer, dim, inner]` tensor.
-unsafe fn load_row<F: Element>(dt: DType, p: Ptr, r: usize, inner: usize, dst: &mut [F]) {
+unsafe fn load_row<F: Element>(dt: DType, p: SendPtr<u8>, r: usize, inner: usize, dst: &mut [F]) {
     let sz = dt.size();
     // SAFETY: the row lies inside the tensor (caller contract).
-    unsafe { load(dt, p.0.offset(at(r, 0, dst.len(), inner, sz)), (inner * sz) as isize, dst.len(), dst).expect("checked dtype") }
+    unsafe { load(dt, p.get().offset(at(r, 0, dst.len(), inner, sz)), (inner * sz) as isize, dst.len(), dst).expect("checked dtype") }
 }
 
 /// Stores `src` as row `r` of a `[outer, dim, inner]` tensor.
-unsafe fn store_row<F: Element>(dt: DType, p: Ptr, r: usize, inner: usize, src: &[F]) {
+unsafe fn store_row<F: Element>(dt: DType, p: SendPtr<u8>, r: usize, inner: usize, src: &[F]) {
     let sz = dt.size();
     // SAFETY: the row lies inside the tensor (caller contract).
     unsafe {
-        let dst = p.0.offset(at(r, 0, src.len(), inner, sz));
+        let dst = p.get().offset(at(r, 0, src.len(), inner, sz));
         if dt == F::DTYPE && inner == 1 {
             std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut F, src.len());
         } else {
@@ -53,13 +47,6 @@ unsafe fn store_row<F: Element>(dt: DType, p: Ptr, r: usize, inner: usize, src: 
         }
     }
 }
-
-/// A raw pointer that may cross into rayon tasks; each task touches disjoint rows.
-#[derive(Clone, Copy)]
-struct Ptr(*mut u8);
-// SAFETY: tasks address disjoint rows (caller contract of the public functions).
-unsafe impl Send for Ptr {}
-unsafe impl Sync for Ptr {}
 
 /// Byte offset of element `k` of row `r` in a `[outer, dim, inner]` tensor of `size`-byte elements.
 #[inline]
@@ -91,23 +78,24 @@ pub struct Span {
 /// `input` and `out` hold `outer * dim * inner` elements of their dtypes; `out` is writable.
 pub unsafe fn softmax(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, span: Span, threads: usize) -> Result<()> {
     let Span { outer, dim, inner, log } = span;
-    check_floating("softmax", in_dt)?;
-    check_floating("softmax", out_dt)?;
+    in_dt.require_float("softmax")?;
+    out_dt.require_float("softmax")?;
+    let geo = Rows { outer, dim, inner, log, threads };
     if in_dt == DType::F64 {
         // SAFETY: forwarded contract.
-        unsafe { softmax_in::<f64>(in_dt, input, out_dt, out, outer, dim, inner, log, threads) }
+        unsafe { softmax_in::<f64>(in_dt, input, out_dt, out, geo) }
     } else {
         // SAFETY: forwarded contract.
-        unsafe { softmax_in::<f32>(in_dt, input, out_dt, out, outer, dim, inner, log, threads) }
+        unsafe { softmax_in::<f32>(in_dt, input, out_dt, out, geo) }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, outer: usize, dim: usize, inner: usize, log: bool, threads: usize) -> Result<()> {
+unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, geo: Rows) -> Result<()> {
+    let Rows { outer, dim, inner, log, threads } = geo;
     if dim == 0 || outer * inner == 0 {
         return Ok(());
     }
-    let (src, dst) = (Ptr(input as *mut u8), Ptr(out));
+    let (src, dst) = (SendPtr::from_const(input), SendPtr::new(out));
     // Rows along the last dimension of a float32/float64 tensor are read and written in
     // place: the copies into and out of row buffers were two of the five passes.
     let direct = inner == 1 && in_dt == F::DTYPE && out_dt == F::DTYPE && input != out as *const u8;
@@ -119,16 +107,17 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
         DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
         _ => v,
     };
-    for_rows(outer * inner, dim, threads, |rows| {
+    let rows = outer * inner;
+    for_each_range(rows, thread_tasks(rows, dim.max(1), threads), |first, end| {
         let (src, dst) = (src, dst);
         let staged = if direct { 0 } else { dim };
         let (mut xb, mut yb) = (vec![F::ZERO; staged], vec![F::ZERO; staged]);
         let mut e = vec![F::ZERO; if log { dim } else { 0 }];
-        for r in rows {
+        for r in first..end {
             if direct {
                 // SAFETY: row r lies inside both tensors (contract), which are distinct; rows are disjoint between tasks.
                 let (x, y) = unsafe {
-                    (std::slice::from_raw_parts((src.0 as *const F).add(r * dim), dim), std::slice::from_raw_parts_mut((dst.0 as *mut F).add(r * dim), dim))
+                    (std::slice::from_raw_parts((src.get() as *const F).add(r * dim), dim), std::slice::from_raw_parts_mut((dst.get() as *mut F).add(r * dim), dim))
                 };
                 softmax_row(x, y, &mut e, log, round);
             } else {
@@ -171,35 +160,37 @@ fn softmax_row<F: Float>(x: &[F], y: &mut [F], e: &mut [F], log: bool, round: im
 /// All three hold `outer * dim * inner` elements, `[outer, dim, inner]` contiguous.
 pub unsafe fn softmax_backward(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, span: Span, threads: usize) -> Result<()> {
     let Span { outer, dim, inner, log } = span;
-    check_floating("softmax_backward", dt)?;
-    check_floating("softmax_backward", gin_dt)?;
+    dt.require_float("softmax_backward")?;
+    gin_dt.require_float("softmax_backward")?;
+    let geo = Rows { outer, dim, inner, log, threads };
     if dt == DType::F64 {
         // SAFETY: forwarded contract.
-        unsafe { softmax_backward_in::<f64>(dt, grad, output, gin_dt, grad_input, outer, dim, inner, log, threads) }
+        unsafe { softmax_backward_in::<f64>(dt, grad, output, gin_dt, grad_input, geo) }
     } else {
         // SAFETY: forwarded contract.
-        unsafe { softmax_backward_in::<f32>(dt, grad, output, gin_dt, grad_input, outer, dim, inner, log, threads) }
+        unsafe { softmax_backward_in::<f32>(dt, grad, output, gin_dt, grad_input, geo) }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, outer: usize, dim: usize, inner: usize, log: bool, threads: usize) -> Result<()> {
+unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, geo: Rows) -> Result<()> {
+    let Rows { outer, dim, inner, log, threads } = geo;
     if dim == 0 || outer * inner == 0 {
         return Ok(());
     }
-    let (g, y, gi) = (Ptr(grad as *mut u8), Ptr(output as *mut u8), Ptr(grad_input));
+    let (g, y, gi) = (SendPtr::from_const(grad), SendPtr::from_const(output), SendPtr::new(grad_input));
     // As in the forward: float32/float64 rows along the last dimension in place, unless
     // grad_input shares memory with an input (then the buffers keep the reads first).
     let direct = inner == 1 && dt == F::DTYPE && gin_dt == F::DTYPE && grad_input as *const u8 != grad && grad_input as *const u8 != output;
-    for_rows(outer * inner, dim, threads, |rows| {
+    let rows = outer * inner;
+    for_each_range(rows, thread_tasks(rows, dim.max(1), threads), |first, end| {
         let (g, y, gi) = (g, y, gi);
         let staged = if direct { 0 } else { dim };
         let (mut gb, mut yb, mut ob) = (vec![F::ZERO; staged], vec![F::ZERO; staged], vec![F::ZERO; staged]);
-        for r in rows {
+        for r in first..end {
             if direct {
                 // SAFETY: row r lies inside every tensor (contract); grad_input is distinct from both inputs; rows are disjoint between tasks.
                 let (gr, yr, out) = unsafe {
-                    let row = |p: Ptr| (p.0 as *mut F).add(r * dim);
+                    let row = |p: SendPtr<u8>| (p.get() as *mut F).add(r * dim);
                     (std::slice::from_raw_parts(row(g), dim), std::slice::from_raw_parts(row(y), dim), std::slice::from_raw_parts_mut(row(gi), dim))
                 };
                 softmax_backward_row(gr, yr, out, log);
@@ -254,6 +245,7 @@ mod tests {
             let x: Vec<f64> = (0..outer * dim * inner).map(|k| ((k * 37 % 23) as f64 - 11.0) * 0.7).collect();
             for log in [false, true] {
                 let mut y = vec![0.0; x.len()];
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 2) }.unwrap();
                 let r = naive_softmax(&x, outer, dim, inner, log);
                 for (a, b) in y.iter().zip(&r) {
@@ -271,6 +263,7 @@ mod tests {
         for log in [false, true] {
             let mut y = vec![0.0; 12];
             let mut gi = vec![0.0; 12];
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe {
                 softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 1).unwrap();
                 softmax_backward(DType::F64, g.as_ptr() as *const u8, y.as_ptr() as *const u8, DType::F64, gi.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 1).unwrap();

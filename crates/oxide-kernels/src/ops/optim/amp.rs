@@ -3,7 +3,7 @@
 //! detecting non-finite values, then grow or back off the loss scale.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::engine::layout::Layout;
 use crate::with_real_dtype;
 
@@ -11,14 +11,12 @@ use crate::with_real_dtype;
 /// `inv_scale == 1`) and returns whether any element was NaN or infinite
 /// before scaling.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for non-floating dtypes.
+/// Errors: [`Error::UnsupportedDtype`](crate::Error::UnsupportedDtype) for non-floating dtypes.
 ///
 /// # Safety
 /// Every element addressed by `layout` must be valid for reads and writes.
 pub unsafe fn unscale_and_check(dtype: DType, layout: &Layout<1>, data: *mut u8, inv_scale: f64) -> Result<bool> {
-    if !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
-        return Err(Error::UnsupportedDtype { op: "_amp_foreach_non_finite_check_and_unscale_", dtype });
-    }
+    dtype.require_float("_amp_foreach_non_finite_check_and_unscale_")?;
     // SAFETY: forwarded caller contract.
     let found = with_real_dtype!(dtype, "_amp_foreach_non_finite_check_and_unscale_", |T| unsafe {
         unscale_typed::<T>(layout, data as *mut T, inv_scale)

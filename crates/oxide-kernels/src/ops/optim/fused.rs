@@ -16,16 +16,15 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::{load, store};
+use crate::engine::iter::{load, store, BLOCK, GRAIN};
+use crate::engine::SendPtr;
 use crate::engine::math::Float;
 
-/// Elements per block: a unit of parallel work, and the size of the float32
-/// staging buffers of half-precision tensors (5 x 4 KiB on the stack).
-const BLOCK: usize = 1024;
-/// Tensors smaller than this run on the calling thread: an update reads and
-/// writes ~28 bytes per element, so 32768 elements are ~1 MB of traffic
-/// (tens of microseconds), well above a rayon fork/join.
-const GRAIN: usize = 32768;
+// Blocks of the engine's `BLOCK` elements are the unit of parallel work and the
+// size of the float32 staging buffers of half-precision tensors (5 x 4 KiB on
+// the stack). Tensors below the engine's `GRAIN` run on the calling thread: an
+// update reads and writes ~28 bytes per element, so a grain is ~1 MB of traffic,
+// well above the cost of a fork/join.
 
 /// Hyper-parameters of one Adam/AdamW step.
 #[derive(Debug, Clone, Copy)]
@@ -70,32 +69,17 @@ pub struct Sgd {
     pub grad_scale: Option<f64>,
 }
 
-#[derive(Clone, Copy)]
-struct Ptr(*mut u8);
-// SAFETY: tasks address disjoint blocks.
-unsafe impl Send for Ptr {}
-unsafe impl Sync for Ptr {}
-
-impl Ptr {
-    /// Elements `[start, start + len)` of a tensor of `F` as a slice; empty for a null pointer.
-    ///
-    /// # Safety
-    /// The range lies in the tensor and no other live slice overlaps it.
-    #[inline(always)]
-    unsafe fn slice<'a, F>(self, start: usize, len: usize) -> &'a mut [F] {
-        if self.0.is_null() {
-            return &mut [];
-        }
-        // SAFETY: caller contract.
-        unsafe { std::slice::from_raw_parts_mut((self.0 as *mut F).add(start), len) }
+/// Elements `[start, start + len)` of a tensor of `F` at `p` as a slice; empty for a null pointer.
+///
+/// # Safety
+/// The range lies in the tensor and no other live slice overlaps it.
+#[inline(always)]
+unsafe fn slice<'a, F>(p: SendPtr<u8>, start: usize, len: usize) -> &'a mut [F] {
+    if p.is_null() {
+        return &mut [];
     }
-}
-
-fn check(op: &'static str, dt: DType) -> Result<()> {
-    match dt {
-        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
-        d => Err(Error::UnsupportedDtype { op, dtype: d }),
-    }
+    // SAFETY: caller contract: the range lies in the tensor, no other live slice overlaps it.
+    unsafe { std::slice::from_raw_parts_mut((p.get() as *mut F).add(start), len) }
 }
 
 /// Runs `f(start, len)` over blocks of `0..n`, in parallel above [`GRAIN`];
@@ -125,10 +109,10 @@ fn blocks(n: usize, threads: usize, f: impl Fn(usize, usize) + Sync) {
 /// Every non-null pointer addresses at least `start + len` elements of `dt`;
 /// written operands overlap nothing else.
 #[inline(always)]
-unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], writes: [bool; N], start: usize, len: usize, f: &impl Fn([&mut [F]; N])) {
+unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [SendPtr<u8>; N], writes: [bool; N], start: usize, len: usize, f: &impl Fn([&mut [F]; N])) {
     if dt == F::DTYPE {
         // SAFETY: caller contract.
-        f(ptrs.map(|p| unsafe { p.slice::<F>(start, len) }));
+        f(ptrs.map(|p| unsafe { slice::<F>(p, start, len) }));
         return;
     }
     let sz = dt.size();
@@ -137,21 +121,21 @@ unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], 
     while s < start + len {
         let l = BLOCK.min(start + len - s);
         for (p, b) in ptrs.iter().zip(bufs.iter_mut()) {
-            if !p.0.is_null() {
+            if !p.get().is_null() {
                 // SAFETY: caller contract.
-                unsafe { load(dt, p.0.add(s * sz), sz as isize, l, &mut b[..l]).expect("checked dtype") };
+                unsafe { load(dt, p.get().add(s * sz), sz as isize, l, &mut b[..l]).expect("checked dtype") };
             }
         }
         let mut k = 0;
         f(bufs.each_mut().map(|b| {
-            let present = !ptrs[k].0.is_null();
+            let present = !ptrs[k].is_null();
             k += 1;
             if present { &mut b[..l] } else { &mut b[..0] }
         }));
         for ((p, b), w) in ptrs.iter().zip(bufs.iter()).zip(writes) {
-            if w && !p.0.is_null() {
+            if w && !p.get().is_null() {
                 // SAFETY: caller contract.
-                unsafe { store(dt, p.0.add(s * sz), sz as isize, &b[..l]).expect("checked dtype") };
+                unsafe { store(dt, p.get().add(s * sz), sz as isize, &b[..l]).expect("checked dtype") };
             }
         }
         s += l;
@@ -172,7 +156,7 @@ unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [Ptr; N], 
 /// written tensors do not overlap each other or `grad`.
 pub unsafe fn adam(dt: DType, n: usize, t: AdamTensors, h: Adam, threads: usize) -> Result<()> {
     let AdamTensors { param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq } = t;
-    check("_fused_adam_", dt)?;
+    dt.require_float("_fused_adam_")?;
     if h.amsgrad && max_exp_avg_sq.is_null() {
         return Err(Error::InvalidValue { op: "_fused_adam_", reason: "amsgrad needs max_exp_avg_sqs".into() });
     }
@@ -196,7 +180,7 @@ pub unsafe fn adam(dt: DType, n: usize, t: AdamTensors, h: Adam, threads: usize)
 
 /// `L2`: classic Adam weight decay (`g += wd * p`); `AMS`: amsgrad.
 unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType, n: usize, ptrs: [*mut u8; 5], h: Adam, threads: usize) {
-    let ptrs = ptrs.map(Ptr);
+    let ptrs = ptrs.map(SendPtr::new);
     let c = |v: f64| F::from_f64(v);
     // The sign flip of `maximize` is exact, so it may follow the unscaling.
     let (unscale, sign) = (c(h.grad_scale.map_or(1.0, |s| 1.0 / s)), c(if h.maximize { -1.0 } else { 1.0 }));
@@ -252,7 +236,7 @@ unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType
 /// # Safety
 /// As [`adam`].
 pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *mut u8, momentum_buffer: *mut u8, h: Sgd, threads: usize) -> Result<()> {
-    check("_fused_sgd_", dt)?;
+    dt.require_float("_fused_sgd_")?;
     if h.momentum != 0.0 && momentum_buffer.is_null() {
         return Err(Error::InvalidValue { op: "_fused_sgd_", reason: "momentum needs momentum buffers".into() });
     }
@@ -277,7 +261,7 @@ pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *mut u8, momentum_b
 
 /// `WD`: weight decay (`g += wd * p`); `MOM`: momentum buffer.
 unsafe fn sgd_in<F: Float + Element, const WD: bool, const MOM: bool>(dt: DType, n: usize, ptrs: [*mut u8; 3], h: Sgd, threads: usize) {
-    let ptrs = ptrs.map(Ptr);
+    let ptrs = ptrs.map(SendPtr::new);
     let c = |v: f64| F::from_f64(v);
     let (unscale, sign) = (c(h.grad_scale.map_or(1.0, |s| 1.0 / s)), c(if h.maximize { -1.0 } else { 1.0 }));
     let write_grad = h.grad_scale.is_some();
@@ -327,6 +311,7 @@ mod tests {
         let mut vmax: Vec<f64> = vec![0.02; n];
         let (p0, m0, v0) = (p.clone(), m.clone(), v.clone());
         let h = Adam { lr: 1e-2, beta1: 0.9, beta2: 0.99, weight_decay: 0.1, eps: 1e-8, amsgrad: true, maximize: false, decoupled: true, step: 3.0, grad_scale: Some(2.0) };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { adam(DType::F64, n, AdamTensors { param: p.as_mut_ptr() as _, grad: g.as_mut_ptr() as _, exp_avg: m.as_mut_ptr() as _, exp_avg_sq: v.as_mut_ptr() as _, max_exp_avg_sq: vmax.as_mut_ptr() as _ }, h, 2) }.unwrap();
         for k in 0..n {
             let gk = g0[k] / 2.0;
@@ -347,10 +332,12 @@ mod tests {
         let mut g = [0.5f32, 0.25];
         let mut buf = [9.0f32, 9.0];
         let h = Sgd { lr: 0.1, weight_decay: 0.0, momentum: 0.9, dampening: 0.0, nesterov: true, maximize: false, is_first_step: true, grad_scale: None };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_mut_ptr() as _, buf.as_mut_ptr() as _, h, 1) }.unwrap();
         assert_eq!(buf, g);
         assert!((p[0] - (1.0 - 0.1 * (0.5 + 0.9 * 0.5))).abs() < 1e-7);
         let h2 = Sgd { is_first_step: false, nesterov: false, ..h };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_mut_ptr() as _, buf.as_mut_ptr() as _, h2, 1) }.unwrap();
         assert!((buf[1] - (0.9 * 0.25 + 0.25)).abs() < 1e-7);
     }
@@ -392,9 +379,11 @@ mod tests {
             };
             let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
             let (mut p, mut gf, mut m, mut v, mut vmax) = (f(&p0), f(&g), f(&m0), f(&v0), f(&vmax0));
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { adam(DType::F32, n, AdamTensors { param: p.as_mut_ptr() as _, grad: gf.as_mut_ptr() as _, exp_avg: m.as_mut_ptr() as _, exp_avg_sq: v.as_mut_ptr() as _, max_exp_avg_sq: vmax.as_mut_ptr() as _ }, h, 2) }.unwrap();
             let h16 = |v: &[f64]| v.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>();
             let (mut p16, mut g16, mut m16, mut v16, mut vmax16) = (h16(&p0), h16(&g), h16(&m0), h16(&v0), h16(&vmax0));
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { adam(DType::F16, n, AdamTensors { param: p16.as_mut_ptr() as _, grad: g16.as_mut_ptr() as _, exp_avg: m16.as_mut_ptr() as _, exp_avg_sq: v16.as_mut_ptr() as _, max_exp_avg_sq: vmax16.as_mut_ptr() as _ }, h, 2) }.unwrap();
             for k in 0..n {
                 let (pw, mw, vw, vmw) = adam_ref(p0[k], g[k], m0[k], v0[k], vmax0[k], &h);
@@ -426,6 +415,7 @@ mod tests {
             let h = Sgd { lr: 0.1, weight_decay: if bits & 1 != 0 { 0.01 } else { 0.0 }, momentum: if bits & 2 != 0 { 0.9 } else { 0.0 },
                 dampening: 0.1, nesterov: bits & 4 != 0, maximize: bits & 8 != 0, is_first_step: false, grad_scale: None };
             let (mut p, mut b, mut gm) = (p0.clone(), b0.clone(), g.clone());
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { sgd(DType::F32, n, p.as_mut_ptr() as _, gm.as_mut_ptr() as _, b.as_mut_ptr() as _, h, 2) }.unwrap();
             for k in 0..n {
                 let (pk, gk0) = (p0[k] as f64, g[k] as f64);

@@ -8,7 +8,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::GRAIN;
+use crate::engine::iter::tasks_for;
 
 /// The integral dtypes CPU's `bincount` dispatches (`AT_DISPATCH_INTEGRAL_TYPES`).
 macro_rules! with_bincount_dtype {
@@ -71,10 +71,11 @@ pub unsafe fn bincount(dtype: DType, n: usize, data: *const u8, stride: isize, w
         out: *mut W,
         nbins: usize,
     ) -> Result<()> {
-        // SAFETY (whole body): caller contract.
+        // SAFETY: caller contract.
         let out = unsafe { std::slice::from_raw_parts_mut(out, nbins) };
         out.fill(W::default());
         for i in 0..n {
+            // SAFETY: caller contract.
             let v = unsafe { (data as *const T).offset(i as isize * stride).read_unaligned() }.to_i64();
             let slot = usize::try_from(v).ok().filter(|&b| b < nbins).ok_or_else(|| Error::InvalidValue {
                 op: "bincount",
@@ -85,12 +86,15 @@ pub unsafe fn bincount(dtype: DType, n: usize, data: *const u8, stride: isize, w
         Ok(())
     }
     with_bincount_dtype!(dtype, |T| {
-        // SAFETY (each arm): caller contract.
+        // SAFETY: caller contract.
         match weights {
+            // SAFETY: caller contract.
             None => unsafe { count::<T, i64>(n, data, stride, |_| 1, out as *mut i64, nbins) },
+            // SAFETY: caller contract.
             Some(w) if w.dtype == DType::F32 => unsafe {
                 count::<T, f32>(n, data, stride, |i| (w.ptr as *const f32).offset(i as isize * w.stride).read_unaligned(), out as *mut f32, nbins)
             },
+            // SAFETY: caller contract.
             Some(w) if w.dtype == DType::F64 => unsafe {
                 count::<T, f64>(n, data, stride, |i| (w.ptr as *const f64).offset(i as isize * w.stride).read_unaligned(), out as *mut f64, nbins)
             },
@@ -196,7 +200,7 @@ unsafe fn histc_typed<T: BinFloat>(n: usize, input: usize, stride: isize, edges:
         }
         local
     };
-    let tasks = if threads <= 1 { 1 } else { (n / GRAIN).clamp(1, threads) };
+    let tasks = tasks_for(n, 1, threads);
     let chunk = n.div_ceil(tasks).max(1);
     let partial: Vec<Vec<i64>> = if tasks <= 1 { vec![count(0, n)] } else { crate::engine::iter::map_tasks(tasks, |t| count((t * chunk).min(n), ((t + 1) * chunk).min(n))) };
     for b in 0..bins {
@@ -213,24 +217,32 @@ mod tests {
     #[test]
     fn bincount_counts_and_weights() {
         let data = [3i16, 0, 3, 1, 9, 3];
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert_eq!(unsafe { bincount_range(DType::I16, 6, data.as_ptr() as *const u8, 1) }.unwrap(), Some((0, 9)));
         // every other element: 3, 3, 9
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert_eq!(unsafe { bincount_range(DType::I16, 3, data.as_ptr() as *const u8, 2) }.unwrap(), Some((3, 9)));
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert_eq!(unsafe { bincount_range(DType::U8, 0, std::ptr::null(), 1) }.unwrap(), None);
         let mut out = [7i64; 11];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, None, out.as_mut_ptr() as *mut u8, 11) }.unwrap();
         assert_eq!(out, [1, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0]);
         let w = [0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6];
         let mut out = [0f32; 10];
         let weights = Weights { dtype: DType::F32, ptr: w.as_ptr() as *const u8, stride: 1 };
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, Some(weights), out.as_mut_ptr() as *mut u8, 10) }.unwrap();
         // input order: ((0.1 + 0.3) + 0.6) in float
         assert_eq!(out[3], (0.1f32 + 0.3) + 0.6);
         assert_eq!((out[0], out[1], out[9]), (0.2, 0.4, 0.5));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, None, out.as_mut_ptr() as *mut u8, 5) };
         assert!(matches!(e, Err(Error::InvalidValue { .. })));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { bincount_range(DType::F32, 1, w.as_ptr() as *const u8, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "bincount", dtype: DType::F32 }));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { bincount_range(DType::U16, 1, w.as_ptr() as *const u8, 1) };
         assert!(e.is_err());
     }
@@ -254,16 +266,18 @@ mod tests {
         let edges: Vec<f64> = (0..=8).map(|i| -1.0 + 0.25 * i as f64).collect();
         let mut values: Vec<f64> = (0..200).map(|i| -1.5 + 0.0125 * i as f64).collect();
         values.extend([f64::NAN, f64::INFINITY, -1.0, 1.0]);
-        let values: Vec<f64> = values.iter().cycle().take(3 * GRAIN).copied().collect();
+        let values: Vec<f64> = values.iter().cycle().take(3 * crate::engine::iter::GRAIN).copied().collect();
         let want = naive(&values, &edges);
         for local in [false, true] {
             for threads in [1, 4] {
                 let mut h = vec![0f64; 8];
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { histc(DType::F64, values.len(), values.as_ptr() as *const u8, 1, Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: local }, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
                 assert_eq!(h, want);
                 let v32: Vec<f32> = values.iter().map(|&v| v as f32).collect();
                 let e32: Vec<f32> = edges.iter().map(|&v| v as f32).collect();
                 let mut h = vec![0f32; 8];
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { histc(DType::F32, v32.len(), v32.as_ptr() as *const u8, 1, Bins { edges: e32.as_ptr() as *const u8, nedges: 9, local_search: local }, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
                 assert_eq!(h.iter().map(|&x| x as f64).collect::<Vec<_>>(), want);
             }
@@ -271,9 +285,11 @@ mod tests {
         let vh: Vec<half::f16> = values[..200].iter().map(|&v| half::f16::from_f64(v)).collect();
         let eh: Vec<half::f16> = edges.iter().map(|&v| half::f16::from_f64(v)).collect();
         let mut h = vec![half::f16::ZERO; 8];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { histc(DType::F16, 200, vh.as_ptr() as *const u8, 1, Bins { edges: eh.as_ptr() as *const u8, nedges: 9, local_search: true }, h.as_mut_ptr() as *mut u8, 1) }.unwrap();
         let wanth = naive(&vh.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), &edges);
         assert_eq!(h.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), wanth);
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { histc(DType::I64, 0, std::ptr::null(), 1, Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: false }, h.as_mut_ptr() as *mut u8, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "histc", dtype: DType::I64 }));
     }

@@ -204,8 +204,10 @@ mod tests {
     /// Runs count_nonzero + nonzero on `data` viewed with `shape`/`strides`.
     fn run<T>(dtype: DType, shape: &[usize], strides: &[isize], data: &[T]) -> Vec<i64> {
         let p = data.as_ptr() as *const u8;
+        // SAFETY: the pointers address live local buffers sized for the call.
         let n = unsafe { count_nonzero(dtype, shape, strides, p) }.unwrap();
         let mut out = vec![-1i64; n * shape.len()];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { nonzero(dtype, shape, strides, p, out.as_mut_ptr(), n) }.unwrap();
         out
     }
@@ -230,9 +232,12 @@ mod tests {
         }
         // Negative strides (a flipped view) start from the last element.
         let d = [0.0f64, 1.0, 2.0, 0.0];
+        // SAFETY: the pointers address live local buffers sized for the call.
         let p = unsafe { d.as_ptr().add(3) } as *const u8;
+        // SAFETY: the pointers address live local buffers sized for the call.
         let n = unsafe { count_nonzero(DType::F64, &[4], &[-1], p) }.unwrap();
         let mut out = vec![0i64; n];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { nonzero(DType::F64, &[4], &[-1], p, out.as_mut_ptr(), n) }.unwrap();
         assert_eq!(out, [1, 2]);
     }
@@ -266,22 +271,29 @@ mod tests {
         // 0-dim: count 0 or 1, no columns.
         let one = [3i32];
         let zero = [0i32];
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert_eq!(unsafe { count_nonzero(DType::I32, &[], &[], one.as_ptr() as *const u8) }, Ok(1));
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert_eq!(unsafe { count_nonzero(DType::I32, &[], &[], zero.as_ptr() as *const u8) }, Ok(0));
         assert_eq!(run(DType::I32, &[], &[], &one), Vec::<i64>::new());
         // Zero extent: memory untouched.
         let null = std::ptr::null();
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert_eq!(unsafe { count_nonzero(DType::F32, &[3, 0, 2], &[0, 2, 1], null) }, Ok(0));
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { nonzero(DType::F32, &[3, 0, 2], &[0, 2, 1], null, std::ptr::null_mut(), 0) }.unwrap();
         // The count disagrees with the data.
         let d = [1.0f32, 0.0, 2.0];
         let mut out = [-1i64; 4];
         let p = d.as_ptr() as *const u8;
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { nonzero(DType::F32, &[3], &[1], p, out.as_mut_ptr(), 1) };
         assert!(matches!(e, Err(Error::InvalidValue { op: "nonzero", .. })));
         assert_eq!(out, [0, -1, -1, -1]); // nothing past `count` rows
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { nonzero(DType::F32, &[3], &[1], p, out.as_mut_ptr(), 3) };
         assert!(matches!(e, Err(Error::InvalidValue { .. })));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { count_nonzero(DType::F32, &[3], &[1, 1], p) };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
     }

@@ -26,7 +26,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::{load, store, Operand, TensorIter, BLOCK, GRAIN};
+use crate::engine::iter::{for_each_range, load, store, tasks_for, Operand, TensorIter, BLOCK, GRAIN};
 
 use super::reducers::{ArgExtremum, CountNonzero, Extremum, Logical, Norm, Prod, Sum, Welford};
 
@@ -337,6 +337,7 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
         sp.kept.for_each_row_in(0, nk, |koffs, klen| {
             for j in 0..klen {
                 let offs = sp.kept.offsets_at(koffs, j);
+                // SAFETY: `offs` are the output offsets of a kept element (forwarded contract).
                 if let Err(e) = unsafe { write_outputs(r, it, &offs, r.init(), 0) } {
                     result = Err(e);
                 }
@@ -371,18 +372,20 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                             Err(e) => return record(Err(e)),
                         }
                     }
+                    // SAFETY: forwarded contract.
                     record(unsafe { write_outputs(r, it, &offs, s, nr) });
                 }
             });
         } else {
             // One task per range of outputs, each reduction folded whole.
-            sp.kept.parallel_ranges_weighted(nk, nr, |start, end| {
+            for_each_range(nk, tasks_for(nk, nr, sp.kept.threads), |start, end| {
                 sp.kept.for_each_row_in(start, end, |koffs, klen| {
                     for j in 0..klen {
                         let offs = sp.kept.offsets_at(koffs, j);
                         let mut s = r.init();
                         // SAFETY: forwarded contract.
                         let res = unsafe { fold_range(r, &sp.reduced, offs[input], 0, nr, &mut s) };
+                        // SAFETY: forwarded contract.
                         record(res.and_then(|_| unsafe { write_outputs(r, it, &offs, s, nr) }));
                     }
                 });
@@ -394,7 +397,7 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
         let in_op = it.operands[input];
         let s_in = sp.kept.inner_stride(input);
         let cascade = R::CASCADE && nr > LEAF_ROWS;
-        sp.kept.parallel_ranges_weighted(nk, nr, |start, end| {
+        for_each_range(nk, tasks_for(nk, nr, sp.kept.threads), |start, end| {
             // Use the whole operand (edition 2021 would capture only its raw pointer field, which is not Sync).
             let in_op: Operand = in_op;
             let mut states = vec![r.init(); BLOCK];
@@ -433,6 +436,7 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                                 // SAFETY: n contiguous elements of the accumulation type.
                                 r.step_lanes(&mut states[..n], unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
                             } else {
+                                // SAFETY: n contiguous elements of the accumulation type.
                                 if let Err(e) = unsafe { load::<R::In>(in_op.dtype, p, s_in, n, &mut buf) } {
                                     return record(Err(e));
                                 }
@@ -449,6 +453,7 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                     }
                     for j in 0..n {
                         let offs = sp.kept.offsets_at(koffs, b + j);
+                        // SAFETY: `offs` are the output offsets of a kept element (forwarded contract).
                         record(unsafe { write_outputs(r, it, &offs, states[j], nr) });
                     }
                     b += n;
@@ -457,18 +462,6 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
         });
     }
     errors.into_inner().unwrap()
-}
-
-impl TensorIter {
-    /// [`TensorIter::parallel_ranges`] over `n` units that each cost `weight` elements.
-    fn parallel_ranges_weighted(&self, n: usize, weight: usize, f: impl Fn(usize, usize) + Sync) {
-        let tasks = if self.threads <= 1 { 1 } else { (n.saturating_mul(weight) / GRAIN).clamp(1, self.threads.min(n.max(1))) };
-        if tasks <= 1 {
-            return f(0, n);
-        }
-        let chunk = n.div_ceil(tasks);
-        crate::engine::iter::for_each_task(tasks, |t| f(t * chunk, ((t + 1) * chunk).min(n)));
-    }
 }
 
 /// Runs reduction `op` over `it` (outputs first, then one input).
@@ -563,6 +556,7 @@ mod tests {
             threads,
         )
         .unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { reduce(op, &it) }.unwrap();
         out
     }
@@ -594,10 +588,12 @@ mod tests {
         let mut idx = [0i64];
         for (op, want) in [(ReduceOp::Sum, x.iter().map(|&v| v as f64).sum::<f64>()), (ReduceOp::MaxValues, 100.0)] {
             let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { reduce(op, &it) }.unwrap();
             assert_eq!(out[0] as f64, want, "{op:?}");
         }
         let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut idx), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { reduce(ReduceOp::ArgMax, &it) }.unwrap();
         assert_eq!(idx[0], (n - 2) as i64);
     }
@@ -735,6 +731,7 @@ mod tests {
         let mut out = [0i64];
         let mut run = |op: ReduceOp, input: Operand, esz: i64| {
             let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (input, &[esz][..])], 1, 2).unwrap();
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { reduce(op, &it) }.unwrap();
             out[0]
         };
@@ -750,6 +747,7 @@ mod tests {
         let mut floats = vec![0.0f32, -0.0, f32::NAN, 1e-40, 2.0];
         let mut out = [0i64];
         let it = TensorIter::new("t", &[5], vec![(operand(&mut out), &[0][..]), (operand(&mut floats), &[4][..])], 1, 1).unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { reduce(ReduceOp::CountNonzero, &it) }.unwrap();
         assert_eq!(out[0], 3);
     }

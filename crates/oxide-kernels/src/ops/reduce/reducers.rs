@@ -18,12 +18,14 @@ use super::reduce::Reducer;
 fn sum_lanes<A: Num>(xs: &[A]) -> A {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
     {
-        // SAFETY (both casts): A is the slice's element type, checked by its dtype.
+        // SAFETY: A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
+            // SAFETY: A is the slice's element type, checked by its dtype.
             let t = crate::engine::lanes::avx2::sum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
             return A::from_f64(t as f64);
         }
         if A::DTYPE == DType::F64 {
+            // SAFETY: A is the slice's element type, checked by its dtype.
             let t = crate::engine::lanes::avx2::sum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
             return A::from_f64(t);
         }
@@ -52,12 +54,14 @@ fn sum_lanes<A: Num>(xs: &[A]) -> A {
 fn nansum_lanes<A: Num>(xs: &[A]) -> A {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
     {
-        // SAFETY (both casts): A is the slice's element type, checked by its dtype.
+        // SAFETY: A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
+            // SAFETY: A is the slice's element type, checked by its dtype.
             let t = crate::engine::lanes::avx2::nansum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
             return A::from_f64(t as f64);
         }
         if A::DTYPE == DType::F64 {
+            // SAFETY: A is the slice's element type, checked by its dtype.
             let t = crate::engine::lanes::avx2::nansum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
             return A::from_f64(t);
         }
@@ -222,12 +226,14 @@ impl<A: Num> Reducer for Extremum<A> {
 fn extremum_lanes<A: Num, const MAX: bool>(xs: &[A]) -> (A, bool) {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
     {
-        // SAFETY (both casts): A is the slice's element type, checked by its dtype.
+        // SAFETY: A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
+            // SAFETY: A is the slice's element type, checked by its dtype.
             let (v, nan) = crate::engine::lanes::avx2::extremum_f32::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
             return (A::from_f64(v as f64), nan);
         }
         if A::DTYPE == DType::F64 {
+            // SAFETY: A is the slice's element type, checked by its dtype.
             let (v, nan) = crate::engine::lanes::avx2::extremum_f64::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
             return (A::from_f64(v), nan);
         }

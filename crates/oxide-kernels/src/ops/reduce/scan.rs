@@ -21,7 +21,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::{load, store, BLOCK, GRAIN};
+use crate::engine::iter::{load, store, tasks_for, try_for_each_range, BLOCK};
 use crate::engine::math::Num;
 use crate::with_real_dtype;
 
@@ -79,18 +79,6 @@ impl Lines {
         }
         o
     }
-}
-
-/// Runs `f(start, end)` over contiguous ranges of `[0, count)` lines, in
-/// parallel when `count * n` elements justify more than one of at most
-/// `threads` tasks; the first error wins.
-fn for_line_ranges(count: usize, n: usize, threads: usize, f: impl Fn(usize, usize) -> Result<()> + Sync) -> Result<()> {
-    let tasks = if threads <= 1 { 1 } else { (count.saturating_mul(n) / GRAIN).clamp(1, threads).min(count) };
-    if tasks <= 1 {
-        return f(0, count);
-    }
-    let chunk = count.div_ceil(tasks);
-    crate::engine::iter::try_for_each_task(tasks, |t| f((t * chunk).min(count), ((t + 1) * chunk).min(count)))
 }
 
 fn check_real(op: &'static str, dtype: DType) -> Result<()> {
@@ -191,7 +179,7 @@ pub unsafe fn scan(op: ScanOp, shape: &[usize], dim: usize, input: View, out: Vi
         ScanOp::CumSum | ScanOp::CumProd => {
             let prod = op == ScanOp::CumProd;
             with_real_dtype!(out_dtype, name, |O| {
-                for_line_ranges(lines.count, line.n, threads, |start, end| {
+                try_for_each_range(lines.count, tasks_for(lines.count, line.n, threads), |start, end| {
                     // SAFETY: caller contract; ranges are disjoint lines.
                     unsafe { sum_prod::<O>(prod, &line, &lines, start, end) }
                 })
@@ -200,7 +188,7 @@ pub unsafe fn scan(op: ScanOp, shape: &[usize], dim: usize, input: View, out: Vi
         ScanOp::CumMax | ScanOp::CumMin => {
             let max = op == ScanOp::CumMax;
             with_real_dtype!(in_dtype, name, |T| {
-                for_line_ranges(lines.count, line.n, threads, |start, end| {
+                try_for_each_range(lines.count, tasks_for(lines.count, line.n, threads), |start, end| {
                     // SAFETY: caller contract; ranges are disjoint lines.
                     unsafe { extremum_lines::<T>(max, &line, &lines, start, end) }
                 })
@@ -372,6 +360,7 @@ mod tests {
         let mut out = vec![O::default(); x.len()];
         let mut idx = vec![-1i64; x.len()];
         let with_idx = matches!(op, ScanOp::CumMax | ScanOp::CumMin);
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             scan(
                 op,
@@ -584,6 +573,7 @@ mod tests {
         let mut x: Vec<f64> = (0..2 * BLOCK + 3).map(|i| i as f64).collect();
         let n = x.len();
         let p = x.as_mut_ptr() as *mut u8;
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { scan(ScanOp::CumSum, &[n], 0, View { dtype: DType::F64, ptr: p, strides: &[1] }, View { dtype: DType::F64, ptr: p, strides: &[1] }, None, 1) }.unwrap();
         assert!(x.iter().enumerate().all(|(i, &v)| v == (i * (i + 1) / 2) as f64));
     }
@@ -594,6 +584,7 @@ mod tests {
         let null = std::ptr::null_mut::<u8>();
         for op in [ScanOp::CumSum, ScanOp::CumMax] {
             let idx = Some((std::ptr::null_mut::<i64>(), &[1isize, 1][..]));
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { scan(op, &[0, 3], 1, View { dtype: DType::F32, ptr: null, strides: &[3, 1] }, View { dtype: DType::F32, ptr: null, strides: &[3, 1] }, idx, 4) }.unwrap();
         }
         // 0-dim as shape [1].
@@ -603,14 +594,19 @@ mod tests {
         assert_eq!((v, i), (vec![-3], vec![0]));
         let mut b = [0u8; 64];
         let p = b.as_mut_ptr();
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { scan(ScanOp::CumSum, &[2], 0, View { dtype: DType::C64, ptr: p, strides: &[1] }, View { dtype: DType::C64, ptr: p, strides: &[1] }, None, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "cumsum", dtype: DType::C64 }));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { scan(ScanOp::CumProd, &[2], 0, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::C128, ptr: p, strides: &[1] }, None, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "cumprod", dtype: DType::C128 }));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { scan(ScanOp::CumMax, &[2], 0, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[1] }, None, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { op: "cummax", .. })));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { scan(ScanOp::CumSum, &[2], 1, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[1] }, None, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { scan(ScanOp::CumSum, &[2, 2], 1, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[2, 1] }, None, 1) };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
     }

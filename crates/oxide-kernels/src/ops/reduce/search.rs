@@ -8,7 +8,7 @@
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::engine::iter::GRAIN;
+use crate::engine::iter::{for_each_range, tasks_for};
 
 /// The shape of one [`searchsorted`] call: the dtype of values and
 /// boundaries, `nvalues` values, `per_row` of them per boundary row of `len`
@@ -115,13 +115,7 @@ unsafe fn search_typed<T: Element + PartialOrd>(
     };
     // Each search costs about log2(len) reads: weigh the grain by it.
     let work = nvalues.saturating_mul((usize::BITS - len.leading_zeros()).max(1) as usize);
-    let tasks = if threads <= 1 { 1 } else { (work / GRAIN).clamp(1, threads) };
-    if tasks <= 1 {
-        run(0, nvalues);
-        return;
-    }
-    let chunk = nvalues.div_ceil(tasks);
-    crate::engine::iter::for_each_task(tasks, |t| run((t * chunk).min(nvalues), ((t + 1) * chunk).min(nvalues)));
+    for_each_range(nvalues, tasks_for(work, 1, threads), run);
 }
 
 #[cfg(test)]
@@ -135,6 +129,7 @@ mod tests {
 
     fn search<T: Element>(values: &[T], per_row: usize, bd: &[T], len: usize, sorter: Option<&[i64]>, right: bool, threads: usize) -> Vec<i64> {
         let mut out = vec![-1i64; values.len()];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             searchsorted(
                 Search { dtype: T::DTYPE, nvalues: values.len(), per_row, len, right, out_dtype: DType::I64 },
@@ -152,7 +147,7 @@ mod tests {
     #[test]
     fn matches_linear_scan() {
         // Batched rows with ties, unsorted rows through a sorter, many values (parallel path).
-        let (rows, len, per_row) = (4, 9, 3 * GRAIN / 4);
+        let (rows, len, per_row) = (4, 9, 3 * crate::engine::iter::GRAIN / 4);
         let mut s = 3;
         let mut bd: Vec<i32> = (0..rows * len).map(|_| (lcg(&mut s) % 7) as i32 - 3).collect();
         let unsorted = bd.clone();
@@ -190,8 +185,10 @@ mod tests {
         assert_eq!(search(&[f64::NAN, 2.0, 5.0], 3, &bd, 3, None, true, 1), [3, 3, 3]);
         assert_eq!(search::<f32>(&[1.0], 1, &[], 0, None, false, 1), [0]);
         let mut out = [0i32; 2];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { searchsorted(Search { dtype: DType::U8, nvalues: 2, per_row: 2, len: 2, right: false, out_dtype: DType::I32 }, [0u8, 9].as_ptr(), [1u8, 5].as_ptr(), std::ptr::null(), out.as_mut_ptr() as *mut u8, 1) }.unwrap();
         assert_eq!(out, [0, 2]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { searchsorted(Search { dtype: DType::Bool, nvalues: 1, per_row: 1, len: 1, right: false, out_dtype: DType::I64 }, [0u8].as_ptr(), [1u8].as_ptr(), std::ptr::null(), out.as_mut_ptr() as *mut u8, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "searchsorted", dtype: DType::Bool }));
     }

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::engine::iter::GRAIN;
+use crate::engine::iter::{for_each_range, tasks_for, GRAIN};
 use crate::with_real_dtype;
 
 /// An element type with an order-preserving `u64` key.
@@ -97,7 +97,7 @@ struct Scratch<T> {
 /// As [`sort_rows`], with `T` the element type of `dtype`.
 unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: usize, descending: bool, threads: usize) {
     let total = rows.saturating_mul(len);
-    let tasks = if threads <= 1 { 1 } else { (total / GRAIN).clamp(1, threads) };
+    let tasks = tasks_for(total, 1, threads);
     // Few long rows: sort each one with rayon's parallel sort.
     let parallel_row = tasks > 1 && rows < tasks && len >= 2 * GRAIN;
     let do_rows = |start: usize, end: usize| {
@@ -111,9 +111,7 @@ unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: 
         do_rows(0, rows);
         return;
     }
-    let tasks = tasks.min(rows);
-    let chunk = rows.div_ceil(tasks);
-    crate::engine::iter::for_each_task(tasks, |t| do_rows((t * chunk).min(rows), ((t + 1) * chunk).min(rows)));
+    for_each_range(rows, tasks.min(rows), do_rows);
 }
 
 /// Sorts one row of `len` elements at `row`, writing the permutation to `idx`.
@@ -177,6 +175,7 @@ mod tests {
             for threads in [1, 4] {
                 let mut data = x.to_vec();
                 let mut idx = vec![-1i64; x.len()];
+                // SAFETY: the pointers address live local buffers sized for the call.
                 unsafe { sort_rows(T::DTYPE, rows, len, data.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), descending, threads) }.unwrap();
                 for r in 0..rows {
                     let row = &x[r * len..(r + 1) * len];
@@ -227,6 +226,7 @@ mod tests {
         check(&x, 1, 5, cmp_f64, f64::to_bits);
         let mut d = x;
         let mut idx = [0i64; 5];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sort_rows(DType::F64, 1, 5, d.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), true, 1) }.unwrap();
         assert_eq!(idx, [0, 2, 3, 1, 4]);
     }
@@ -268,12 +268,16 @@ mod tests {
     #[test]
     fn empty_and_errors() {
         let null = std::ptr::null_mut();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sort_rows(DType::F32, 0, 5, null, std::ptr::null_mut(), false, 4) }.unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sort_rows(DType::I64, 3, 0, null, std::ptr::null_mut(), true, 1) }.unwrap();
         let mut one = [7.5f32];
         let mut idx = [9i64];
+        // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sort_rows(DType::F32, 1, 1, one.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), false, 1) }.unwrap();
         assert_eq!((one, idx), ([7.5], [0]));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { sort_rows(DType::C64, 1, 1, null, std::ptr::null_mut(), false, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "sort", dtype: DType::C64 }));
     }

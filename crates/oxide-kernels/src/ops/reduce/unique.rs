@@ -163,8 +163,9 @@ unsafe fn groups<T: SortKey>(n: usize, m: usize, data: *const T, perm: *const i6
     if n == 0 {
         return 0;
     }
-    // SAFETY (whole body): caller contract.
+    // SAFETY: caller contract.
     let data = if m == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, n * m) } };
+    // SAFETY: caller contract.
     let nth = |i: usize| if perm.is_null() { i } else { unsafe { perm.add(i).read_unaligned() as usize } };
     let equal = |a: usize, b: usize| {
         (0..m).all(|j| {
@@ -175,24 +176,29 @@ unsafe fn groups<T: SortKey>(n: usize, m: usize, data: *const T, perm: *const i6
     let mut g = 0usize;
     let mut first = nth(0);
     let mut size = 0i64;
+    // SAFETY: n > 0 and `reps` holds n int64 (caller contract).
     unsafe { reps.write(first as i64) };
     for i in 0..n {
         let r = nth(i);
         if i > 0 && !equal(first, r) {
             if !counts.is_null() {
+                // SAFETY: g < n groups, `counts` holds n int64 (caller contract).
                 unsafe { counts.add(g).write(size) };
             }
             g += 1;
             first = r;
             size = 0;
+            // SAFETY: g < n groups, `reps` holds n int64 (caller contract).
             unsafe { reps.add(g).write(r as i64) };
         }
         size += 1;
         if !inverse.is_null() {
+            // SAFETY: r < n (`perm` is a permutation of 0..n), `inverse` holds n int64 (caller contract).
             unsafe { inverse.add(r).write(g as i64) };
         }
     }
     if !counts.is_null() {
+        // SAFETY: g < n groups, `counts` holds n int64 (caller contract).
         unsafe { counts.add(g).write(size) };
     }
     g + 1
@@ -207,6 +213,7 @@ mod tests {
         let data: Vec<u8> = [3u8, 0x80, 3, 255, 0, 0x80, 7].repeat(20000);
         for (dtype, want) in [(DType::U8, vec![0u8, 3, 7, 0x80, 255]), (DType::I8, vec![0x80, 255, 0, 3, 7])] {
             let (mut values, mut counts, mut inverse) = ([0u8; 256], [0i64; 256], vec![0i64; data.len()]);
+            // SAFETY: the pointers address live local buffers sized for the call.
             let k = unsafe { unique_bytes(dtype, data.len(), data.as_ptr(), values.as_mut_ptr(), inverse.as_mut_ptr(), counts.as_mut_ptr()) }.unwrap();
             assert_eq!(&values[..k], &want[..], "{dtype:?}");
             for (i, &b) in data.iter().enumerate() {
@@ -218,8 +225,10 @@ mod tests {
         }
         let bools = [1u8, 0, 1];
         let mut values = [0u8; 256];
+        // SAFETY: the pointers address live local buffers sized for the call.
         let k = unsafe { unique_bytes(DType::Bool, 3, bools.as_ptr(), values.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()) }.unwrap();
         assert_eq!(&values[..k], &[0, 1]);
+        // SAFETY: the pointers address live local buffers sized for the call.
         assert!(unsafe { unique_bytes(DType::I16, 0, std::ptr::null(), values.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()) }.is_err());
     }
     use crate::dtype::Element;
@@ -235,10 +244,12 @@ mod tests {
         let n = if m == 0 { 0 } else { data.len() / m };
         let mut perm = vec![0i64; n];
         if sorted {
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { argsort_rows(T::DTYPE, n, m, data.as_ptr() as *const u8, perm.as_mut_ptr(), threads) }.unwrap();
         }
         let (mut reps, mut inverse, mut counts) = (vec![-1i64; n], vec![-1i64; n], vec![-1i64; n]);
         let p = if sorted { perm.as_ptr() } else { std::ptr::null() };
+        // SAFETY: the pointers address live local buffers sized for the call.
         let k = unsafe { unique_consecutive(T::DTYPE, n, m, data.as_ptr() as *const u8, p, reps.as_mut_ptr(), inverse.as_mut_ptr(), counts.as_mut_ptr()) }.unwrap();
         reps.truncate(k);
         counts.truncate(k);
@@ -299,8 +310,10 @@ mod tests {
         // m == 0: all rows equal
         let mut reps = [9i64; 3];
         let mut inv = [9i64; 3];
+        // SAFETY: the pointers address live local buffers sized for the call.
         let k = unsafe { unique_consecutive(DType::F32, 3, 0, std::ptr::NonNull::<f32>::dangling().as_ptr() as *const u8, std::ptr::null(), reps.as_mut_ptr(), inv.as_mut_ptr(), std::ptr::null_mut()) }.unwrap();
         assert_eq!((k, reps[0], inv), (1, 0, [0, 0, 0]));
+        // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { argsort_rows(DType::C64, 1, 1, std::ptr::null(), std::ptr::null_mut(), 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "unique", dtype: DType::C64 }));
     }

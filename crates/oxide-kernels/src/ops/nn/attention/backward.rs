@@ -98,6 +98,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     let rows = d.batch * d.heads_q * d.len_q;
     if rows == 0 {
         // No query rows: dQ/dbias are empty; dK/dV receive nothing.
+        // SAFETY: (b, hk, j, e) ranges over the key/value gradients' shape (`backward`'s contract).
         for_kv(&d, |b, hk, j| unsafe {
             if let Some(gk) = &g.key {
                 (0..e_n).for_each(|e| gk.store::<T, C>(b, hk, j, e, C::ZERO));
@@ -130,6 +131,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
             }
         });
     }
+    // SAFETY: element r belongs to this task.
     let lse_at = |r: usize| unsafe { (lse as *const C).add(r).read() };
     let new_rows = || QueryRows { q: vec![C::ZERO; BLOCK_Q * ep], dout: vec![C::ZERO; BLOCK_Q * evp], stats: Vec::new() };
     // Loads the query-side rows i0 .. i0 + nq of (b, h).

@@ -75,6 +75,7 @@ pub struct Operand {
 // SAFETY: an Operand is an address plus strides; the functions taking it
 // state which elements they read and write, and writers are disjoint per task.
 unsafe impl Send for Operand {}
+// SAFETY: as for `Send` above: shared references only read the descriptor, and tasks that write through it write disjoint elements.
 unsafe impl Sync for Operand {}
 
 impl Operand {
@@ -179,10 +180,7 @@ fn check(a: &Attention) -> Result<()> {
             return invalid(format!("dropout probability has to be between 0 and 1, but got {p}"));
         }
     }
-    match a.dtype {
-        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
-        dtype => Err(Error::UnsupportedDtype { op: "scaled_dot_product_attention", dtype }),
-    }
+    a.dtype.require_float("scaled_dot_product_attention")
 }
 
 /// Runs `f(task)` for `0..tasks`, in parallel when `threads > 1`.

@@ -143,13 +143,11 @@ impl Buf {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: bool, threads: usize) {
     run_typed(d, causal, with_bias, drop_p, transposed_q, threads, DType::F64);
 }
 
 /// Forward and backward of `dtype` (float64 or float32) against [`naive`] in float64.
-#[allow(clippy::too_many_arguments)]
 fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: bool, threads: usize, dtype: DType) {
     let (l_n, s_n, e_n, ev_n) = (d.len_q, d.len_kv, d.dim_qk, d.dim_v);
     // float32 rounds inputs and accumulates over up to a few hundred keys.
@@ -217,6 +215,7 @@ fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: 
     let mut out = nan(want.out.len());
     let mut lse = nan(want.lse.len());
     let out_op = out.op(contiguous([d.batch, d.heads_q, l_n, ev_n]));
+    // SAFETY: the pointers address live local buffers sized for the call.
     unsafe { forward(&a, out_op, lse.op([0; 4]).ptr) }.unwrap();
     close("out", &out.get(), &want.out, tol_out);
     close("lse", &lse.get(), &want.lse, tol_out);
@@ -229,6 +228,7 @@ fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: 
         bias: with_bias.then(|| db.op(contiguous([d.batch, d.heads_q, l_n, s_n]))),
     };
     let dout_op = doutb.op(contiguous([d.batch, d.heads_q, l_n, ev_n]));
+    // SAFETY: the pointers address live local buffers sized for the call.
     unsafe { backward(&a, out_op, dout_op, lse.op([0; 4]).ptr, grads) }.unwrap();
     close("dq", &dq.get(), &want.dq, tol_grad);
     close("dk", &dk.get(), &want.dk, tol_grad);
@@ -342,6 +342,7 @@ fn half_types_accumulate_in_float() {
         dropout: None,
         threads: 1,
     };
+    // SAFETY: the pointers address live local buffers sized for the call.
     unsafe { forward(&a, o(out.as_mut_ptr(), [6, 6, 2, 1]), lse.as_mut_ptr() as *mut u8) }.unwrap();
     for r in 0..3 {
         assert_eq!(out[2 * r].to_f32(), 1.0);
@@ -365,6 +366,8 @@ fn rejects_bad_heads_and_dtypes() {
         threads: 1,
     };
     let out = Operand { ptr: std::ptr::null_mut(), strides: [0; 4] };
+    // SAFETY: the pointers address live local buffers sized for the call.
     assert!(matches!(unsafe { forward(&a(2, DType::F32), out, std::ptr::null_mut()) }, Err(Error::InvalidValue { .. })));
+    // SAFETY: the pointers address live local buffers sized for the call.
     assert!(matches!(unsafe { forward(&a(3, DType::I32), out, std::ptr::null_mut()) }, Err(Error::UnsupportedDtype { .. })));
 }

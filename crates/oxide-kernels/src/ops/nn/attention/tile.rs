@@ -143,26 +143,31 @@ mod simd {
         use std::arch::x86_64::*;
         pub type F = __m512;
         pub const W: usize = 16;
-        // SAFETY (all): the target feature is enabled at compile time; callers
+        // The intrinsics below: the target feature is enabled at compile time; callers
         // pass addresses of W readable/writable floats.
         #[inline(always)]
         pub fn zero() -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm512_setzero_ps() }
         }
         #[inline(always)]
         pub unsafe fn load(p: *const f32) -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm512_loadu_ps(p) }
         }
         #[inline(always)]
         pub unsafe fn store(p: *mut f32, x: F) {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm512_storeu_ps(p, x) }
         }
         #[inline(always)]
         pub fn splat(x: f32) -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm512_set1_ps(x) }
         }
         #[inline(always)]
         pub fn fmadd(a: F, b: F, c: F) -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm512_fmadd_ps(a, b, c) }
         }
     }
@@ -172,25 +177,30 @@ mod simd {
         use std::arch::x86_64::*;
         pub type F = __m256;
         pub const W: usize = 8;
-        // SAFETY (all): as above.
+        // The intrinsics below: as above.
         #[inline(always)]
         pub fn zero() -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm256_setzero_ps() }
         }
         #[inline(always)]
         pub unsafe fn load(p: *const f32) -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm256_loadu_ps(p) }
         }
         #[inline(always)]
         pub unsafe fn store(p: *mut f32, x: F) {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm256_storeu_ps(p, x) }
         }
         #[inline(always)]
         pub fn splat(x: f32) -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm256_set1_ps(x) }
         }
         #[inline(always)]
         pub fn fmadd(a: F, b: F, c: F) -> F {
+            // SAFETY: the module is compiled only with these target features; pointers address W floats (caller contract).
             unsafe { _mm256_fmadd_ps(a, b, c) }
         }
     }
@@ -205,7 +215,7 @@ mod simd {
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub unsafe fn micro_f32<const R: usize>(k: usize, a: *const f32, ars: usize, acs: usize, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool) {
-        // SAFETY (whole body): the caller's contract bounds every address.
+        // SAFETY: the caller's contract bounds every address.
         unsafe {
             let mut acc = [[v::zero(); V]; R];
             if accumulate {

@@ -160,7 +160,7 @@ pub struct Grads {
 
 unsafe fn run_backward<T: Storage>(cv: &Conv, grad_output: *const u8, input: *const u8, weight: *const u8, grads: Grads, threads: usize) -> Result<()> {
     let (xl, wl, yl) = cv.lens();
-    // SAFETY (whole body): `convolution_backward`'s contract. The input is read
+    // SAFETY: `convolution_backward`'s contract. The input is read
     // only for the weight gradient and the weight only for the input gradient.
     unsafe {
         let gy = T::read(grad_output, yl);

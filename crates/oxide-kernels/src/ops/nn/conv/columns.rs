@@ -3,15 +3,10 @@
 //! scatters and bias additions around each GEMM `product`. Used by the
 //! convolution's forward and backward and by `unfold` / `fold`.
 
-use crate::engine::iter::{for_each_chunk_mut, GRAIN};
+use crate::engine::iter::{for_each_chunk_mut, tasks_for};
 use crate::error::Result;
 
 use super::{product, Acc, Window};
-
-/// How many rayon tasks `work` elements deserve with `threads` allowed.
-pub(super) fn tasks_for(work: usize, threads: usize) -> usize {
-    if threads <= 1 { 1 } else { (work / GRAIN).clamp(1, threads) }
-}
 
 /// Runs `f(channel, chunk)` for the `channels` consecutive chunks of `per_channel`
 /// elements of `data`, split over tasks when the work is large.
@@ -19,7 +14,7 @@ pub(super) fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_cha
     if per_channel == 0 {
         return;
     }
-    let tasks = tasks_for(data.len(), threads).min(channels);
+    let tasks = tasks_for(data.len(), 1, threads).min(channels);
     if tasks <= 1 {
         data.chunks_mut(per_channel).enumerate().for_each(|(c, chunk)| f(c, chunk));
         return;
@@ -161,7 +156,7 @@ pub(super) fn for_each_plane<C: Send>(nb: usize, channels: usize, il: usize, ima
         planes.extend(head[..channels * il].chunks_mut(il));
         rest = tail;
     }
-    if tasks_for(nb * channels * il, threads) <= 1 {
+    if tasks_for(nb * channels * il, 1, threads) <= 1 {
         planes.into_iter().enumerate().for_each(|(k, img)| f(k / channels, k % channels, img));
     } else {
         for_each_chunk_mut(&mut planes, 1, threads, |k, img| f(k / channels, k % channels, &mut *img[0]));

@@ -84,7 +84,7 @@ fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C],
 
 unsafe fn run_forward<T: Storage>(cv: &Conv, input: *const u8, weight: *const u8, bias: Option<*const u8>, output: *mut u8, threads: usize) -> Result<()> {
     let (xl, wl, yl) = cv.lens();
-    // SAFETY (whole body): `convolution`'s contract.
+    // SAFETY: `convolution`'s contract.
     unsafe {
         let x = T::read(input, xl);
         let w = T::read(weight, wl);

@@ -121,6 +121,7 @@ fn check<T: Element>(c: &Case, threads: usize, tol: f64) {
     let mut yt = as_bytes::<T>(&vec![f64::NAN; yl]);
     let (mut gxt, mut gwt, mut gbt) = (as_bytes::<T>(&vec![f64::NAN; xl]), as_bytes::<T>(&vec![f64::NAN; wl]), as_bytes::<T>(&vec![f64::NAN; cv.out_channels]));
     let p = |v: &Vec<T>| v.as_ptr() as *const u8;
+    // SAFETY: the pointers address live local buffers sized for the call.
     unsafe {
         convolution(T::DTYPE, &cv, p(&xt), p(&wt), Some(p(&bt)), yt.as_mut_ptr() as *mut u8, threads).unwrap();
         let grads = Grads { input: Some(gxt.as_mut_ptr() as *mut u8), weight: Some(gwt.as_mut_ptr() as *mut u8), bias: Some(gbt.as_mut_ptr() as *mut u8) };
@@ -251,6 +252,7 @@ fn only_requested_gradients_are_written() {
     let mut gx = vec![f32::NAN; xl];
     let grads = Grads { input: Some(gx.as_mut_ptr() as *mut u8), weight: None, bias: None };
     // The input is not read for the input gradient: a null pointer is fine.
+    // SAFETY: the pointers address live local buffers sized for the call.
     unsafe { convolution_backward(DType::F32, &cv, gy.as_ptr() as *const u8, std::ptr::null(), w.as_ptr() as *const u8, grads, 1).unwrap() };
     assert_eq!(&gx[..4], &[4.0, 6.0, 6.0, 4.0]);
 }
@@ -266,6 +268,7 @@ fn bad_descriptions_and_dtypes_are_errors() {
     let cv = Conv::new(1, 1, 1, 1, false, s(&[5], &[3])).unwrap();
     let x = [false; 5];
     let mut y = [false; 3];
+    // SAFETY: the pointers address live local buffers sized for the call.
     let err = unsafe { convolution(DType::Bool, &cv, x.as_ptr() as *const u8, x.as_ptr() as *const u8, None, y.as_mut_ptr() as *mut u8, 1) };
     assert!(matches!(err, Err(Error::UnsupportedDtype { op: "convolution", dtype: DType::Bool })));
 }
@@ -292,6 +295,7 @@ fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
         let x = values(il, 1);
         for threads in [1, 4] {
             let mut cols = vec![f64::NAN; cl];
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { unfold(DType::F64, &u, x.as_ptr() as *const u8, cols.as_mut_ptr() as *mut u8, threads) }.unwrap();
             for n in 0..batch {
                 for c in 0..channels {
@@ -312,6 +316,7 @@ fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
             // <fold(y), x> == <y, unfold(x)>.
             let y = values(cl, 2);
             let mut img = vec![f64::NAN; il];
+            // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { fold(DType::F64, &u, y.as_ptr() as *const u8, img.as_mut_ptr() as *mut u8, threads) }.unwrap();
             let lhs: f64 = img.iter().zip(&x).map(|(a, b)| a * b).sum();
             let rhs: f64 = y.iter().zip(&cols).map(|(a, b)| a * b).sum();
@@ -319,7 +324,9 @@ fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
         }
     }
     let u = Unfold { batch: 1, channels: 1, image: [2, 2], kernel: [3, 3], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+    // SAFETY: the pointers address live local buffers sized for the call.
     assert!(matches!(unsafe { unfold(DType::F32, &u, std::ptr::null(), std::ptr::null_mut(), 1) }, Err(Error::InvalidLayout { .. })));
     let u = Unfold { image: [4, 4], ..u };
+    // SAFETY: the pointers address live local buffers sized for the call.
     assert!(matches!(unsafe { fold(DType::Bool, &u, std::ptr::null(), std::ptr::null_mut(), 1) }, Err(Error::UnsupportedDtype { .. })));
 }
