@@ -100,7 +100,11 @@ void pointwise(at::TensorIteratorBase& iter, OxidePointwiseOp op, const ScalarAr
 // with the type CPU converts to (the op's dtype, or its opmath type).
 void check_scalar_fits(const c10::Scalar& s, at::ScalarType t);
 
-// Runs reduction stub `name` over `iter` (outputs first, then one input).
-void reduce(at::TensorIteratorBase& iter, const char* name, double a = 0, double b = 0);
+// Runs `reduction` (an OXIDE_REDUCE_* with the scalars std_var and norm take) over
+// `iter` (outputs first, then one input).
+void reduce(at::TensorIteratorBase& iter, OxideReduction reduction);
+inline void reduce(at::TensorIteratorBase& iter, int32_t op) {
+  reduce(iter, OxideReduction{op, 0.0, false, 0.0});
+}
 
 } // namespace oxide

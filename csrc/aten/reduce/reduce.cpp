@@ -42,35 +42,36 @@
 
 namespace oxide {
 
-void reduce(at::TensorIteratorBase& iter, const char* name, double a, double b) {
+void reduce(at::TensorIteratorBase& iter, OxideReduction reduction) {
   // Empty reductions still reach the kernel: outputs of an empty reduction get the identity.
   IterArgs args(iter);
-  OXIDE_CHECK(oxide_reduce(launch_on(iter), name, a, b, &args.abi));
+  OXIDE_CHECK(oxide_reduce(launch_on(iter), reduction, &args.abi));
 }
 
 namespace {
 
-template <const char* Name>
+template <int32_t Op>
 void reduce_stub(at::TensorIterator& iter) {
-  reduce(iter, Name);
+  reduce(iter, Op);
 }
 
 void std_var(at::TensorIterator& iter, double correction, bool take_sqrt) {
-  reduce(iter, "std_var", correction, take_sqrt ? 1.0 : 0.0);
+  reduce(iter, OxideReduction{OXIDE_REDUCE_STD_VAR, correction, take_sqrt, 0.0});
 }
 
 void norm(at::TensorIterator& iter, const c10::Scalar& p) {
-  reduce(iter, "norm", p.toDouble());
+  reduce(iter, OxideReduction{OXIDE_REDUCE_NORM, 0.0, false, p.toDouble()});
 }
 
 // max/min along `dim` with indices (first occurrence, NaN propagating).
-template <const char* Name>
+template <int32_t Op>
 void minmax_dim(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& self, int64_t dim,
                 bool keepdim) {
   auto v = values;
   auto i = indices;
-  auto iter = at::native::make_reduction(Name, v, i, self, at::IntArrayRef(dim), keepdim, self.scalar_type(), at::kLong);
-  reduce(iter, Name);
+  const char* name = Op == OXIDE_REDUCE_MAX ? "max" : "min";
+  auto iter = at::native::make_reduction(name, v, i, self, at::IntArrayRef(dim), keepdim, self.scalar_type(), at::kLong);
+  reduce(iter, Op);
 }
 
 void aminmax_dim(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& min, at::Tensor& max) {
@@ -90,19 +91,6 @@ void aminmax_all(const at::Tensor& self, at::Tensor& min, at::Tensor& max) {
   at::amin_out(min, self);
   at::amax_out(max, self);
 }
-
-constexpr char k_sum[] = "sum";
-constexpr char k_nansum[] = "nansum";
-constexpr char k_prod[] = "prod";
-constexpr char k_mean[] = "mean";
-constexpr char k_and[] = "and";
-constexpr char k_or[] = "or";
-constexpr char k_max_values[] = "max_values";
-constexpr char k_min_values[] = "min_values";
-constexpr char k_argmax[] = "argmax";
-constexpr char k_argmin[] = "argmin";
-constexpr char k_max[] = "max";
-constexpr char k_min[] = "min";
 
 // max.dim / min.dim: meta precomputes the wrapped dim that impl takes.
 template <class Base>
@@ -131,7 +119,7 @@ at::Tensor count_nonzero(const at::Tensor& self, at::IntArrayRef dims) {
   }
   auto result = at::native::create_reduction_result(self, dims, false, at::kLong);
   auto iter = at::native::make_reduction("count_nonzero", result, self, dims, false, self.scalar_type(), at::kLong);
-  reduce(iter, "count_nonzero");
+  reduce(iter, OXIDE_REDUCE_COUNT_NONZERO);
   return result;
 }
 
@@ -171,7 +159,7 @@ struct structured_sum_out : at::native::structured_sum_out {
     if (iter.numel() == 0) {
       result.zero_();
     } else {
-      reduce(iter, "sum");
+      reduce(iter, OXIDE_REDUCE_SUM);
     }
   }
 };
@@ -183,7 +171,7 @@ struct structured_mean_out : at::native::structured_mean_out {
     if (iter.numel() == 0) {
       result.fill_(std::numeric_limits<double>::quiet_NaN());
     } else {
-      reduce(iter, "mean");
+      reduce(iter, OXIDE_REDUCE_MEAN);
     }
   }
 };
@@ -195,7 +183,7 @@ struct structured_prod_out : at::native::structured_prod_out {
     if (iter.numel() == 0) {
       result.fill_(1);
     } else {
-      reduce(iter, "prod");
+      reduce(iter, OXIDE_REDUCE_PROD);
     }
   }
 };
@@ -208,7 +196,7 @@ at::Tensor prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   if (iter.numel() == 0) {
     result.fill_(1);
   } else {
-    reduce(iter, "prod");
+    reduce(iter, OXIDE_REDUCE_PROD);
   }
   return result;
 }
@@ -216,20 +204,20 @@ at::Tensor prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
 } // namespace oxide
 
 namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(sum_stub, &::oxide::reduce_stub<::oxide::k_sum>)
-REGISTER_PRIVATEUSE1_DISPATCH(nansum_stub, &::oxide::reduce_stub<::oxide::k_nansum>)
-REGISTER_PRIVATEUSE1_DISPATCH(prod_stub, &::oxide::reduce_stub<::oxide::k_prod>)
-REGISTER_PRIVATEUSE1_DISPATCH(mean_stub, &::oxide::reduce_stub<::oxide::k_mean>)
-REGISTER_PRIVATEUSE1_DISPATCH(and_stub, &::oxide::reduce_stub<::oxide::k_and>)
-REGISTER_PRIVATEUSE1_DISPATCH(or_stub, &::oxide::reduce_stub<::oxide::k_or>)
-REGISTER_PRIVATEUSE1_DISPATCH(max_values_stub, &::oxide::reduce_stub<::oxide::k_max_values>)
-REGISTER_PRIVATEUSE1_DISPATCH(min_values_stub, &::oxide::reduce_stub<::oxide::k_min_values>)
-REGISTER_PRIVATEUSE1_DISPATCH(argmax_stub, &::oxide::reduce_stub<::oxide::k_argmax>)
-REGISTER_PRIVATEUSE1_DISPATCH(argmin_stub, &::oxide::reduce_stub<::oxide::k_argmin>)
+REGISTER_PRIVATEUSE1_DISPATCH(sum_stub, &::oxide::reduce_stub<OXIDE_REDUCE_SUM>)
+REGISTER_PRIVATEUSE1_DISPATCH(nansum_stub, &::oxide::reduce_stub<OXIDE_REDUCE_NANSUM>)
+REGISTER_PRIVATEUSE1_DISPATCH(prod_stub, &::oxide::reduce_stub<OXIDE_REDUCE_PROD>)
+REGISTER_PRIVATEUSE1_DISPATCH(mean_stub, &::oxide::reduce_stub<OXIDE_REDUCE_MEAN>)
+REGISTER_PRIVATEUSE1_DISPATCH(and_stub, &::oxide::reduce_stub<OXIDE_REDUCE_ALL>)
+REGISTER_PRIVATEUSE1_DISPATCH(or_stub, &::oxide::reduce_stub<OXIDE_REDUCE_ANY>)
+REGISTER_PRIVATEUSE1_DISPATCH(max_values_stub, &::oxide::reduce_stub<OXIDE_REDUCE_AMAX>)
+REGISTER_PRIVATEUSE1_DISPATCH(min_values_stub, &::oxide::reduce_stub<OXIDE_REDUCE_AMIN>)
+REGISTER_PRIVATEUSE1_DISPATCH(argmax_stub, &::oxide::reduce_stub<OXIDE_REDUCE_ARGMAX>)
+REGISTER_PRIVATEUSE1_DISPATCH(argmin_stub, &::oxide::reduce_stub<OXIDE_REDUCE_ARGMIN>)
 REGISTER_PRIVATEUSE1_DISPATCH(std_var_stub, &::oxide::std_var)
 REGISTER_PRIVATEUSE1_DISPATCH(norm_stub, &::oxide::norm)
-REGISTER_PRIVATEUSE1_DISPATCH(max_stub, &::oxide::minmax_dim<::oxide::k_max>)
-REGISTER_PRIVATEUSE1_DISPATCH(min_stub, &::oxide::minmax_dim<::oxide::k_min>)
+REGISTER_PRIVATEUSE1_DISPATCH(max_stub, &::oxide::minmax_dim<OXIDE_REDUCE_MAX>)
+REGISTER_PRIVATEUSE1_DISPATCH(min_stub, &::oxide::minmax_dim<OXIDE_REDUCE_MIN>)
 REGISTER_PRIVATEUSE1_DISPATCH(aminmax_stub, &::oxide::aminmax_dim)
 REGISTER_PRIVATEUSE1_DISPATCH(max_all_stub, &::oxide::max_all)
 REGISTER_PRIVATEUSE1_DISPATCH(min_all_stub, &::oxide::min_all)

@@ -34,18 +34,18 @@ void scan(int32_t op, const at::Tensor& out, const at::Tensor& self, int64_t dim
 // the input would read results. CPU refuses it; the same tensor (in place) is fine.
 void cumsum_kernel(const at::Tensor& result, const at::Tensor& self, int64_t dim) {
   at::assert_no_partial_overlap(result, self);
-  scan(0, result, self, dim, nullptr);
+  scan(OXIDE_SCAN_CUMSUM, result, self, dim, nullptr);
 }
 void cumprod_kernel(const at::Tensor& result, const at::Tensor& self, int64_t dim) {
   at::assert_no_partial_overlap(result, self);
-  scan(1, result, self, dim, nullptr);
+  scan(OXIDE_SCAN_CUMPROD, result, self, dim, nullptr);
 }
 
 void cummax_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
-  scan(2, values, self, dim, &indices);
+  scan(OXIDE_SCAN_CUMMAX, values, self, dim, &indices);
 }
 void cummin_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
-  scan(3, values, self, dim, &indices);
+  scan(OXIDE_SCAN_CUMMIN, values, self, dim, &indices);
 }
 
 } // namespace

@@ -3,20 +3,69 @@
 
 use super::*;
 
-/// Runs reduction stub `name` (`sum`, `mean`, `prod`, `max_values`, `argmax`,
-/// `std_var`, `norm`, ... see `oxide_kernels::ops::reduce::reduce::ReduceOp::lookup`, with
-/// scalar arguments `a`, `b`) over the reduction iterator `iter`, on `on`.
+// Reduction ids of [`oxide_reduce`], one per PyTorch reduction (`ReduceOp`'s variants).
+pub const OXIDE_REDUCE_SUM: i32 = 0;
+pub const OXIDE_REDUCE_NANSUM: i32 = 1;
+pub const OXIDE_REDUCE_PROD: i32 = 2;
+pub const OXIDE_REDUCE_MEAN: i32 = 3;
+pub const OXIDE_REDUCE_AMAX: i32 = 4;
+pub const OXIDE_REDUCE_AMIN: i32 = 5;
+pub const OXIDE_REDUCE_ALL: i32 = 6;
+pub const OXIDE_REDUCE_ANY: i32 = 7;
+pub const OXIDE_REDUCE_ARGMAX: i32 = 8;
+pub const OXIDE_REDUCE_ARGMIN: i32 = 9;
+pub const OXIDE_REDUCE_MAX: i32 = 10;
+pub const OXIDE_REDUCE_MIN: i32 = 11;
+pub const OXIDE_REDUCE_STD_VAR: i32 = 12;
+pub const OXIDE_REDUCE_NORM: i32 = 13;
+pub const OXIDE_REDUCE_COUNT_NONZERO: i32 = 14;
+
+/// One reduction: its id (an `OXIDE_REDUCE_*`) and the scalars the
+/// parameterised ones take (`std_var`: `correction`, `take_sqrt`; `norm`: `p`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OxideReduction {
+    pub op: i32,
+    pub correction: f64,
+    pub take_sqrt: bool,
+    pub p: f64,
+}
+
+impl OxideReduction {
+    fn op(&self) -> Result<oxide_kernels::ops::reduce::reduce::ReduceOp, AbiError> {
+        use oxide_kernels::ops::reduce::reduce::ReduceOp as R;
+        Ok(match self.op {
+            OXIDE_REDUCE_SUM => R::Sum,
+            OXIDE_REDUCE_NANSUM => R::NanSum,
+            OXIDE_REDUCE_PROD => R::Prod,
+            OXIDE_REDUCE_MEAN => R::Mean,
+            OXIDE_REDUCE_AMAX => R::Amax,
+            OXIDE_REDUCE_AMIN => R::Amin,
+            OXIDE_REDUCE_ALL => R::All,
+            OXIDE_REDUCE_ANY => R::Any,
+            OXIDE_REDUCE_ARGMAX => R::ArgMax,
+            OXIDE_REDUCE_ARGMIN => R::ArgMin,
+            OXIDE_REDUCE_MAX => R::Max,
+            OXIDE_REDUCE_MIN => R::Min,
+            OXIDE_REDUCE_STD_VAR => R::StdVar { correction: self.correction, take_sqrt: self.take_sqrt },
+            OXIDE_REDUCE_NORM => R::Norm { p: self.p },
+            OXIDE_REDUCE_COUNT_NONZERO => R::CountNonzero,
+            k => return Err(AbiError::Invalid(format!("unknown reduction id {k}"))),
+        })
+    }
+}
+
+/// Runs `reduction` over the reduction iterator `iter` (outputs first, then
+/// the input), on `on`.
 ///
 /// # Safety
-/// `iter` is a valid [`OxideIter`] (see [`tensor_iter`]); `name` is NUL-terminated.
+/// `iter` is a valid [`OxideIter`] (see [`tensor_iter`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_reduce(on: OxideLaunch, name: *const c_char, a: f64, b: f64, iter: *const OxideIter) -> i32 {
+pub unsafe extern "C" fn oxide_reduce(on: OxideLaunch, reduction: OxideReduction, iter: *const OxideIter) -> i32 {
     ffi(|| {
+        let op = reduction.op()?;
         // SAFETY: the function's contract.
-        let name = unsafe { CStr::from_ptr(name) }.to_str().unwrap_or("");
-        let op = oxide_kernels::ops::reduce::reduce::ReduceOp::lookup(name, a, b).ok_or_else(|| AbiError::Invalid(format!("unknown reduction {name}")))?;
-        // SAFETY: the function's contract.
-        let it = unsafe { tensor_iter("reduce", &*iter, &on) }?;
+        let it = unsafe { tensor_iter(op.name(), &*iter, &on) }?;
         launch(&on, || {
             // SAFETY: `tensor_iter` checked that every operand the iterator addresses is device memory.
             unsafe { oxide_kernels::ops::reduce::reduce::reduce(op, &it) }
@@ -24,7 +73,13 @@ pub unsafe extern "C" fn oxide_reduce(on: OxideLaunch, name: *const c_char, a: f
     })
 }
 
-/// Cumulative op `op` (0 cumsum, 1 cumprod, 2 cummax, 3 cummin) along `dim`
+// Scan ids of [`oxide_scan`].
+pub const OXIDE_SCAN_CUMSUM: i32 = 0;
+pub const OXIDE_SCAN_CUMPROD: i32 = 1;
+pub const OXIDE_SCAN_CUMMAX: i32 = 2;
+pub const OXIDE_SCAN_CUMMIN: i32 = 3;
+
+/// Cumulative op `op` (an `OXIDE_SCAN_*`) along `dim`
 /// of `input` into `out` (same sizes; its own dtype) and, for cummax/cummin,
 /// `indices` (int64, same sizes; absent otherwise).
 ///
@@ -35,10 +90,10 @@ pub unsafe extern "C" fn oxide_scan(on: OxideLaunch, op: i32, dim: usize, out: O
     use oxide_kernels::ops::reduce::scan::{scan, ScanOp, View};
     ffi(|| {
         let op = match op {
-            0 => ScanOp::CumSum,
-            1 => ScanOp::CumProd,
-            2 => ScanOp::CumMax,
-            3 => ScanOp::CumMin,
+            OXIDE_SCAN_CUMSUM => ScanOp::CumSum,
+            OXIDE_SCAN_CUMPROD => ScanOp::CumProd,
+            OXIDE_SCAN_CUMMAX => ScanOp::CumMax,
+            OXIDE_SCAN_CUMMIN => ScanOp::CumMin,
             k => return Err(AbiError::Invalid(format!("unknown scan op {k}"))),
         };
         // SAFETY: the function's contract.

@@ -23,7 +23,7 @@ use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::engine::iter::{map, TensorIter};
 use crate::engine::math::{Float, Num};
-use crate::ops::elementwise::pointwise::{family, Ctx};
+use crate::ops::elementwise::pointwise::{family, Ctx, PointwiseOp};
 use crate::ops::reduce::reduce::{run_reducer, Reducer, ReduceOp};
 use crate::ops::reduce::reducers::Norm;
 
@@ -487,7 +487,7 @@ family! {
     lerp_tensor = |x, s, c| x[0].lerp(x[1], x[2]);
 }
 
-/// A complex op, found by the name of the pointwise op it implements.
+/// A complex op: the complex kernel of the pointwise op of the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ComplexOp {
     Unary(ComplexUnary),
@@ -497,22 +497,39 @@ enum ComplexOp {
 }
 
 impl ComplexOp {
-    fn lookup(name: &str) -> Option<ComplexOp> {
-        let name = name.trim_start_matches("r#");
-        let same = |n: &str| n.trim_start_matches("r#") == name;
-        ComplexUnary::ALL.iter().find(|o| same(o.name())).map(|&o| ComplexOp::Unary(o))
-            .or_else(|| ComplexBinary::ALL.iter().find(|o| same(o.name())).map(|&o| ComplexOp::Binary(o)))
-            .or_else(|| ComplexCompare::ALL.iter().find(|o| same(o.name())).map(|&o| ComplexOp::Compare(o)))
-            .or_else(|| ComplexTernary::ALL.iter().find(|o| same(o.name())).map(|&o| ComplexOp::Ternary(o)))
+    /// Every complex op.
+    fn all() -> impl Iterator<Item = ComplexOp> {
+        let unary = ComplexUnary::ALL.iter().map(|&o| ComplexOp::Unary(o));
+        let binary = ComplexBinary::ALL.iter().map(|&o| ComplexOp::Binary(o));
+        let compare = ComplexCompare::ALL.iter().map(|&o| ComplexOp::Compare(o));
+        unary.chain(binary).chain(compare).chain(ComplexTernary::ALL.iter().map(|&o| ComplexOp::Ternary(o)))
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ComplexOp::Unary(o) => o.name(),
+            ComplexOp::Binary(o) => o.name(),
+            ComplexOp::Compare(o) => o.name(),
+            ComplexOp::Ternary(o) => o.name(),
+        }
+    }
+
+    /// The complex kernel of `op`, if it has one. The table pairs the two op
+    /// lists by name once; a test checks that every complex op names a
+    /// pointwise op, so a misspelt complex op cannot go unused.
+    fn of(op: PointwiseOp) -> Option<ComplexOp> {
+        static TABLE: std::sync::OnceLock<Vec<(PointwiseOp, ComplexOp)>> = std::sync::OnceLock::new();
+        let table = TABLE.get_or_init(|| ComplexOp::all().filter_map(|c| PointwiseOp::lookup(c.name().trim_start_matches("r#")).map(|p| (p, c))).collect());
+        table.iter().find(|(p, _)| *p == op).map(|&(_, c)| c)
     }
 }
 
-/// Whether the pointwise op named `name` has a complex kernel.
-pub fn supports(name: &str) -> bool {
-    ComplexOp::lookup(name).is_some()
+/// Whether pointwise op `op` has a complex kernel.
+pub fn supports(op: PointwiseOp) -> bool {
+    ComplexOp::of(op).is_some()
 }
 
-/// Runs the complex kernel of pointwise op `name` over `it`, computing in
+/// Runs the complex kernel of pointwise op `op` over `it`, computing in
 /// `compute` (complex64 or complex128); scalars come from `ctx` (`f` real
 /// parts, `im` imaginary parts).
 ///
@@ -521,9 +538,9 @@ pub fn supports(name: &str) -> bool {
 ///
 /// # Safety
 /// As [`map`].
-pub unsafe fn run_pointwise(name: &'static str, it: &TensorIter, compute: DType, ctx: &Ctx) -> Result<()> {
-    let unsupported = Error::UnsupportedDtype { op: name, dtype: compute };
-    let op = ComplexOp::lookup(name).ok_or(unsupported.clone())?;
+pub unsafe fn run_pointwise(op: PointwiseOp, it: &TensorIter, compute: DType, ctx: &Ctx) -> Result<()> {
+    let unsupported = Error::UnsupportedDtype { op: op.name(), dtype: compute };
+    let op = ComplexOp::of(op).ok_or(unsupported.clone())?;
     macro_rules! by_type {
         ($o:expr) => {
             match compute {
@@ -711,6 +728,14 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
 mod tests {
     use super::*;
     use crate::engine::iter::Operand;
+
+    #[test]
+    fn every_complex_op_is_the_kernel_of_one_pointwise_op() {
+        for c in ComplexOp::all() {
+            let p = PointwiseOp::lookup(c.name().trim_start_matches("r#")).unwrap_or_else(|| panic!("complex op {} names no pointwise op", c.name()));
+            assert_eq!(ComplexOp::of(p), Some(c));
+        }
+    }
     use crate::ops::elementwise::pointwise::PointwiseOp;
 
     type C = Complex<f64>;
@@ -946,7 +971,7 @@ mod tests {
         let want = SAMPLES.iter().fold(C::new(1.0, 0.0), |s, &v| s * v);
         assert!(close(out[0], want, 1e-14));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let err = unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::MaxValues, &it) }.unwrap_err();
+        let err = unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Amax, &it) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
         // Vector norms of the moduli into a real output.
         for p in [2.0, 1.0, f64::INFINITY, 0.0, 3.0] {

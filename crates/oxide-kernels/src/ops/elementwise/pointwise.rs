@@ -563,7 +563,7 @@ impl PointwiseOp {
         let compute = common.unwrap_or_else(|| self.default_compute(it));
         if matches!(compute, DType::C64 | DType::C128) {
             // SAFETY: forwarded contract.
-            return unsafe { crate::ops::elementwise::complex::run_pointwise(self.name(), it, compute, ctx) };
+            return unsafe { crate::ops::elementwise::complex::run_pointwise(self, it, compute, ctx) };
         }
         let op = self.name();
         let unsupported = || Error::UnsupportedDtype { op, dtype: compute };

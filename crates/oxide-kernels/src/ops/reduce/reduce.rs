@@ -30,23 +30,28 @@ use crate::engine::iter::{for_each_range, load, store, tasks_for, Operand, Tenso
 
 use super::reducers::{ArgExtremum, CountNonzero, Extremum, Logical, Norm, Prod, Sum, Welford};
 
-/// What to compute; names are PyTorch's reduction stubs without `_stub`.
+/// What to compute, one variant per PyTorch reduction (its op name, see
+/// [`ReduceOp::name`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ReduceOp {
     Sum,
     NanSum,
     Prod,
     Mean,
-    MaxValues,
-    MinValues,
-    And,
-    Or,
+    /// `amax` (PyTorch's `max_values_stub`), also `max()` of a whole tensor.
+    Amax,
+    /// `amin` (`min_values_stub`).
+    Amin,
+    /// `all` (`and_stub`).
+    All,
+    /// `any` (`or_stub`).
+    Any,
     ArgMax,
     ArgMin,
     /// `max.dim`: values (output 0) and first indices (output 1).
-    MaxWithIndices,
+    Max,
     /// `min.dim`: values (output 0) and first indices (output 1).
-    MinWithIndices,
+    Min,
     /// Welford variance with `correction`; `take_sqrt` gives the standard
     /// deviation. A second output, when present, receives the mean.
     StdVar { correction: f64, take_sqrt: bool },
@@ -57,43 +62,21 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    /// The op for a stub name and its scalar argument(s) (`std_var` takes
-    /// (correction, take_sqrt != 0), `norm` takes p).
-    pub fn lookup(name: &str, a: f64, b: f64) -> Option<ReduceOp> {
-        Some(match name {
-            "sum" => ReduceOp::Sum,
-            "nansum" => ReduceOp::NanSum,
-            "prod" => ReduceOp::Prod,
-            "mean" => ReduceOp::Mean,
-            "max_values" => ReduceOp::MaxValues,
-            "min_values" => ReduceOp::MinValues,
-            "and" => ReduceOp::And,
-            "or" => ReduceOp::Or,
-            "argmax" => ReduceOp::ArgMax,
-            "argmin" => ReduceOp::ArgMin,
-            "max" => ReduceOp::MaxWithIndices,
-            "min" => ReduceOp::MinWithIndices,
-            "std_var" => ReduceOp::StdVar { correction: a, take_sqrt: b != 0.0 },
-            "norm" => ReduceOp::Norm { p: a },
-            "count_nonzero" => ReduceOp::CountNonzero,
-            _ => return None,
-        })
-    }
-
-    pub(crate) fn name(self) -> &'static str {
+    /// PyTorch's name for the op (error messages).
+    pub fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
             ReduceOp::NanSum => "nansum",
             ReduceOp::Prod => "prod",
             ReduceOp::Mean => "mean",
-            ReduceOp::MaxValues => "amax",
-            ReduceOp::MinValues => "amin",
-            ReduceOp::And => "all",
-            ReduceOp::Or => "any",
+            ReduceOp::Amax => "amax",
+            ReduceOp::Amin => "amin",
+            ReduceOp::All => "all",
+            ReduceOp::Any => "any",
             ReduceOp::ArgMax => "argmax",
             ReduceOp::ArgMin => "argmin",
-            ReduceOp::MaxWithIndices => "max",
-            ReduceOp::MinWithIndices => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
             ReduceOp::StdVar { .. } => "std_var",
             ReduceOp::Norm { .. } => "norm",
             ReduceOp::CountNonzero => "count_nonzero",
@@ -500,18 +483,18 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
                 by_acc!(out_dt, |A| run_reducer(&Sum::<A> { mean: op == ReduceOp::Mean, skip_nan: op == ReduceOp::NanSum, _a: P }, it))
             }
             ReduceOp::Prod => by_acc!(out_dt, |A| run_reducer(&Prod::<A>(P), it)),
-            ReduceOp::MaxValues | ReduceOp::MinValues => {
-                let max = op == ReduceOp::MaxValues;
+            ReduceOp::Amax | ReduceOp::Amin => {
+                let max = op == ReduceOp::Amax;
                 if in_dt == DType::U64 {
                     run_reducer(&Extremum::<u64> { max, _a: P }, it)
                 } else {
                     by_acc!(in_dt, |A| run_reducer(&Extremum::<A> { max, _a: P }, it))
                 }
             }
-            ReduceOp::And | ReduceOp::Or => run_reducer(&Logical { all: op == ReduceOp::And }, it),
-            ReduceOp::ArgMax | ReduceOp::ArgMin | ReduceOp::MaxWithIndices | ReduceOp::MinWithIndices => {
-                let max = matches!(op, ReduceOp::ArgMax | ReduceOp::MaxWithIndices);
-                let with_values = matches!(op, ReduceOp::MaxWithIndices | ReduceOp::MinWithIndices);
+            ReduceOp::All | ReduceOp::Any => run_reducer(&Logical { all: op == ReduceOp::All }, it),
+            ReduceOp::ArgMax | ReduceOp::ArgMin | ReduceOp::Max | ReduceOp::Min => {
+                let max = matches!(op, ReduceOp::ArgMax | ReduceOp::Max);
+                let with_values = matches!(op, ReduceOp::Max | ReduceOp::Min);
                 if in_dt == DType::Bool {
                     run_reducer(&ArgExtremum::<bool> { max, with_values, _a: P }, it)
                 } else {
@@ -586,7 +569,7 @@ mod tests {
         x[n - 2] = 100.0;
         let mut out = [0f32];
         let mut idx = [0i64];
-        for (op, want) in [(ReduceOp::Sum, x.iter().map(|&v| v as f64).sum::<f64>()), (ReduceOp::MaxValues, 100.0)] {
+        for (op, want) in [(ReduceOp::Sum, x.iter().map(|&v| v as f64).sum::<f64>()), (ReduceOp::Amax, 100.0)] {
             let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { reduce(op, &it) }.unwrap();
@@ -608,18 +591,18 @@ mod tests {
         let n: Vec<f32> = reduce_2d(ReduceOp::Norm { p: 2.0 }, &mut x, 2, 3, 0, 1);
         assert!((n[0] - 10f32.sqrt()).abs() < 1e-6);
         let mut long: Vec<f32> = (0..1000).map(|i| (i % 37) as f32).collect();
-        let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut long, 1, 1000, 1, 1);
+        let m: Vec<f32> = reduce_2d(ReduceOp::Amax, &mut long, 1, 1000, 1, 1);
         assert_eq!(m[0], 36.0);
         long[517] = f32::NAN;
-        let m: Vec<f32> = reduce_2d(ReduceOp::MinValues, &mut long, 1, 1000, 1, 1);
+        let m: Vec<f32> = reduce_2d(ReduceOp::Amin, &mut long, 1, 1000, 1, 1);
         assert!(m[0].is_nan());
         // The extremum in the tail after the 32-lane blocks, and in a lane.
         long[517] = 5.0;
         long[999] = -1.0;
-        let m: Vec<f32> = reduce_2d(ReduceOp::MinValues, &mut long, 1, 1000, 1, 1);
+        let m: Vec<f32> = reduce_2d(ReduceOp::Amin, &mut long, 1, 1000, 1, 1);
         assert_eq!(m[0], -1.0);
         long[40] = 99.0;
-        let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut long, 1, 1000, 1, 1);
+        let m: Vec<f32> = reduce_2d(ReduceOp::Amax, &mut long, 1, 1000, 1, 1);
         assert_eq!(m[0], 99.0);
         // nansum along dimension 0 (the four-row outer fold) skips NaN in any row.
         let mut grid: Vec<f32> = (0..9 * 5).map(|i| if i % 7 == 0 { f32::NAN } else { i as f32 }).collect();
@@ -629,7 +612,7 @@ mod tests {
             assert_eq!(s[c], want, "nansum col {c}");
         }
         let mut nan = vec![1.0f32, f32::NAN, 3.0];
-        let m: Vec<f32> = reduce_2d(ReduceOp::MaxValues, &mut nan, 1, 3, 1, 1);
+        let m: Vec<f32> = reduce_2d(ReduceOp::Amax, &mut nan, 1, 3, 1, 1);
         assert!(m[0].is_nan());
     }
 
