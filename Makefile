@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format cargo-test pytest conformance bench-ops bench-models clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -25,8 +25,10 @@ $(DEPS_STAMP): requirements.txt
 deps: $(DEPS_STAMP)
 
 # The formatters: rustfmt (rustfmt.toml), ruff (pyproject.toml) and clang-format
-# (.clang-format), pinned in requirements-lint.txt. A `make lint` target that checks the
-# same and runs before `make test` in .ci/run comes with the tree-wide format commit.
+# (.clang-format), pinned in requirements-lint.txt. `make format` rewrites the tree;
+# `make lint` (run by .ci/run before `make test`) checks that nothing is left to
+# rewrite, runs clippy (the workspace's [workspace.lints], warnings are errors) and
+# ruff's lints. The glue's -Wall is checked by the build itself (OXIDE_WERROR=1 in CI).
 LINT_STAMP := $(VENV)/.lint-stamp
 PY_DIRS := python tests benchmarks examples conformance
 CXX_SOURCES = $(shell find csrc -name '*.cpp' -o -name '*.h' | sort)
@@ -41,6 +43,13 @@ format: $(LINT_STAMP)
 	$(VENV)/bin/ruff check --fix $(PY_DIRS)
 	$(VENV)/bin/ruff format $(PY_DIRS)
 	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
+
+lint: $(LINT_STAMP) $(DEPS_STAMP)
+	cargo fmt --all --check
+	OXIDE_SKIP_GLUE=1 cargo clippy --workspace --all-targets --quiet -- -D warnings
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
+	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
 
 build: $(DEPS_STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet

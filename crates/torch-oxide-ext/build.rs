@@ -85,12 +85,19 @@ fn main() {
         .include(&out)
         .define("_GLIBCXX_USE_CXX11_ABI", abi)
         .flag("-fvisibility=hidden")
+        // -Wall for our files; torch's headers are system headers (-isystem below), so
+        // their warnings stay theirs. OXIDE_WERROR=1 (CI) turns ours into errors.
         .warnings(false)
+        .flag("-Wall")
         .opt_level(2)
         .debug(false)
         .cargo_metadata(false);
     for inc in includes.split('\x1f').filter(|s| !s.is_empty()) {
-        build.include(inc);
+        build.flag("-isystem").flag(inc);
+    }
+    println!("cargo:rerun-if-env-changed=OXIDE_WERROR");
+    if std::env::var("OXIDE_WERROR").is_ok_and(|v| v == "1") {
+        build.flag("-Werror");
     }
     build.compile("oxide_glue");
 
