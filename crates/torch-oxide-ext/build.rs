@@ -85,10 +85,11 @@ fn main() {
         .include(&out)
         .define("_GLIBCXX_USE_CXX11_ABI", abi)
         .flag("-fvisibility=hidden")
-        // -Wall for our files; torch's headers are system headers (-isystem below), so
-        // their warnings stay theirs. OXIDE_WERROR=1 (CI) turns ours into errors.
-        .warnings(false)
-        .flag("-Wall")
+        // -Wall (not -Wextra) for our files; torch's headers are system headers
+        // (-isystem below), so their warnings stay theirs. OXIDE_WERROR=1 (CI) turns
+        // ours into errors.
+        .warnings(true)
+        .extra_warnings(false)
         .opt_level(2)
         .debug(false)
         .cargo_metadata(false);

@@ -232,11 +232,11 @@ at::Tensor& index_fill_tensor(at::Tensor& self, int64_t dim, const at::Tensor& i
 // ---- scatter with reductions, masked_scatter_: PyTorch's operators over stubs ----
 
 using at::native::ReductionType;
-static_assert(static_cast<int>(ReductionType::MAX) == OXIDE_REDUCE_MAX);
-static_assert(static_cast<int>(ReductionType::MEAN) == OXIDE_REDUCE_MEAN);
-static_assert(static_cast<int>(ReductionType::MIN) == OXIDE_REDUCE_MIN);
-static_assert(static_cast<int>(ReductionType::SUM) == OXIDE_REDUCE_SUM);
-static_assert(static_cast<int>(ReductionType::PROD) == OXIDE_REDUCE_PROD);
+static_assert(static_cast<int>(ReductionType::MAX) == OXIDE_SCATTER_REDUCE_MAX);
+static_assert(static_cast<int>(ReductionType::MEAN) == OXIDE_SCATTER_REDUCE_MEAN);
+static_assert(static_cast<int>(ReductionType::MIN) == OXIDE_SCATTER_REDUCE_MIN);
+static_assert(static_cast<int>(ReductionType::SUM) == OXIDE_SCATTER_REDUCE_SUM);
+static_assert(static_cast<int>(ReductionType::PROD) == OXIDE_SCATTER_REDUCE_PROD);
 
 // The scatter stubs: `self` already holds the result's starting values (PyTorch's
 // impl copied the input and, for include_self=False, filled the touched slots).

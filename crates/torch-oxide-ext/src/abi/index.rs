@@ -45,7 +45,7 @@ pub unsafe extern "C" fn oxide_index(
     })
 }
 
-/// Scatter with reduction `reduce` (an `OXIDE_REDUCE_*`) along `dim`: for
+/// Scatter with reduction `reduce` (an `OXIDE_SCATTER_REDUCE_*`) along `dim`: for
 /// every position of `index` (int64 or int32), the element of `out` at that
 /// position with coordinate `dim` replaced by the index is combined with the
 /// element of `src` at that position (see
@@ -61,11 +61,11 @@ pub unsafe extern "C" fn oxide_scatter_reduce(on: OxideLaunch, reduce: i32, dim:
     ffi(|| {
         const OP: &str = "scatter_reduce";
         let reduce = match reduce {
-            OXIDE_REDUCE_MAX => ScatterReduce::Amax,
-            OXIDE_REDUCE_MEAN => ScatterReduce::Mean,
-            OXIDE_REDUCE_MIN => ScatterReduce::Amin,
-            OXIDE_REDUCE_SUM => ScatterReduce::Sum,
-            OXIDE_REDUCE_PROD => ScatterReduce::Prod,
+            OXIDE_SCATTER_REDUCE_MAX => ScatterReduce::Amax,
+            OXIDE_SCATTER_REDUCE_MEAN => ScatterReduce::Mean,
+            OXIDE_SCATTER_REDUCE_MIN => ScatterReduce::Amin,
+            OXIDE_SCATTER_REDUCE_SUM => ScatterReduce::Sum,
+            OXIDE_SCATTER_REDUCE_PROD => ScatterReduce::Prod,
             r => return Err(AbiError::Invalid(format!("unknown scatter reduction {r}"))),
         };
         // SAFETY: the function's contract.
@@ -123,13 +123,9 @@ pub unsafe extern "C" fn oxide_masked_scatter(on: OxideLaunch, iter: *const Oxid
     })
 }
 
-/// Reductions of [`oxide_scatter_reduce`] (values of PyTorch's `ReductionType`).
-pub const OXIDE_REDUCE_MAX: i32 = 0;
-
-pub const OXIDE_REDUCE_MEAN: i32 = 1;
-
-pub const OXIDE_REDUCE_MIN: i32 = 2;
-
-pub const OXIDE_REDUCE_SUM: i32 = 3;
-
-pub const OXIDE_REDUCE_PROD: i32 = 4;
+// Reductions of [`oxide_scatter_reduce`] (values of PyTorch's `ReductionType`).
+pub const OXIDE_SCATTER_REDUCE_MAX: i32 = 0;
+pub const OXIDE_SCATTER_REDUCE_MEAN: i32 = 1;
+pub const OXIDE_SCATTER_REDUCE_MIN: i32 = 2;
+pub const OXIDE_SCATTER_REDUCE_SUM: i32 = 3;
+pub const OXIDE_SCATTER_REDUCE_PROD: i32 = 4;
