@@ -539,7 +539,7 @@ pub unsafe extern "C" fn oxide_max_pool_backward(on: OxideLaunch, grad_input: Ox
         flat(OP, &indices, planes * out_plane)?;
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the counts passed.
-            unsafe { oxide_kernels::ops::nn::pool::max_pool_backward(dt, planes, in_plane, out_plane, grad_output.src(), indices.src() as *const i64, grad_input.dst(), on.threads()) }
+            unsafe { oxide_kernels::ops::nn::pool::max_pool_backward(dt, oxide_kernels::ops::nn::pool::Planes { count: planes, in_plane, out_plane }, grad_output.src(), indices.src() as *const i64, grad_input.dst(), on.threads()) }
         })
     })
 }

@@ -137,6 +137,7 @@ const REORIENT_MIN_DEPTH_RATIO: usize = 8;
 /// the `gemm` crate, single-threaded (the caller's [`schedule`] splits work over threads).
 /// `gemm::gemm` computes `dst = alpha' * dst + beta' * lhs @ rhs`, reading dst only when
 /// asked, so our (alpha, beta) are its (beta', alpha') and dst is read only for `beta != 0`.
+// The BLAS parameter list (block, k, alpha, A, B, beta, C) of `gemm`, per scheduled block.
 #[allow(clippy::too_many_arguments)]
 unsafe fn packed<T: Scalar>(i: usize, rows: Range<usize>, cols: Range<usize>, k: usize, alpha: T, a: Matrix, b: Matrix, beta: T, c: Matrix) {
     let (m, n) = (rows.len(), cols.len());
@@ -173,6 +174,7 @@ impl<T: 'static + Copy + PartialEq + Default + std::ops::Add<Output = T> + std::
 /// `D (m x n) = A @ B` with A copied m-contiguous (unless it already is), which reads
 /// B along its contiguous columns; D is then added into C. The copies cost
 /// `m * k + m * n` element moves against `m * n * k` multiply-adds.
+// BLAS-style raw operands (pointer, strides) of one block, as `gemm::gemm` takes them.
 #[allow(clippy::too_many_arguments)]
 unsafe fn reoriented<T: Scalar>(m: usize, n: usize, k: usize, alpha: T, (ap, ars, acs): (*const T, isize, isize), (bp, ldb): (*const T, isize), beta: T, (cp, ldc): (*mut T, isize)) {
     // SAFETY: the caller's contract; every offset stays within the operands.
