@@ -135,7 +135,7 @@ fn nll_ncs(op: &'static str, input: &Operand) -> Result<(usize, usize, usize), A
         1 => Ok((1, e[0], 1)),
         _ => {
             let (n, c) = (e[0], e[1]);
-            Ok((n, c, if n * c == 0 { 1 } else { input.numel / (n * c) }))
+            Ok((n, c, input.numel.checked_div(n * c).unwrap_or(1)))
         }
     }
 }
@@ -329,7 +329,7 @@ fn batch_shape(op: &'static str, x: &Operand) -> Result<oxide_kernels::ops::nn::
         return Err(AbiError::Invalid(format!("{op}: expected an input of 2 or more dimensions, got sizes {:?}", x.sizes)));
     }
     let (n, c) = (e[0], e[1]);
-    Ok(oxide_kernels::ops::nn::norm::BatchShape { n, c, s: if n * c == 0 { 1 } else { x.numel / (n * c) } })
+    Ok(oxide_kernels::ops::nn::norm::BatchShape { n, c, s: x.numel.checked_div(n * c).unwrap_or(1) })
 }
 
 /// Batch norm forward over the contiguous `x` (`[N, C, ...]`) into `y` (same

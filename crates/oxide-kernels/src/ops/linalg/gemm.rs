@@ -378,7 +378,7 @@ mod tests {
         let mut cc = vec![[0f32; 2]; m * n];
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::C64, s, 1.0, mat(&mut ac, 1, m as isize), mat(&mut bc, n as isize, 1), 0.0, mat(&mut cc, n as isize, 1)).unwrap() };
-        for e in 0..m * n {
+        for (e, got) in cc.iter().enumerate() {
             let (r, q) = (e / n, e % n);
             let (mut re, mut im) = (0.0, 0.0);
             for l in 0..k {
@@ -386,7 +386,7 @@ mod tests {
                 re += x.0 * y.0 - x.1 * y.1;
                 im += x.0 * y.1 + x.1 * y.0;
             }
-            assert!((cc[e][0] as f64 - re).abs() < 1e-4 && (cc[e][1] as f64 - im).abs() < 1e-4, "c64 {e}");
+            assert!((got[0] as f64 - re).abs() < 1e-4 && (got[1] as f64 - im).abs() < 1e-4, "c64 {e}");
         }
     }
 

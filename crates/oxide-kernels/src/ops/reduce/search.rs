@@ -70,6 +70,8 @@ pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, 
 /// # Safety
 /// As [`searchsorted`] (addresses passed as `usize` to cross rayon tasks), with
 /// `T` the element type of `s.dtype` and `s.per_row >= 1`.
+// The negated comparisons are CPU PyTorch's, on purpose: see the module documentation (NaN order).
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
 unsafe fn search_typed<T: Element + PartialOrd>(s: Search, values: usize, boundaries: usize, sorter: usize, out: usize, threads: usize) {
     let Search { nvalues, per_row, len, right, out_dtype, .. } = s;
     let run = |a: usize, b: usize| {

@@ -243,7 +243,7 @@ mod tests {
     }
 
     fn unique<T: Element>(data: &[T], m: usize, sorted: bool, threads: usize) -> Unique {
-        let n = if m == 0 { 0 } else { data.len() / m };
+        let n = data.len().checked_div(m).unwrap_or(0);
         let mut perm = vec![0i64; n];
         if sorted {
             // SAFETY: the pointers address live local buffers sized for the call.

@@ -181,7 +181,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     // schedules sum in the same order, so the results are the same.
     let kv_tasks = d.batch * d.heads_kv;
     let threads = a.threads.max(1);
-    if want_kv && want_q && (kv_tasks % threads == 0 || kv_tasks >= 4 * threads) {
+    if want_kv && want_q && (kv_tasks.is_multiple_of(threads) || kv_tasks >= 4 * threads) {
         let group = d.group();
         let (q_blocks, k_blocks) = (d.len_q.div_ceil(BLOCK_Q), d.len_kv.div_ceil(BLOCK_K));
         for_tasks(kv_tasks, a.threads, |t| {

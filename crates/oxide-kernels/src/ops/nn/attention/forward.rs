@@ -101,7 +101,7 @@ unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
     let mut m_new = vec![C::ZERO; nq];
     // Scores, then probabilities, of the current tile: [nq][kp].
     let mut s = vec![C::ZERO; nq * kp];
-    let mut drop = vec![C::ZERO; BLOCK_K];
+    let mut drop = [C::ZERO; BLOCK_K];
     let kend = key_end(a, i0, nq);
     let mut j0 = 0;
     while j0 < kend {
