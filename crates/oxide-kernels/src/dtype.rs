@@ -200,7 +200,7 @@ fn f64_to_i32_x86(v: f64) -> i32 {
 /// Float -> int64 as [`f64_to_i32_x86`], with `i64::MIN` as the indefinite value.
 #[inline]
 fn f64_to_i64_x86(v: f64) -> i64 {
-    if v >= -9223372036854775808.0 && v < 9223372036854775808.0 { v as i64 } else { i64::MIN }
+    if (-9223372036854775808.0..9223372036854775808.0).contains(&v) { v as i64 } else { i64::MIN }
 }
 
 // Types narrower than 64 bits convert through int32 and keep its low bits, as

@@ -152,13 +152,15 @@ impl TensorIter {
         let mut big_index = vec![0usize; if nd > 16 { nd } else { 0 }];
         let idx: &mut [usize] = if nd > 16 { &mut big_index } else { &mut index[..nd] };
         let mut rem = start;
-        for d in 0..nd {
-            idx[d] = rem % self.shape[d];
-            rem /= self.shape[d];
+        for (i, &extent) in idx.iter_mut().zip(&self.shape) {
+            *i = rem % extent;
+            rem /= extent;
         }
+        // Operand k's offset moves with its strides `strides[k]`.
+        let strides = &self.strides[..n];
         let mut offsets = [0isize; MAX_OPERANDS];
-        for k in 0..n {
-            offsets[k] = (0..nd).map(|d| idx[d] as isize * self.strides[k][d]).sum();
+        for (o, s) in offsets[..n].iter_mut().zip(strides) {
+            *o = (0..nd).map(|d| idx[d] as isize * s[d]).sum();
         }
         let mut pos = start;
         let inner = self.shape[0];
@@ -170,14 +172,14 @@ impl TensorIter {
                 break;
             }
             // Advance to the start of the next row.
-            for k in 0..n {
-                offsets[k] += len as isize * self.strides[k][0];
+            for (o, s) in offsets[..n].iter_mut().zip(strides) {
+                *o += len as isize * s[0];
             }
             idx[0] += len;
             let mut d = 0;
             while idx[d] == self.shape[d] {
-                for k in 0..n {
-                    offsets[k] -= self.shape[d] as isize * self.strides[k][d];
+                for (o, s) in offsets[..n].iter_mut().zip(strides) {
+                    *o -= self.shape[d] as isize * s[d];
                 }
                 idx[d] = 0;
                 d += 1;
@@ -185,8 +187,8 @@ impl TensorIter {
                     return;
                 }
                 idx[d] += 1;
-                for k in 0..n {
-                    offsets[k] += self.strides[k][d];
+                for (o, s) in offsets[..n].iter_mut().zip(strides) {
+                    *o += s[d];
                 }
             }
         }
@@ -270,7 +272,7 @@ pub fn for_each_task(tasks: usize, f: impl Fn(usize) + Sync) {
         0 => {}
         1 => f(0),
         _ if crate::engine::team::in_team() => (0..tasks).for_each(&f),
-        _ if rayon::current_thread_index().is_some() => (0..tasks).into_par_iter().for_each(|t| f(t)),
+        _ if rayon::current_thread_index().is_some() => (0..tasks).into_par_iter().for_each(&f),
         _ if tasks <= crate::engine::team::size() && crate::engine::team::run(tasks, &f) => {}
         _ => {
             let next = std::sync::atomic::AtomicUsize::new(0);
@@ -439,7 +441,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                     let p = unsafe { op.ptr.offset(offs[k + 1] + b as isize * s) };
                     if op.dtype == I::DTYPE && s == std::mem::size_of::<I>() as isize {
                         ins[k] = p as *const I;
-                    } else if s == 0 && filled_from[k] == p as *const u8 && filled_len[k] >= n {
+                    } else if s == 0 && std::ptr::eq(filled_from[k], p) && filled_len[k] >= n {
                         ins[k] = bufs[k].as_ptr();
                     // SAFETY: in-bounds by the iterator's construction.
                     } else if let Err(e) = unsafe {
@@ -467,7 +469,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                     // treats exact aliasing as overlap and would run the scalar loop, so the
                     // aliased input is read from a copy of the block instead (L1-resident).
                     for k in 0..N {
-                        if ins[k] as *const u8 == p as *const u8 && I::DTYPE == O::DTYPE {
+                        if std::ptr::eq(ins[k] as *const u8, p) && I::DTYPE == O::DTYPE {
                             if bufs[k].is_empty() {
                                 bufs[k] = vec![I::from_i64(0); cap];
                             }

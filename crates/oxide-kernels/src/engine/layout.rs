@@ -47,13 +47,13 @@ impl<const N: usize> Layout<N> {
             });
             if mergeable {
                 *shape.last_mut().unwrap() *= n;
-                for k in 0..N {
-                    *strides[k].last_mut().unwrap() = self.strides[k][d];
+                for (merged, own) in strides.iter_mut().zip(&self.strides) {
+                    *merged.last_mut().unwrap() = own[d];
                 }
             } else {
                 shape.push(n);
-                for k in 0..N {
-                    strides[k].push(self.strides[k][d]);
+                for (merged, own) in strides.iter_mut().zip(&self.strides) {
+                    merged.push(own[d]);
                 }
             }
         }
@@ -86,14 +86,14 @@ impl<const N: usize> Layout<N> {
                 }
                 d -= 1;
                 index[d] += 1;
-                for k in 0..N {
-                    offsets[k] += self.strides[k][d];
+                for (o, s) in offsets.iter_mut().zip(&self.strides) {
+                    *o += s[d];
                 }
                 if index[d] < self.shape[d] {
                     break;
                 }
-                for k in 0..N {
-                    offsets[k] -= self.strides[k][d] * self.shape[d] as isize;
+                for (o, s) in offsets.iter_mut().zip(&self.strides) {
+                    *o -= s[d] * self.shape[d] as isize;
                 }
                 index[d] = 0;
             }

@@ -50,10 +50,9 @@ pub trait Num: Element + PartialOrd + Default {
     /// `max` that propagates NaN (`torch.maximum`).
     #[inline(always)]
     fn max_nan(self, o: Self) -> Self {
+        // A NaN `o` fails `self > o` and is returned as it is.
         if self.is_nan() || self > o {
             self
-        } else if o.is_nan() {
-            o
         } else {
             o
         }
@@ -259,8 +258,8 @@ pub trait Float:
     fn nan() -> Self;
     fn from_f64c(v: f64) -> Self;
     /// `self * a + b`: one fused rounding where the target has FMA
-    /// instructions, else a multiply and an add. Rust never contracts `x * y
-    /// + z` by itself, so dense product loops (attention's tiles) call this to
+    /// instructions, else a multiply and an add. Rust never contracts
+    /// `x * y + z` by itself, so dense product loops (attention's tiles) call this to
     /// get FMA throughput; without FMA hardware a fused `mul_add` would be a
     /// slow software call, hence the fallback.
     #[inline(always)]
@@ -303,7 +302,7 @@ impl Float for f32 {
         let n = shifted - MAGIC;
         let r = fma(-n, C2, fma(-n, C1, x));
         let z = r * r;
-        let p = fma(fma(fma(fma(fma(1.987_569_1e-4, r, 1.398_199_9e-3), r, 8.333_452e-3), r, 4.166_579_6e-2), r, 1.666_666_5e-1), r, 5.000_000_1e-1);
+        let p = fma(fma(fma(fma(fma(1.987_569_1e-4, r, 1.398_199_9e-3), r, 8.333_452e-3), r, 4.166_579_6e-2), r, 1.666_666_5e-1), r, 5e-1);
         let y = fma(p, z, r) + 1.0;
         let ni = (shifted.to_bits() as i32) - 0x4B40_0000;
         let n1 = ni >> 1;
@@ -341,7 +340,7 @@ impl Float for f32 {
         let a = self.abs();
         let z = self * self;
         let fma = |a: f32, b: f32, c: f32| a.mul_add_fast(b, c);
-        let poly = fma(fma(fma(fma(-5.704_988_7e-3, z, 2.063_908_9e-2), z, -5.373_971_6e-2), z, 1.333_144_2e-1), z, -3.333_328_2e-1);
+        let poly = fma(fma(fma(fma(-5.704_988_7e-3, z, 2.063_909e-2), z, -5.373_971_6e-2), z, 1.333_144_2e-1), z, -3.333_328e-1);
         let small = fma(poly * z, self, self);
         let e = Float::exp(a + a);
         let large = (1.0 - 2.0 / (e + 1.0)).copysign(self);

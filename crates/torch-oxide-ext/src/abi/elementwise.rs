@@ -125,7 +125,7 @@ pub unsafe extern "C" fn oxide_pointwise(on: OxideLaunch, op: i32, iter: *const 
 /// the others on its counted CPU path.
 #[no_mangle]
 pub extern "C" fn oxide_pointwise_complex_supported(op: i32) -> bool {
-    pointwise_op(op).is_ok_and(|o| oxide_kernels::ops::elementwise::complex::supports(o))
+    pointwise_op(op).is_ok_and(oxide_kernels::ops::elementwise::complex::supports)
 }
 
 /// `arange` or `linspace` into operand 0 of an iterator ([`oxide_fill_sequence`]).

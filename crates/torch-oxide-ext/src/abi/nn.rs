@@ -135,7 +135,7 @@ fn nll_ncs(op: &'static str, input: &Operand) -> Result<(usize, usize, usize), A
         1 => Ok((1, e[0], 1)),
         _ => {
             let (n, c) = (e[0], e[1]);
-            Ok((n, c, if n * c == 0 { 1 } else { input.numel / (n * c) }))
+            Ok((n, c, input.numel.checked_div(n * c).unwrap_or(1)))
         }
     }
 }
@@ -329,7 +329,7 @@ fn batch_shape(op: &'static str, x: &Operand) -> Result<oxide_kernels::ops::nn::
         return Err(AbiError::Invalid(format!("{op}: expected an input of 2 or more dimensions, got sizes {:?}", x.sizes)));
     }
     let (n, c) = (e[0], e[1]);
-    Ok(oxide_kernels::ops::nn::norm::BatchShape { n, c, s: if n * c == 0 { 1 } else { x.numel / (n * c) } })
+    Ok(oxide_kernels::ops::nn::norm::BatchShape { n, c, s: x.numel.checked_div(n * c).unwrap_or(1) })
 }
 
 /// Batch norm forward over the contiguous `x` (`[N, C, ...]`) into `y` (same
@@ -539,7 +539,7 @@ pub unsafe extern "C" fn oxide_max_pool_backward(on: OxideLaunch, grad_input: Ox
         flat(OP, &indices, planes * out_plane)?;
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the counts passed.
-            unsafe { oxide_kernels::ops::nn::pool::max_pool_backward(dt, planes, in_plane, out_plane, grad_output.src(), indices.src() as *const i64, grad_input.dst(), on.threads()) }
+            unsafe { oxide_kernels::ops::nn::pool::max_pool_backward(dt, oxide_kernels::ops::nn::pool::Planes { count: planes, in_plane, out_plane }, grad_output.src(), indices.src() as *const i64, grad_input.dst(), on.threads()) }
         })
     })
 }

@@ -243,7 +243,10 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
         let ptr = |o: Option<Operand>| o.map_or(std::ptr::null_mut(), |o| o.data as *mut i64);
         let k = launch(&on, || {
             // SAFETY: `rows` holds n*m contiguous elements, every index operand n int64 (checked above).
-            unsafe { oxide_kernels::ops::reduce::unique::unique_consecutive(rows.dtype, n, m, rows.src(), ptr(perm), reps.dst() as *mut i64, ptr(inverse), ptr(counts)) }
+            unsafe {
+                let out = oxide_kernels::ops::reduce::unique::Groups { reps: reps.dst() as *mut i64, inverse: ptr(inverse), counts: ptr(counts) };
+                oxide_kernels::ops::reduce::unique::unique_consecutive(rows.dtype, n, m, rows.src(), ptr(perm), out)
+            }
         })?;
         put(groups, k)
     })

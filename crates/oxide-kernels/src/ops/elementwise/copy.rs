@@ -203,7 +203,9 @@ mod tests {
     /// for several rayon tasks (numel >= GRAIN), in 2-d and 3-d with a storage offset.
     #[test]
     fn tiled_and_parallel_paths_match_naive() {
-        let cases: [(&[i64], &[i64], &[i64], usize); 4] = [
+        // (shape, destination strides, source strides, source offset)
+        type Case<'a> = (&'a [i64], &'a [i64], &'a [i64], usize);
+        let cases: [Case; 4] = [
             (&[200, 170], &[170, 1], &[1, 200], 0),            // transpose
             (&[3, 70, 90], &[6300, 90, 1], &[1, 3, 210], 5),   // permuted, offset
             (&[4, 100, 100], &[10000, 100, 1], &[0, 1, 100], 0), // broadcast + transpose

@@ -42,7 +42,9 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
     };
     let errors = std::sync::Mutex::new(Ok(()));
     it.parallel_ranges(it.numel(), |start, end| {
-        // The whole operand: edition 2021 closures would capture only its raw-pointer field.
+        // The whole operand: edition 2021 closures would capture only its raw-pointer field
+        // (not Sync); the rebinding is what makes the closure capture all of it.
+        #[allow(clippy::redundant_locals)]
         let out = out;
         let mut fbuf = [0f64; BLOCK];
         let mut ibuf = [0i64; BLOCK];

@@ -727,7 +727,8 @@ mod tests {
     fn float_unary_ops_match_std() {
         let x: Vec<f32> = vec![-2.5, -1.0, -0.25, 0.0, 0.3, 0.75, 1.5, 3.0];
         let ctx = Ctx::default();
-        let reference: [(&str, fn(f32) -> f32); 8] = [
+        type Reference = (&'static str, fn(f32) -> f32);
+        let reference: [Reference; 8] = [
             ("exp", f32::exp),
             ("log1p", f32::ln_1p),
             ("sin", f32::sin),

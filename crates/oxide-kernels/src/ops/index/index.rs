@@ -67,8 +67,8 @@ unsafe fn for_each_indexed(it: &TensorIter, ix: &Indexed, put: bool, f: impl Fn(
                 let n = BLOCK.min(len - b);
                 // SAFETY: forwarded contract.
                 let r = unsafe { offsets(it, ix, offs, b, n, &mut off, &mut buf) }.and_then(|_| {
-                    for j in 0..n {
-                        let (od, os) = if put { (off[j], 0) } else { (0, off[j]) };
+                    for (j, &o) in off[..n].iter().enumerate() {
+                        let (od, os) = if put { (o, 0) } else { (0, o) };
                         // SAFETY: in-bounds by the checks above and the caller contract.
                         let (d, s) = unsafe {
                             (dst.ptr.offset(offs[0] + (b + j) as isize * sd + od), src.ptr.offset(offs[1] + (b + j) as isize * ss + os))
@@ -96,7 +96,12 @@ unsafe fn for_each_indexed(it: &TensorIter, ix: &Indexed, put: bool, f: impl Fn(
 /// The iterator addresses live memory; every in-bounds offset is a valid element of the source.
 pub unsafe fn index(it: &TensorIter, ix: &Indexed, elem_size: usize) -> Result<()> {
     // SAFETY: forwarded contract; elements do not overlap.
-    unsafe { for_each_indexed(it, ix, false, |d, s| Ok(std::ptr::copy_nonoverlapping(s, d, elem_size))) }
+    unsafe {
+        for_each_indexed(it, ix, false, |d, s| {
+            std::ptr::copy_nonoverlapping(s, d, elem_size);
+            Ok(())
+        })
+    }
 }
 
 /// `dst[offset(i)] = src[i]`, or `+=` with `accumulate` (then serial, so

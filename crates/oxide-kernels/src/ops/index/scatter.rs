@@ -508,7 +508,7 @@ mod tests {
     fn masked_scatter_in_order_and_parallel() {
         let n = 5 * crate::engine::iter::GRAIN + 11;
         let mut s = 7;
-        let mask: Vec<bool> = (0..n).map(|_| lcg(&mut s) % 3 == 0).collect();
+        let mask: Vec<bool> = (0..n).map(|_| lcg(&mut s).is_multiple_of(3)).collect();
         let source: Vec<f32> = (0..n).map(|i| i as f32).collect();
         let mut want = vec![-1f32; n];
         let mut k = 0;

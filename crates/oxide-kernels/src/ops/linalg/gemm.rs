@@ -137,6 +137,7 @@ const REORIENT_MIN_DEPTH_RATIO: usize = 8;
 /// the `gemm` crate, single-threaded (the caller's [`schedule`] splits work over threads).
 /// `gemm::gemm` computes `dst = alpha' * dst + beta' * lhs @ rhs`, reading dst only when
 /// asked, so our (alpha, beta) are its (beta', alpha') and dst is read only for `beta != 0`.
+// The BLAS parameter list (block, k, alpha, A, B, beta, C) of `gemm`, per scheduled block.
 #[allow(clippy::too_many_arguments)]
 unsafe fn packed<T: Scalar>(i: usize, rows: Range<usize>, cols: Range<usize>, k: usize, alpha: T, a: Matrix, b: Matrix, beta: T, c: Matrix) {
     let (m, n) = (rows.len(), cols.len());
@@ -173,6 +174,7 @@ impl<T: 'static + Copy + PartialEq + Default + std::ops::Add<Output = T> + std::
 /// `D (m x n) = A @ B` with A copied m-contiguous (unless it already is), which reads
 /// B along its contiguous columns; D is then added into C. The copies cost
 /// `m * k + m * n` element moves against `m * n * k` multiply-adds.
+// BLAS-style raw operands (pointer, strides) of one block, as `gemm::gemm` takes them.
 #[allow(clippy::too_many_arguments)]
 unsafe fn reoriented<T: Scalar>(m: usize, n: usize, k: usize, alpha: T, (ap, ars, acs): (*const T, isize, isize), (bp, ldb): (*const T, isize), beta: T, (cp, ldc): (*mut T, isize)) {
     // SAFETY: the caller's contract; every offset stays within the operands.
@@ -376,7 +378,7 @@ mod tests {
         let mut cc = vec![[0f32; 2]; m * n];
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { gemm(DType::C64, s, 1.0, mat(&mut ac, 1, m as isize), mat(&mut bc, n as isize, 1), 0.0, mat(&mut cc, n as isize, 1)).unwrap() };
-        for e in 0..m * n {
+        for (e, got) in cc.iter().enumerate() {
             let (r, q) = (e / n, e % n);
             let (mut re, mut im) = (0.0, 0.0);
             for l in 0..k {
@@ -384,7 +386,7 @@ mod tests {
                 re += x.0 * y.0 - x.1 * y.1;
                 im += x.0 * y.1 + x.1 * y.0;
             }
-            assert!((cc[e][0] as f64 - re).abs() < 1e-4 && (cc[e][1] as f64 - im).abs() < 1e-4, "c64 {e}");
+            assert!((got[0] as f64 - re).abs() < 1e-4 && (got[1] as f64 - im).abs() < 1e-4, "c64 {e}");
         }
     }
 

@@ -158,10 +158,10 @@ unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u
         )
     };
     o2b.fill(nb as i64);
-    for b in 0..nb {
+    for (b, size) in sizes.iter_mut().enumerate() {
         let r = bags.range(b);
         o2b[r.clone()].fill(b as i64);
-        sizes[b] = bags.indices[r].iter().filter(|&&i| !bags.is_padding(i)).count() as i64;
+        *size = bags.indices[r].iter().filter(|&&i| !bags.is_padding(i)).count() as i64;
     }
     // SAFETY: the contract gives a `(num_bags, dim)` buffer in max mode.
     let max_indices = (mode == Mode::Max).then(|| unsafe { std::slice::from_raw_parts_mut(out.max_indices, nb * dim) });
@@ -387,7 +387,7 @@ pub unsafe fn per_sample_weights_backward(dtype: DType, bags: &SampleBags, grad:
             if !(padding_idx >= 0 && idx == padding_idx) && b >= 0 && (b as usize) < num_bags {
                 let (b, idx) = (b as usize, idx as usize);
                 for (&x, &y) in gy[b * dim..(b + 1) * dim].iter().zip(&w[idx * dim..(idx + 1) * dim]) {
-                    acc = acc + C::of(x) * C::of(y);
+                    acc += C::of(x) * C::of(y);
                 }
             }
             v[0] = acc.store();

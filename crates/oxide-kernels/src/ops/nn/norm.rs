@@ -99,7 +99,7 @@ pub unsafe fn group_norm(dt: DType, sh: GroupShape, io: GroupNormIo, eps: f64, t
     dt.require_float("group_norm")?;
     param_dt.require_float("group_norm")?;
     stat_dt.require_float("group_norm")?;
-    if sh.g == 0 || sh.c % sh.g != 0 {
+    if sh.g == 0 || !sh.c.is_multiple_of(sh.g) {
         return Err(Error::InvalidLayout { op: "group_norm", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
     }
     let args = (SendPtr::from_const(x), param_dt, SendPtr::from_const(weight), SendPtr::from_const(bias), eps, SendPtr::new(y), stat_dt, SendPtr::new(mean), SendPtr::new(rstd));
@@ -197,7 +197,7 @@ pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, io: GroupNormGrads,
     dt.require_float("group_norm_backward")?;
     param_dt.require_float("group_norm_backward")?;
     stat_dt.require_float("group_norm_backward")?;
-    if sh.g == 0 || sh.c % sh.g != 0 {
+    if sh.g == 0 || !sh.c.is_multiple_of(sh.g) {
         return Err(Error::InvalidLayout { op: "group_norm_backward", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
     }
     let ins = [SendPtr::from_const(dy), SendPtr::from_const(x), SendPtr::from_const(mean), SendPtr::from_const(rstd), SendPtr::from_const(weight)];

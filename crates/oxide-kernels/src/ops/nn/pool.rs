@@ -181,6 +181,15 @@ macro_rules! with_pooled_dtype {
     };
 }
 
+/// `count` contiguous planes of `in_plane` input and `out_plane` output elements
+/// (the operands of [`max_pool_backward`], and of one max pooling call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planes {
+    pub count: usize,
+    pub in_plane: usize,
+    pub out_plane: usize,
+}
+
 /// Extents and windows of the three axes, checked once per call.
 struct Geometry {
     spans: [Vec<Span>; 3],
@@ -251,7 +260,7 @@ unsafe fn max_pool_typed<T: Pooled>(g: &Geometry, planes: usize, input: usize, o
     }
     if let Some((table, rounds)) = tap_table(g) {
         // SAFETY: forwarded contract.
-        return unsafe { max_pool_tabled::<T>(&table, rounds, planes, in_plane, out_plane, input, output, indices, threads) };
+        return unsafe { max_pool_tabled::<T>(&table, rounds, Planes { count: planes, in_plane, out_plane }, input, output, indices, threads) };
     }
     // A row is one (plane, od, oh): OW outputs.
     let rows = planes * od_n * oh_n;
@@ -351,8 +360,8 @@ fn tap_table(g: &Geometry) -> Option<(Vec<u32>, usize)> {
 ///
 /// # Safety
 /// As [`max_pool`]; `table` is [`tap_table`]'s for the call's geometry.
-#[allow(clippy::too_many_arguments)]
-unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, planes: usize, in_plane: usize, out_plane: usize, input: usize, output: usize, indices: usize, threads: usize) -> Result<()> {
+unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, shape: Planes, input: usize, output: usize, indices: usize, threads: usize) -> Result<()> {
+    let Planes { count: planes, in_plane, out_plane } = shape;
     // Planes per block (their gather offsets must fit in u32) and outputs per plane per block.
     let bp = (TABLE_BLOCK / out_plane).clamp(1, (u32::MAX as usize / in_plane.max(1)).max(1)).min(planes);
     let bo = if bp > 1 { out_plane } else { TABLE_BLOCK.min(out_plane) };
@@ -419,8 +428,8 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, planes: usize
     })
 }
 
-/// Max pooling backward: `grad_input` (`planes x in_plane`, contiguous) is
-/// zeroed, then every `grad_output` element (`planes x out_plane`) is added at
+/// Max pooling backward, on the [`Planes`] `shape` (`planes` = `shape.count`):
+/// `grad_input` (`planes x in_plane`, contiguous) is zeroed, then every `grad_output` element (`planes x out_plane`) is added at
 /// the offset its `indices` entry (same shape, int64) names within its plane.
 /// Accumulation runs in output order in the opmath type (float for
 /// float16/bfloat16), one plane per task, so it is deterministic.
@@ -435,7 +444,8 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, planes: usize
 /// `grad_output` and `indices` address `planes * out_plane` readable elements
 /// (of `dtype` / int64); `grad_input` `planes * in_plane` writable elements of
 /// `dtype`, overlapping neither.
-pub unsafe fn max_pool_backward(dtype: DType, planes: usize, in_plane: usize, out_plane: usize, grad_output: *const u8, indices: *const i64, grad_input: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn max_pool_backward(dtype: DType, shape: Planes, grad_output: *const u8, indices: *const i64, grad_input: *mut u8, threads: usize) -> Result<()> {
+    let Planes { count: planes, in_plane, out_plane } = shape;
     with_pooled_dtype!(dtype, "max_pool_backward", all, |T| {
         let (go, ix, gi) = (grad_output as usize, indices as usize, grad_input as usize);
         try_for_each_range(planes, tasks_for(planes, (in_plane + out_plane).max(1), threads), |start, end| {
@@ -709,7 +719,7 @@ mod tests {
                     let go: Vec<f32> = (0..planes * op).map(|i| (i % 5) as f32 + 0.5).collect();
                     let mut gi = vec![f32::NAN; planes * ip];
                     // SAFETY: the pointers address live local buffers sized for the call.
-                    unsafe { max_pool_backward(DType::F32, planes, ip, op, go.as_ptr() as *const u8, idx.as_ptr(), gi.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                    unsafe { max_pool_backward(DType::F32, Planes { count: planes, in_plane: ip, out_plane: op }, go.as_ptr() as *const u8, idx.as_ptr(), gi.as_mut_ptr() as *mut u8, threads) }.unwrap();
                     let mut want = vec![0f32; planes * ip];
                     for (o, &i) in idx.iter().enumerate() {
                         want[(o / op) * ip + i as usize] += go[o];
@@ -820,7 +830,7 @@ mod tests {
         let mut gi = [0f32; 4];
         for bad in [[0i64, 4], [-1, 0]] {
             // SAFETY: the pointers address live local buffers sized for the call.
-            let e = unsafe { max_pool_backward(DType::F32, 1, 4, 2, go.as_ptr() as *const u8, bad.as_ptr(), gi.as_mut_ptr() as *mut u8, 1) };
+            let e = unsafe { max_pool_backward(DType::F32, Planes { count: 1, in_plane: 4, out_plane: 2 }, go.as_ptr() as *const u8, bad.as_ptr(), gi.as_mut_ptr() as *mut u8, 1) };
             assert!(matches!(e, Err(Error::InvalidValue { .. })));
         }
     }

@@ -250,8 +250,8 @@ unsafe fn lstm_cell_in<F: Float + Element>(cell: Cell, [igates, hgates, cx]: [Ma
             // SAFETY: as above.
             unsafe {
                 put(dt, ws, r * 4 * h, &gates);
-                put(dt, cy, r * h, &c);
-                put(dt, hy, r * h, &hy_row);
+                put(dt, cy, r * h, c);
+                put(dt, hy, r * h, hy_row);
             }
         }
     });
@@ -329,7 +329,7 @@ unsafe fn lstm_cell_backward_in<F: Float + Element>(cell: Cell, ins: [Mat; 5], g
             // SAFETY: as above.
             unsafe {
                 put(dt, gg, r * 4 * h, &out);
-                put(dt, gcx, r * h, &dcy);
+                put(dt, gcx, r * h, dcy);
             }
         }
         sum
@@ -404,7 +404,7 @@ unsafe fn gru_cell_in<F: Float + Element>(cell: Cell, ins: [Mat; 3], biases: [*c
             // SAFETY: as above.
             unsafe {
                 put(dt, ws, r * 5 * h, &w);
-                put(dt, hy, r * h, &hy_row);
+                put(dt, hy, r * h, hy_row);
             }
         }
     });
@@ -489,7 +489,7 @@ unsafe fn gru_cell_backward_in<F: Float + Element>(cell: Cell, grad_hy: Mat, wor
             unsafe {
                 put(dt, gi_out, r * 3 * h, &gi);
                 put(dt, gh_out, r * 3 * h, &gh);
-                put(dt, ghx_out, r * h, &dh);
+                put(dt, ghx_out, r * h, dh);
             }
         }
         (si, sh)
@@ -673,8 +673,8 @@ mod tests {
             assert!((fd(0, k) - gi[k]).abs() < 1e-6, "grad_input_gates[{k}]");
             assert!((fd(1, k) - gh[k]).abs() < 1e-6, "grad_hidden_gates[{k}]");
         }
-        for k in 0..b * h {
-            assert!((fd(2, k) - ghx[k]).abs() < 1e-6, "grad_hx[{k}]");
+        for (k, &g) in ghx.iter().enumerate() {
+            assert!((fd(2, k) - g).abs() < 1e-6, "grad_hx[{k}]");
         }
         let colsum = |g: &[f64]| -> Vec<f64> { (0..3 * h).map(|k| (0..b).map(|r| g[r * 3 * h + k]).sum()).collect() };
         close(&gbi, &colsum(&gi), 1e-14);

@@ -98,7 +98,7 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
     let (src, dst) = (SendPtr::from_const(input), SendPtr::new(out));
     // Rows along the last dimension of a float32/float64 tensor are read and written in
     // place: the copies into and out of row buffers were two of the five passes.
-    let direct = inner == 1 && in_dt == F::DTYPE && out_dt == F::DTYPE && input != out as *const u8;
+    let direct = inner == 1 && in_dt == F::DTYPE && out_dt == F::DTYPE && !std::ptr::eq(input, out);
     // Along the last dimension CPU keeps log_softmax's row sum, and its log, in the element
     // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
     let keep = inner == 1 && out_dt == in_dt;
@@ -180,7 +180,7 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
     let (g, y, gi) = (SendPtr::from_const(grad), SendPtr::from_const(output), SendPtr::new(grad_input));
     // As in the forward: float32/float64 rows along the last dimension in place, unless
     // grad_input shares memory with an input (then the buffers keep the reads first).
-    let direct = inner == 1 && dt == F::DTYPE && gin_dt == F::DTYPE && grad_input as *const u8 != grad && grad_input as *const u8 != output;
+    let direct = inner == 1 && dt == F::DTYPE && gin_dt == F::DTYPE && !std::ptr::eq(grad_input, grad) && !std::ptr::eq(grad_input, output);
     let rows = outer * inner;
     for_each_range(rows, thread_tasks(rows, dim.max(1), threads), |first, end| {
         let (g, y, gi) = (g, y, gi);

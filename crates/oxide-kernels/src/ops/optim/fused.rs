@@ -222,7 +222,6 @@ unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType
         }
     };
     blocks(n, threads, |start, len| {
-        let ptrs = ptrs;
         // SAFETY: [start, start+len) lies in every tensor (contract); tasks are disjoint.
         unsafe { staged::<F, 5>(dt, ptrs, [true, write_grad, true, true, AMS], start, len, &update) };
     });
@@ -290,7 +289,6 @@ unsafe fn sgd_in<F: Float + Element, const WD: bool, const MOM: bool>(dt: DType,
         }
     };
     blocks(n, threads, |start, len| {
-        let ptrs = ptrs;
         // SAFETY: [start, start+len) lies in every tensor (contract); tasks are disjoint.
         unsafe { staged::<F, 3>(dt, ptrs, [true, write_grad, MOM], start, len, &update) };
     });

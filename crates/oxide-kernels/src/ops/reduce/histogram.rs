@@ -155,14 +155,14 @@ pub struct Bins {
 /// # Safety
 /// Pointers address the stated elements; `hist` does not overlap the inputs.
 pub unsafe fn histc(dtype: DType, n: usize, input: *const u8, stride: isize, bins: Bins, hist: *mut u8, threads: usize) -> Result<()> {
-    let Bins { edges, nedges, local_search } = bins;
+    let nedges = bins.nedges;
     if nedges < 2 {
         return Err(Error::InvalidLayout { op: "histc", reason: format!("{nedges} bin edges") });
     }
     macro_rules! go {
         ($T:ty) => {
             // SAFETY: forwarded contract.
-            unsafe { histc_typed::<$T>(n, input as usize, stride, edges as *const $T, nedges, local_search, hist as *mut $T, threads) }
+            unsafe { histc_typed::<$T>(n, input as usize, stride, bins, hist as *mut $T, threads) }
         };
     }
     match dtype {
@@ -176,11 +176,11 @@ pub unsafe fn histc(dtype: DType, n: usize, input: *const u8, stride: isize, bin
 }
 
 /// # Safety
-/// As [`histc`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn histc_typed<T: BinFloat>(n: usize, input: usize, stride: isize, edges: *const T, nedges: usize, local_search: bool, hist: *mut T, threads: usize) {
+/// As [`histc`], with `T` the element type of the edges.
+unsafe fn histc_typed<T: BinFloat>(n: usize, input: usize, stride: isize, bins: Bins, hist: *mut T, threads: usize) {
+    let Bins { edges, nedges, local_search } = bins;
     // SAFETY: caller contract.
-    let edges = unsafe { std::slice::from_raw_parts(edges, nedges) };
+    let edges = unsafe { std::slice::from_raw_parts(edges as *const T, nedges) };
     let bins = nedges - 1;
     let (lo, hi) = (edges[0], edges[bins]);
     let count = |a: usize, b: usize| {

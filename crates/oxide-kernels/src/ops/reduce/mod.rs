@@ -1,5 +1,7 @@
 //! Kernels that reduce, scan, order or count along dimensions.
 
+// Named after its family on purpose: the layout mirrors csrc/aten/reduce/reduce.cpp.
+#[allow(clippy::module_inception)]
 pub mod reduce;
 pub(crate) mod reducers;
 pub mod scan;

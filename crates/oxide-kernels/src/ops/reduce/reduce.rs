@@ -383,7 +383,7 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
         for_each_range(nk, tasks_for(nk, nr, sp.kept.threads), |start, end| {
             // Use the whole operand (edition 2021 would capture only its raw pointer field, which is not Sync).
             let in_op: Operand = in_op;
-            let mut states = vec![r.init(); BLOCK];
+            let mut states = [r.init(); BLOCK];
             let mut buf = vec![R::In::from_i64(0); BLOCK];
             let mut cas = Cascade::new(BLOCK);
             sp.kept.for_each_row_in(start, end, |koffs, klen| {
@@ -434,10 +434,10 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                         cas.push(r, &mut states[..n]);
                         cas.finish(r, &mut states[..n]);
                     }
-                    for j in 0..n {
+                    for (j, &state) in states[..n].iter().enumerate() {
                         let offs = sp.kept.offsets_at(koffs, b + j);
                         // SAFETY: `offs` are the output offsets of a kept element (forwarded contract).
-                        record(unsafe { write_outputs(r, it, &offs, states[j], nr) });
+                        record(unsafe { write_outputs(r, it, &offs, state, nr) });
                     }
                     b += n;
                 }

@@ -327,7 +327,7 @@ mod tests {
         let step = cs[dim] as usize;
         let mut y = vec![Y::default(); x.len()];
         for l in 0..x.len() {
-            if (l / step) % shape[dim] != 0 {
+            if !(l / step).is_multiple_of(shape[dim]) {
                 continue; // not a line start
             }
             let pos: Vec<usize> = (0..shape[dim]).map(|i| l + i * step).collect();

@@ -42,14 +42,14 @@ pub struct Search {
 /// # Safety
 /// Pointers address the stated contiguous elements; `sorter` entries are in `0..len`.
 pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, sorter: *const i64, out: *mut u8, threads: usize) -> Result<()> {
-    let Search { dtype, nvalues, per_row, len, right, out_dtype } = s;
+    let Search { dtype, per_row, out_dtype, .. } = s;
     if !matches!(out_dtype, DType::I64 | DType::I32) {
         return Err(Error::UnsupportedDtype { op: "searchsorted (out)", dtype: out_dtype });
     }
     macro_rules! go {
         ($T:ty) => {
             // SAFETY: forwarded contract.
-            unsafe { search_typed::<$T>(values as usize, nvalues, per_row.max(1), boundaries as usize, len, sorter as usize, right, out_dtype, out as usize, threads) }
+            unsafe { search_typed::<$T>(Search { per_row: per_row.max(1), ..s }, values as usize, boundaries as usize, sorter as usize, out as usize, threads) }
         };
     }
     match dtype {
@@ -68,20 +68,12 @@ pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, 
 }
 
 /// # Safety
-/// As [`searchsorted`] (addresses passed as `usize` to cross rayon tasks).
-#[allow(clippy::too_many_arguments)]
-unsafe fn search_typed<T: Element + PartialOrd>(
-    values: usize,
-    nvalues: usize,
-    per_row: usize,
-    boundaries: usize,
-    len: usize,
-    sorter: usize,
-    right: bool,
-    out_dtype: DType,
-    out: usize,
-    threads: usize,
-) {
+/// As [`searchsorted`] (addresses passed as `usize` to cross rayon tasks), with
+/// `T` the element type of `s.dtype` and `s.per_row >= 1`.
+// The negated comparisons are CPU PyTorch's, on purpose: see the module documentation (NaN order).
+#[allow(clippy::neg_cmp_op_on_partial_ord)]
+unsafe fn search_typed<T: Element + PartialOrd>(s: Search, values: usize, boundaries: usize, sorter: usize, out: usize, threads: usize) {
+    let Search { nvalues, per_row, len, right, out_dtype, .. } = s;
     let run = |a: usize, b: usize| {
         for i in a..b {
             let row = i / per_row;

@@ -235,7 +235,7 @@ mod tests {
     fn integers_and_bool() {
         let (rows, len) = (9, 70);
         let mut s = 11;
-        let x: Vec<i64> = (0..rows * len).map(|_| (lcg(&mut s) % 9) as i64 - 4 + if lcg(&mut s) % 7 == 0 { i64::MIN / 2 } else { 0 }).collect();
+        let x: Vec<i64> = (0..rows * len).map(|_| (lcg(&mut s) % 9) as i64 - 4 + if lcg(&mut s).is_multiple_of(7) { i64::MIN / 2 } else { 0 }).collect();
         check(&x, rows, len, |a: i64, b| a.cmp(&b), |v| v as u64);
         let xi8: Vec<i8> = x.iter().map(|&v| v as i8).collect();
         check(&xi8, rows, len, |a: i8, b| a.cmp(&b), |v| v as u64);

@@ -127,11 +127,21 @@ pub unsafe fn unique_bytes(dtype: DType, n: usize, data: *const u8, values: *mut
     Ok(k)
 }
 
+/// Where [`unique_consecutive`] writes its groups (int64 each): `reps[g]`, the
+/// first row of group `g`; `counts[g]`, its size; `inverse[r]`, the group of row
+/// `r`. `counts` and `inverse` may be null (not wanted).
+#[derive(Debug, Clone, Copy)]
+pub struct Groups {
+    pub reps: *mut i64,
+    pub inverse: *mut i64,
+    pub counts: *mut i64,
+}
+
 /// Groups of equal consecutive rows among the `n` contiguous rows of `m`
 /// elements at `data`, visited in the order `perm` gives (null: `0..n`).
 /// For group `g` (numbered in visiting order) writes the row index of its
-/// first row to `reps[g]` and its size to `counts[g]`; for every row `r`,
-/// `inverse[r] = g` of its group. `counts`/`inverse` may be null. Returns
+/// first row to `out.reps[g]` and its size to `out.counts[g]`; for every row `r`,
+/// `out.inverse[r] = g` of its group ([`Groups`]). Returns
 /// the number of groups. With `m == 0` every row is equal to every other.
 ///
 /// Dtypes: every real dtype.
@@ -141,25 +151,17 @@ pub unsafe fn unique_bytes(dtype: DType, n: usize, data: *const u8, values: *mut
 /// # Safety
 /// `data` holds `n * m` elements; `perm` (if non-null) is a permutation of
 /// `0..n`; `reps` and `counts` hold `n` writable int64, `inverse` `n`.
-pub unsafe fn unique_consecutive(
-    dtype: DType,
-    n: usize,
-    m: usize,
-    data: *const u8,
-    perm: *const i64,
-    reps: *mut i64,
-    inverse: *mut i64,
-    counts: *mut i64,
-) -> Result<usize> {
+pub unsafe fn unique_consecutive(dtype: DType, n: usize, m: usize, data: *const u8, perm: *const i64, out: Groups) -> Result<usize> {
     with_real_dtype!(dtype, "unique", |T| {
         // SAFETY: caller contract.
-        Ok(unsafe { groups::<T>(n, m, data as *const T, perm, reps, inverse, counts) })
+        Ok(unsafe { groups::<T>(n, m, data as *const T, perm, out) })
     })
 }
 
 /// # Safety
 /// As [`unique_consecutive`].
-unsafe fn groups<T: SortKey>(n: usize, m: usize, data: *const T, perm: *const i64, reps: *mut i64, inverse: *mut i64, counts: *mut i64) -> usize {
+unsafe fn groups<T: SortKey>(n: usize, m: usize, data: *const T, perm: *const i64, out: Groups) -> usize {
+    let Groups { reps, inverse, counts } = out;
     if n == 0 {
         return 0;
     }
@@ -241,7 +243,7 @@ mod tests {
     }
 
     fn unique<T: Element>(data: &[T], m: usize, sorted: bool, threads: usize) -> Unique {
-        let n = if m == 0 { 0 } else { data.len() / m };
+        let n = data.len().checked_div(m).unwrap_or(0);
         let mut perm = vec![0i64; n];
         if sorted {
             // SAFETY: the pointers address live local buffers sized for the call.
@@ -249,8 +251,9 @@ mod tests {
         }
         let (mut reps, mut inverse, mut counts) = (vec![-1i64; n], vec![-1i64; n], vec![-1i64; n]);
         let p = if sorted { perm.as_ptr() } else { std::ptr::null() };
+        let out = Groups { reps: reps.as_mut_ptr(), inverse: inverse.as_mut_ptr(), counts: counts.as_mut_ptr() };
         // SAFETY: the pointers address live local buffers sized for the call.
-        let k = unsafe { unique_consecutive(T::DTYPE, n, m, data.as_ptr() as *const u8, p, reps.as_mut_ptr(), inverse.as_mut_ptr(), counts.as_mut_ptr()) }.unwrap();
+        let k = unsafe { unique_consecutive(T::DTYPE, n, m, data.as_ptr() as *const u8, p, out) }.unwrap();
         reps.truncate(k);
         counts.truncate(k);
         Unique { reps, inverse, counts }
@@ -310,8 +313,9 @@ mod tests {
         // m == 0: all rows equal
         let mut reps = [9i64; 3];
         let mut inv = [9i64; 3];
+        let out = Groups { reps: reps.as_mut_ptr(), inverse: inv.as_mut_ptr(), counts: std::ptr::null_mut() };
         // SAFETY: the pointers address live local buffers sized for the call.
-        let k = unsafe { unique_consecutive(DType::F32, 3, 0, std::ptr::NonNull::<f32>::dangling().as_ptr() as *const u8, std::ptr::null(), reps.as_mut_ptr(), inv.as_mut_ptr(), std::ptr::null_mut()) }.unwrap();
+        let k = unsafe { unique_consecutive(DType::F32, 3, 0, std::ptr::NonNull::<f32>::dangling().as_ptr() as *const u8, std::ptr::null(), out) }.unwrap();
         assert_eq!((k, reps[0], inv), (1, 0, [0, 0, 0]));
         // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { argsort_rows(DType::C64, 1, 1, std::ptr::null(), std::ptr::null_mut(), 1) };

@@ -47,8 +47,18 @@ pub unsafe fn backward(a: &Attention, out: Operand, grad_out: Operand, lse: *con
     Ok(())
 }
 
-/// Turns one row of a tile (query row `i` of (b, h) against keys
-/// `j0 .. j0 + s.len()`) from scores into what the gradient products read:
+/// Where one row of a tile lies: query row `i` of (batch `b`, head `h`), against
+/// the keys from `j0`.
+#[derive(Clone, Copy)]
+struct TileRow {
+    b: usize,
+    h: usize,
+    i: usize,
+    j0: usize,
+}
+
+/// Turns one row of a tile (`at`, against keys `j0 .. j0 + s.len()`) from
+/// scores into what the gradient products read, given the row's `(lse, delta)`:
 /// `s` (scaled `q . k`) becomes the probabilities after dropout (what
 /// multiplied V in the forward pass) and `dp` (`dO . v`) becomes dS, the
 /// gradient of the pre-softmax scores (also the bias gradient), recomputing
@@ -56,9 +66,9 @@ pub unsafe fn backward(a: &Attention, out: Operand, grad_out: Operand, lse: *con
 ///
 /// # Safety
 /// The bias operand of `a`, if any, is readable at these elements.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-unsafe fn grad_row<T: Element, C: Float>(a: &Attention, keep: &Option<Keep>, b: usize, h: usize, i: usize, j0: usize, lse: C, delta: C, s: &mut [C], dp: &mut [C], drop: &mut [C]) {
+unsafe fn grad_row<T: Element, C: Float>(a: &Attention, keep: &Option<Keep>, at: TileRow, (lse, delta): (C, C), s: &mut [C], dp: &mut [C], drop: &mut [C]) {
+    let TileRow { b, h, i, j0 } = at;
     if lse == -C::infinity() {
         // A fully masked row contributes nothing (its forward output was 0).
         s.fill(C::ZERO);
@@ -152,13 +162,12 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     // P (after dropout) and dS of one [nq][nk] tile, row stride kp:
     // S = Q K^T and dP = dO V^T as tile products, then the row-wise softmax gradient.
     let tile_grads = |b: usize, h: usize, i0: usize, nq: usize, j0: usize, nk: usize, qr: &QueryRows<C>, tile: &KeyTile<C>, p: &mut [C], ds: &mut [C], drop: &mut [C]| {
-        gemm(nq, nk, e_n, Mat { data: &qr.q, rs: ep, cs: 1 }, &tile.kt, kp, p, kp, false);
-        gemm(nq, nk, ev_n, Mat { data: &qr.dout, rs: evp, cs: 1 }, &tile.vt, kp, ds, kp, false);
+        gemm(nq, nk, e_n, Mat { data: &qr.q, rs: ep, cs: 1 }, (&tile.kt, kp), (p, kp), false);
+        gemm(nq, nk, ev_n, Mat { data: &qr.dout, rs: evp, cs: 1 }, (&tile.vt, kp), (ds, kp), false);
         for r in 0..nq {
-            let (lse_r, delta_r) = qr.stats[r];
             let (pr, dsr) = (&mut p[r * kp..r * kp + nk], &mut ds[r * kp..r * kp + nk]);
             // SAFETY: backward's contract.
-            unsafe { grad_row::<T, C>(a, &keep, b, h, i0 + r, j0, lse_r, delta_r, pr, dsr, drop) };
+            unsafe { grad_row::<T, C>(a, &keep, TileRow { b, h, i: i0 + r, j0 }, qr.stats[r], pr, dsr, drop) };
         }
     };
 
@@ -172,7 +181,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     // schedules sum in the same order, so the results are the same.
     let kv_tasks = d.batch * d.heads_kv;
     let threads = a.threads.max(1);
-    if want_kv && want_q && (kv_tasks % threads == 0 || kv_tasks >= 4 * threads) {
+    if want_kv && want_q && (kv_tasks.is_multiple_of(threads) || kv_tasks >= 4 * threads) {
         let group = d.group();
         let (q_blocks, k_blocks) = (d.len_q.div_ceil(BLOCK_Q), d.len_kv.div_ceil(BLOCK_K));
         for_tasks(kv_tasks, a.threads, |t| {
@@ -224,11 +233,11 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                             }
                         }
                         // dV += P^T dO and dK += dS^T (scale Q): the tiles read transposed.
-                        gemm(nk, ev_n, nq, Mat { data: &p, rs: 1, cs: kp }, &qr.dout, evp, &mut dv, evp, true);
-                        gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, &qr.q, ep, &mut dk, ep, true);
+                        gemm(nk, ev_n, nq, Mat { data: &p, rs: 1, cs: kp }, (&qr.dout, evp), (&mut dv, evp), true);
+                        gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, (&qr.q, ep), (&mut dk, ep), true);
                         if g.query.is_some() {
                             let at = (hl * q_blocks + qb) * BLOCK_Q * ep;
-                            gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, &tile.k, ep, &mut dq[at..], ep, true);
+                            gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, (&tile.k, ep), (&mut dq[at..], ep), true);
                         }
                     }
                 }
@@ -274,8 +283,8 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                     load_rows(b, h, i0, nq, &mut qr);
                     tile_grads(b, h, i0, nq, j0, nk, &qr, &tile, &mut p, &mut ds, &mut drop);
                     // dV += P^T dO and dK += dS^T (scale Q): the tiles read transposed.
-                    gemm(nk, ev_n, nq, Mat { data: &p, rs: 1, cs: kp }, &qr.dout, evp, &mut dv, evp, true);
-                    gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, &qr.q, ep, &mut dk, ep, true);
+                    gemm(nk, ev_n, nq, Mat { data: &p, rs: 1, cs: kp }, (&qr.dout, evp), (&mut dv, evp), true);
+                    gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, (&qr.q, ep), (&mut dk, ep), true);
                 }
             }
             // SAFETY: keys j0 .. j0 + nk of (b, hk) belong to this task.
@@ -310,7 +319,7 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                         (0..nk).for_each(|jj| unsafe { gb.store::<T, C>(b, h, i0 + r, j0 + jj, ds[r * kp + jj]) });
                     }
                 }
-                gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, &tile.k, ep, &mut dq, ep, true);
+                gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, (&tile.k, ep), (&mut dq, ep), true);
                 j0 += nk;
             }
             // SAFETY: rows i0 .. i0 + nq of (b, h) belong to this task.

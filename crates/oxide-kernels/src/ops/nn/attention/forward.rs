@@ -101,14 +101,14 @@ unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
     let mut m_new = vec![C::ZERO; nq];
     // Scores, then probabilities, of the current tile: [nq][kp].
     let mut s = vec![C::ZERO; nq * kp];
-    let mut drop = vec![C::ZERO; BLOCK_K];
+    let mut drop = [C::ZERO; BLOCK_K];
     let kend = key_end(a, i0, nq);
     let mut j0 = 0;
     while j0 < kend {
         let nk = BLOCK_K.min(kend - j0);
         let blk = (b * d.heads_kv + hk) * k_blocks + j0 / BLOCK_K;
         let (kt, v) = (&kt_all[blk * kt_len..(blk + 1) * kt_len], &v_all[blk * v_len..(blk + 1) * v_len]);
-        gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, kt, kp, &mut s, kp, false);
+        gemm(nq, nk, e_n, Mat { data: &q, rs: ep, cs: 1 }, (kt, kp), (&mut s, kp), false);
         // The online softmax in passes over the tile's rows (maxima, then
         // exponentials, then sums), so that no row's exponentials wait for a
         // reduction: one row at a time ran at a fraction of the exp loop's throughput.
@@ -146,7 +146,7 @@ unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: 
                 srow.iter_mut().zip(drop.iter()).for_each(|(x, &y)| *x = *x * y);
             }
         }
-        gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, v, evp, &mut o, evp, true);
+        gemm(nq, ev_n, nk, Mat { data: &s, rs: kp, cs: 1 }, (v, evp), (&mut o, evp), true);
         j0 += nk;
     }
     for r in 0..nq {

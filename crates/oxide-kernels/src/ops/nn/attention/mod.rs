@@ -169,7 +169,7 @@ pub fn dropout_blocks(dims: &Dims) -> u64 {
 fn check(a: &Attention) -> Result<()> {
     let d = &a.dims;
     let invalid = |reason: String| Err(Error::InvalidValue { op: "scaled_dot_product_attention", reason });
-    if d.heads_kv == 0 || d.heads_q % d.heads_kv != 0 {
+    if d.heads_kv == 0 || !d.heads_q.is_multiple_of(d.heads_kv) {
         return invalid(format!(
             "scaled_dot_product_attention: the number of query heads ({}) must be a multiple of the key/value heads ({})",
             d.heads_q, d.heads_kv

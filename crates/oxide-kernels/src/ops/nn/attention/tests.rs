@@ -38,9 +38,20 @@ struct Naive {
     dbias: Vec<f64>,
 }
 
+/// The tensors [`naive`] reads, contiguous float64: query, key, value, the optional
+/// bias (`[B, Hq, L, S]`) and the output gradient.
+#[derive(Clone, Copy)]
+struct Tensors<'a> {
+    q: &'a [f64],
+    k: &'a [f64],
+    v: &'a [f64],
+    bias: Option<&'a [f64]>,
+    dout: &'a [f64],
+}
+
 /// Materialised attention and its gradients, straight from the definition.
-#[allow(clippy::too_many_arguments)]
-fn naive(d: Dims, q: &[f64], k: &[f64], v: &[f64], bias: Option<&[f64]>, causal: bool, scale: f64, drop: Option<(f64, &dyn BitSource)>, dout: &[f64]) -> Naive {
+fn naive(d: Dims, t: Tensors, causal: bool, scale: f64, drop: Option<(f64, &dyn BitSource)>) -> Naive {
+    let Tensors { q, k, v, bias, dout } = t;
     let (l_n, s_n, e_n, ev_n) = (d.len_q, d.len_kv, d.dim_qk, d.dim_v);
     let g = d.heads_q / d.heads_kv;
     let mut r = Naive {
@@ -179,7 +190,7 @@ fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: 
     };
     let drop = (drop_p > 0.0).then_some((drop_p, &engine as &dyn BitSource));
     let scale = 0.7;
-    let want = naive(d, &q, &k, &v, with_bias.then_some(&bias[..]), causal, scale, drop, &dout);
+    let want = naive(d, Tensors { q: &q, k: &k, v: &v, bias: with_bias.then_some(&bias[..]), dout: &dout }, causal, scale, drop);
 
     // The query as a transposed [B, L, Hq, E] buffer when asked.
     let (qbuf, q_strides) = if transposed_q {
@@ -299,7 +310,7 @@ fn gemm_matches_naive_with_tails_and_transposed_a() {
             for transposed in [false, true] {
                 let am = if transposed { Mat { data: &at[..], rs: 1, cs: m } } else { Mat { data: &a[..], rs: k, cs: 1 } };
                 let mut c = c0.clone();
-                gemm(m, n, k, am, &b, np, &mut c, np, accumulate);
+                gemm(m, n, k, am, (&b, np), (&mut c, np), accumulate);
                 for r in 0..m {
                     for j in 0..n {
                         let want = if accumulate { c0[r * np + j] } else { 0.0 } + (0..k).map(|kk| a[r * k + kk] * bd[kk * n + j]).sum::<f64>();

@@ -35,8 +35,8 @@ pub(super) struct Mat<'x, C> {
 /// in a fixed order (the result does not depend on anything but the inputs).
 ///
 /// `a` is read element by element (any strides: the transposed operands of
-/// the backward pass read it column-wise). `b` (row stride `ldb`) and `c`
-/// (row stride `ldc`) are contiguous rows of `padded(n)` columns; the
+/// the backward pass read it column-wise). `b` and `c`, each given as (buffer,
+/// row stride: `ldb`, `ldc`), are contiguous rows of `padded(n)` columns; the
 /// columns of `b` past `n` must be zero or at least finite, and `c`'s are
 /// overwritten with garbage. Register blocking after K. Goto and R. van de
 /// Geijn, "Anatomy of High-Performance Matrix Multiplication" (2008), without
@@ -44,8 +44,7 @@ pub(super) struct Mat<'x, C> {
 ///
 /// Panics (a bug in the caller, caught at the FFI boundary) when a buffer is
 /// shorter than these extents.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gemm<C: Float>(m: usize, n: usize, k: usize, a: Mat<C>, b: &[C], ldb: usize, c: &mut [C], ldc: usize, accumulate: bool) {
+pub(super) fn gemm<C: Float>(m: usize, n: usize, k: usize, a: Mat<C>, (b, ldb): (&[C], usize), (c, ldc): (&mut [C], usize), accumulate: bool) {
     if m == 0 || n == 0 {
         return;
     }
@@ -101,6 +100,7 @@ pub(super) fn gemm<C: Float>(m: usize, n: usize, k: usize, a: Mat<C>, b: &[C], l
 /// `a` is readable at `r * ars + kk * acs`, `b` at `kk * ldb + 0..NR` and
 /// `c` writable (and readable when accumulating) at `r * ldc + 0..NR`, for
 /// `r < R`, `kk < k`.
+// Register kernel: raw pointers and strides kept as scalars so that they stay in registers.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn micro<C: Float, const R: usize>(k: usize, a: *const C, ars: usize, acs: usize, b: *const C, ldb: usize, c: *mut C, ldc: usize, accumulate: bool) {
@@ -212,6 +212,7 @@ mod simd {
     ///
     /// # Safety
     /// As [`super::micro`].
+    // Register kernel: the same scalar pointer-and-stride parameters as `micro`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub unsafe fn micro_f32<const R: usize>(k: usize, a: *const f32, ars: usize, acs: usize, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool) {

@@ -9,20 +9,31 @@ use crate::dtype::DType;
 use crate::engine::iter::{map_tasks, GRAIN};
 use crate::error::{Error, Result};
 
-use super::columns::{col2im_scratch, columns, for_each_channel, gather, im2col, product_to_samples};
+use super::columns::{col2im_scratch, columns, for_each_channel, gather, im2col, product_to_samples, ColumnBlock, Planes};
 use super::{block_columns, product, Acc, Conv, Out, Plan, Scratch, Storage, MIN_DEPTH_COLUMNS};
 
+/// What the backward reads, as compute-type slices: the output gradient `gy`, the
+/// input `x` (read only for the weight gradient) and the weight `w` (read only for
+/// the input gradient); either of the last two may be empty when not read.
+#[derive(Clone, Copy)]
+struct Inputs<'a, C> {
+    gy: &'a [C],
+    x: &'a [C],
+    w: &'a [C],
+}
+
 /// Gradients of `nb` consecutive samples (`xs` and `ys` elements per sample of the
-/// input and the output): `gx` is overwritten, `gw` accumulated into. `x` is read
-/// only for `gw` and `w` only for `gx` (either may be empty otherwise).
-#[allow(clippy::too_many_arguments)]
-fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, nb: usize, (xs, ys): (usize, usize), s: &mut Scratch<C>, threads: usize) -> Result<()> {
+/// input and the output) from `ins` (those samples' `gy` and `x`, the whole `w`):
+/// `gx` is overwritten, `gw` accumulated into.
+fn backward_chunk<C: Acc>(cv: &Conv, ins: Inputs<C>, mut gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, nb: usize, (xs, ys): (usize, usize), s: &mut Scratch<C>) -> Result<()> {
+    let Inputs { gy, x, w } = ins;
     let win = cv.window();
     let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
     let (ic, gc) = cv.group_channels();
     let (kk, wg, cn) = (ic * taps, ic * gc * taps, nb * gl);
     let direct = win.is_identity() && nb == 1;
-    let Scratch { cols, mat, out } = s;
+    let Scratch { cols, mat, out, threads } = s;
+    let threads = *threads;
     for g in 0..cv.groups {
         let wr = g * wg..(g + 1) * wg;
         if let (false, Some(bc), 1) = (cv.transposed, block_columns(kk, gl), nb) {
@@ -34,8 +45,8 @@ fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<
                 for p0 in (0..gl).step_by(bc) {
                     let p1 = (p0 + bc).min(gl);
                     cols.resize(kk * (p1 - p0), C::ZERO);
-                    product(kk, p1 - p0, gc, (&w[wr.clone()], 1, kk), (&gyg[p0..], gl, 1), 0.0, cols, p1 - p0)?;
-                    col2im_scratch(&win, ic, cols, 1, (p0, p1), gxg, xs, true, threads);
+                    product(kk, p1 - p0, gc, (&w[wr.clone()], 1, kk), (&gyg[p0..], gl, 1), 0.0, (cols, p1 - p0))?;
+                    col2im_scratch(&win, ColumnBlock { channels: ic, nb: 1, p0, p1 }, cols, gxg, xs, true, threads);
                 }
             }
             if let Some(gw) = gw.as_deref_mut() {
@@ -45,47 +56,47 @@ fn backward_chunk<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], mut gx: Option<
                 for p0 in (0..gl).step_by(bc) {
                     let p1 = (p0 + bc).min(gl);
                     cols.resize(kk * (p1 - p0), C::ZERO);
-                    im2col(&win, ic, &x[g * ic * il..], xs, 1, (p0, p1), cols, threads);
-                    product(gc, kk, p1 - p0, (&gyg[p0..], gl, 1), (cols, 1, p1 - p0), 1.0, &mut gw[wr.clone()], kk)?;
+                    im2col(&win, ColumnBlock { channels: ic, nb: 1, p0, p1 }, &x[g * ic * il..], xs, cols, threads);
+                    product(gc, kk, p1 - p0, (&gyg[p0..], gl, 1), (cols, 1, p1 - p0), 1.0, (&mut gw[wr.clone()], kk))?;
                 }
             }
         } else if !cv.transposed {
-            let gyg = gather(&gy[g * gc * gl..], ys, gc, gl, nb, mat);
+            let gyg = gather(&gy[g * gc * gl..], Planes { rows: gc, plane: gl, nb, sample: ys }, mat);
             if let Some(gx) = gx.as_deref_mut() {
                 // gx[:, g] = col2im(W[g]^T (kk x gc) @ gy[:, g] (gc x nb*L)).
                 let gxg = &mut gx[g * ic * il..];
                 if direct {
-                    product(kk, gl, gc, (&w[wr.clone()], 1, kk), (gyg, gl, 1), 0.0, &mut gxg[..kk * gl], gl)?;
+                    product(kk, gl, gc, (&w[wr.clone()], 1, kk), (gyg, gl, 1), 0.0, (&mut gxg[..kk * gl], gl))?;
                 } else {
                     cols.resize(kk * cn, C::ZERO);
-                    product(kk, cn, gc, (&w[wr.clone()], 1, kk), (gyg, cn, 1), 0.0, cols, cn)?;
-                    col2im_scratch(&win, ic, cols, nb, (0, gl), gxg, xs, false, threads);
+                    product(kk, cn, gc, (&w[wr.clone()], 1, kk), (gyg, cn, 1), 0.0, (cols, cn))?;
+                    col2im_scratch(&win, ColumnBlock::whole(&win, ic, nb), cols, gxg, xs, false, threads);
                 }
             }
             if let Some(gw) = gw.as_deref_mut() {
                 // gW[g] (gc x kk) += gy[:, g] (gc x nb*L) @ im2col(x[:, g])^T (nb*L x kk).
-                let src = columns(&win, ic, &x[g * ic * il..], xs, nb, direct, cols, threads);
-                product(gc, kk, cn, (gyg, cn, 1), (src, 1, cn), 1.0, &mut gw[wr], kk)?;
+                let src = columns(&win, ic, &x[g * ic * il..], xs, nb, cols, threads);
+                product(gc, kk, cn, (gyg, cn, 1), (src, 1, cn), 1.0, (&mut gw[wr], kk))?;
             }
         } else {
             // The image side is gy (ic channels), the column side x and gx (gc channels).
-            let src = columns(&win, ic, &gy[g * ic * il..], ys, nb, direct, cols, threads);
+            let src = columns(&win, ic, &gy[g * ic * il..], ys, nb, cols, threads);
             if let Some(gx) = gx.as_deref_mut() {
                 // gx[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(gy[:, g]) (kk x nb*L): a convolution.
-                product_to_samples(gc, kk, (&w[wr.clone()], kk, 1), src, gl, nb, &mut gx[g * gc * gl..], xs, out, None)?;
+                product_to_samples(kk, (&w[wr.clone()], kk, 1), src, Planes { rows: gc, plane: gl, nb, sample: xs }, &mut gx[g * gc * gl..], out, None)?;
             }
             if let Some(gw) = gw.as_deref_mut() {
                 // gW[g] (gc x kk) += x[:, g] (gc x nb*L) @ im2col(gy[:, g])^T (nb*L x kk).
-                let xg = gather(&x[g * gc * gl..], xs, gc, gl, nb, mat);
-                product(gc, kk, cn, (xg, cn, 1), (src, 1, cn), 1.0, &mut gw[wr], kk)?;
+                let xg = gather(&x[g * gc * gl..], Planes { rows: gc, plane: gl, nb, sample: xs }, mat);
+                product(gc, kk, cn, (xg, cn, 1), (src, 1, cn), 1.0, (&mut gw[wr], kk))?;
             }
         }
     }
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, gb: Option<&mut [C]>, threads: usize) -> Result<()> {
+fn backward<C: Acc>(cv: &Conv, ins: Inputs<C>, gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, gb: Option<&mut [C]>, threads: usize) -> Result<()> {
+    let Inputs { gy, x, .. } = ins;
     let (xl, wl, yl) = cv.lens();
     let (xs, ys) = (xl.checked_div(cv.batch).unwrap_or(0), yl.checked_div(cv.batch).unwrap_or(0));
     if let Some(gb) = gb {
@@ -110,7 +121,7 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
     }
     let plan = Plan::new(cv, threads, false);
     let run = |t: usize, mut part: Option<&mut [C]>, mut partial: Option<&mut [C]>| -> Result<()> {
-        let mut scratch = Scratch::default();
+        let mut scratch = Scratch::new(plan.inner);
         let first = t * plan.per_task;
         let count = plan.per_task.min(cv.batch - first);
         let mut j = 0;
@@ -118,7 +129,8 @@ fn backward<C: Acc>(cv: &Conv, gy: &[C], x: &[C], w: &[C], gx: Option<&mut [C]>,
             let (n, nb) = (first + j, plan.chunk.min(count - j));
             let gxc = part.as_deref_mut().map(|p| &mut p[j * xs..(j + nb) * xs]);
             let xc = if x.is_empty() { x } else { &x[n * xs..(n + nb) * xs] };
-            backward_chunk(cv, &gy[n * ys..(n + nb) * ys], xc, w, gxc, partial.as_deref_mut(), nb, (xs, ys), &mut scratch, plan.inner)?;
+            let chunk = Inputs { gy: &gy[n * ys..(n + nb) * ys], x: xc, w: ins.w };
+            backward_chunk(cv, chunk, gxc, partial.as_deref_mut(), nb, (xs, ys), &mut scratch)?;
             j += nb;
         }
         Ok(())
@@ -169,7 +181,8 @@ unsafe fn run_backward<T: Storage>(cv: &Conv, grad_output: *const u8, input: *co
         let mut gx = grads.input.map(|p| Out::<T>::new(p, xl));
         let mut gw = grads.weight.map(|p| Out::<T>::new(p, wl));
         let mut gb = grads.bias.map(|p| Out::<T>::new(p, cv.out_channels));
-        backward(cv, &gy, &x, &w, gx.as_mut().map(|o| o.slice()), gw.as_mut().map(|o| o.slice()), gb.as_mut().map(|o| o.slice()), threads)?;
+        let ins = Inputs { gy: &gy, x: &x, w: &w };
+        backward(cv, ins, gx.as_mut().map(|o| o.slice()), gw.as_mut().map(|o| o.slice()), gb.as_mut().map(|o| o.slice()), threads)?;
         for o in [gx, gw, gb].into_iter().flatten() {
             o.finish();
         }

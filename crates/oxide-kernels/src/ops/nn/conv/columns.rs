@@ -22,14 +22,31 @@ pub(super) fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_cha
     for_each_chunk_mut(data, per_channel, tasks, f);
 }
 
+/// The shape of one column matrix of a [`Window`]: `channels * taps` rows, and grid
+/// positions `[p0, p1)` of each of `nb` images side by side, `nb * (p1 - p0)` columns.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ColumnBlock {
+    pub(super) channels: usize,
+    pub(super) nb: usize,
+    pub(super) p0: usize,
+    pub(super) p1: usize,
+}
+
+impl ColumnBlock {
+    /// Every grid position of `w`, for `nb` images of `channels` channels.
+    pub(super) fn whole(w: &Window, channels: usize, nb: usize) -> ColumnBlock {
+        ColumnBlock { channels, nb, p0: 0, p1: w.grid_len() }
+    }
+}
+
 /// Unfolds grid positions `[p0, p1)` of `nb` images into one column matrix `cols`
-/// `(channels * taps, nb * (p1 - p0))`, row-major: image `j` `(channels, *w.image)`
+/// `(channels * taps, nb * (p1 - p0))` (`blk`), row-major: image `j` `(channels, *w.image)`
 /// starts at `image[j * sample]` and fills columns `[j * (p1 - p0), (j + 1) * (p1 - p0))`
 /// of every row. Laying the samples side by side lets one GEMM cover them all, and a
 /// part of the grid lets a large image's columns be made a cache-sized block at a time
 /// (see [`Plan`](super::Plan)).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], sample: usize, nb: usize, (p0, p1): (usize, usize), cols: &mut [C], threads: usize) {
+pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: usize, cols: &mut [C], threads: usize) {
+    let ColumnBlock { channels, nb, p0, p1 } = blk;
     let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);
     let ld = nb * bl;
     let (g2, s2) = (w.grid[2], w.stride[2]);
@@ -73,12 +90,12 @@ pub(super) fn im2col<C: Acc>(w: &Window, channels: usize, image: &[C], sample: u
     });
 }
 
-/// Folds `cols` `(channels * taps, nb * (p1 - p0))` (the layout [`im2col`] writes for
-/// grid positions `[p0, p1)`) into `nb` images, image `j` `(channels, *w.image)` at
+/// Folds `cols` `(channels * taps, nb * (p1 - p0))` (`blk`: the layout [`im2col`] writes
+/// for grid positions `[p0, p1)`) into `nb` images, image `j` `(channels, *w.image)` at
 /// `image[j * sample]`: each column entry is added onto the pixel it was read from,
 /// each image overwritten with those sums first unless `add`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize, (p0, p1): (usize, usize), image: &mut [C], sample: usize, add: bool, threads: usize) {
+pub(super) fn col2im<C: Acc>(w: &Window, blk: ColumnBlock, cols: &[C], image: &mut [C], sample: usize, add: bool, threads: usize) {
+    let ColumnBlock { channels, nb, p0, p1 } = blk;
     let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);
     if il == 0 || nb == 0 {
         return;
@@ -122,16 +139,16 @@ pub(super) fn col2im<C: Acc>(w: &Window, channels: usize, cols: &[C], nb: usize,
 /// [`flat`](Window::flat) window the entries that read the padding are zeroed first,
 /// so that each tap of each image plane is added as one contiguous run ([`FlatTap::fold`](super::FlatTap::fold));
 /// the padding entries land, as zeros, on pixels of neighbouring rows.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn col2im_scratch<C: Acc>(w: &Window, channels: usize, cols: &mut [C], nb: usize, range: (usize, usize), image: &mut [C], sample: usize, add: bool, threads: usize) {
-    let (il, taps, bl) = (w.image_len(), w.taps(), range.1 - range.0);
+pub(super) fn col2im_scratch<C: Acc>(w: &Window, blk: ColumnBlock, cols: &mut [C], image: &mut [C], sample: usize, add: bool, threads: usize) {
+    let ColumnBlock { channels, nb, p0, p1 } = blk;
+    let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);
     if !w.flat() || il == 0 || nb == 0 {
-        return col2im(w, channels, cols, nb, range, image, sample, add, threads);
+        return col2im(w, blk, cols, image, sample, add, threads);
     }
     let flat = w.flat_taps();
     let ld = nb * bl;
     for_each_channel(&mut cols[..channels * taps * ld], channels * taps, ld, threads, |ct, row| {
-        row.chunks_mut(bl).for_each(|part| flat[ct % taps].zero_padding_columns(part, range.0));
+        row.chunks_mut(bl).for_each(|part| flat[ct % taps].zero_padding_columns(part, p0));
     });
     let cols = &*cols;
     for_each_plane(nb, channels, il, image, sample, threads, |j, c, img| {
@@ -140,7 +157,7 @@ pub(super) fn col2im_scratch<C: Acc>(w: &Window, channels: usize, cols: &mut [C]
         }
         for (t, ft) in flat.iter().enumerate() {
             let row = (c * taps + t) * ld + j * bl;
-            ft.fold(&cols[row..row + bl], img, range.0);
+            ft.fold(&cols[row..row + bl], img, p0);
         }
     });
 }
@@ -163,10 +180,21 @@ pub(super) fn for_each_plane<C: Send>(nb: usize, channels: usize, il: usize, ima
     }
 }
 
-/// Copies `rows` planes of `plane` elements from each of `nb` samples into the matrix
-/// `(rows, nb * plane)`: sample `j`'s row `r` starts at `src[j * sample + r * plane]`.
+/// `rows` planes of `plane` elements in each of `nb` samples `sample` elements apart
+/// (sample `j`'s row `r` at `j * sample + r * plane`), and the matrix `(rows, nb * plane)`
+/// they make side by side: the column side of a product over several samples.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Planes {
+    pub(super) rows: usize,
+    pub(super) plane: usize,
+    pub(super) nb: usize,
+    pub(super) sample: usize,
+}
+
+/// Copies the [`Planes`] `p` of `src` into their matrix `(rows, nb * plane)`.
 /// One sample is already that matrix and is borrowed.
-pub(super) fn gather<'a, C: Acc>(src: &'a [C], sample: usize, rows: usize, plane: usize, nb: usize, buf: &'a mut Vec<C>) -> &'a [C] {
+pub(super) fn gather<'a, C: Acc>(src: &'a [C], p: Planes, buf: &'a mut Vec<C>) -> &'a [C] {
+    let Planes { rows, plane, nb, sample } = p;
     if nb == 1 {
         return &src[..rows * plane];
     }
@@ -180,8 +208,9 @@ pub(super) fn gather<'a, C: Acc>(src: &'a [C], sample: usize, rows: usize, plane
 }
 
 /// The inverse of [`gather`]: writes the matrix `m` `(rows, nb * plane)` back into the
-/// samples, plus `bias[r]` on row `r` when given (the copy is the pass that adds it).
-pub(super) fn scatter<C: Acc>(m: &[C], rows: usize, plane: usize, nb: usize, dst: &mut [C], sample: usize, bias: Option<&[C]>) {
+/// planes `p` of `dst`, plus `bias[r]` on row `r` when given (the copy is the pass that adds it).
+pub(super) fn scatter<C: Acc>(m: &[C], p: Planes, dst: &mut [C], bias: Option<&[C]>) {
+    let Planes { rows, plane, nb, sample } = p;
     for r in 0..rows {
         for j in 0..nb {
             let from = (r * nb + j) * plane;
@@ -195,27 +224,26 @@ pub(super) fn scatter<C: Acc>(m: &[C], rows: usize, plane: usize, nb: usize, dst
 }
 
 /// The column matrix `(channels * taps, nb * grid_len)` of `nb` images (image `j` at
-/// `image[j * sample]`): the images themselves when `direct` (an identity window over
-/// one sample), else [`im2col`] into `cols`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], sample: usize, nb: usize, direct: bool, cols: &'a mut Vec<C>, threads: usize) -> &'a [C] {
+/// `image[j * sample]`): the image itself for an identity window over one sample,
+/// else [`im2col`] into `cols`.
+pub(super) fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], sample: usize, nb: usize, cols: &'a mut Vec<C>, threads: usize) -> &'a [C] {
     let rows = channels * w.taps();
-    if direct {
+    if w.is_identity() && nb == 1 {
         return &image[..rows * w.grid_len()];
     }
     cols.resize(rows * nb * w.grid_len(), C::ZERO);
-    im2col(w, channels, image, sample, nb, (0, w.grid_len()), cols, threads);
+    im2col(w, ColumnBlock::whole(w, channels, nb), image, sample, cols, threads);
     cols
 }
 
-/// `a (m x k) @ src (k x nb * plane)` written as `m` planes of each of `nb` samples,
-/// sample `j` at `dst[j * sample]`, plus `bias[r]` on plane `r` when given: straight
+/// `a (m x k) @ src (k x nb * plane)` written as the planes `p` of `dst` (`m` = `p.rows`
+/// planes of each of `nb` samples), plus `bias[r]` on plane `r` when given: straight
 /// into `dst` for one sample, else through `out` and [`scatter`].
-#[allow(clippy::too_many_arguments)]
-pub(super) fn product_to_samples<C: Acc>(m: usize, k: usize, a: (&[C], usize, usize), src: &[C], plane: usize, nb: usize, dst: &mut [C], sample: usize, out: &mut Vec<C>, bias: Option<&[C]>) -> Result<()> {
+pub(super) fn product_to_samples<C: Acc>(k: usize, a: (&[C], usize, usize), src: &[C], p: Planes, dst: &mut [C], out: &mut Vec<C>, bias: Option<&[C]>) -> Result<()> {
+    let Planes { rows: m, plane, nb, .. } = p;
     if nb == 1 {
         let dst = &mut dst[..m * plane];
-        product(m, plane, k, a, (src, plane, 1), 0.0, dst, plane)?;
+        product(m, plane, k, a, (src, plane, 1), 0.0, (dst, plane))?;
         if let Some(b) = bias {
             add_bias(dst, plane, b);
         }
@@ -223,8 +251,8 @@ pub(super) fn product_to_samples<C: Acc>(m: usize, k: usize, a: (&[C], usize, us
     }
     let cn = nb * plane;
     out.resize(m * cn, C::ZERO);
-    product(m, cn, k, a, (src, cn, 1), 0.0, out, cn)?;
-    scatter(out, m, plane, nb, dst, sample, bias);
+    product(m, cn, k, a, (src, cn, 1), 0.0, (out, cn))?;
+    scatter(out, p, dst, bias);
     Ok(())
 }
 

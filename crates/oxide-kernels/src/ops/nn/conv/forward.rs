@@ -6,12 +6,11 @@ use crate::dtype::DType;
 use crate::engine::iter::try_for_each_chunk_mut;
 use crate::error::{Error, Result};
 
-use super::columns::{add_bias, col2im_scratch, columns, gather, im2col, product_to_samples};
+use super::columns::{add_bias, col2im_scratch, columns, gather, im2col, product_to_samples, ColumnBlock, Planes};
 use super::{block_columns, product, Acc, Conv, Out, Plan, Scratch, Storage};
 
 /// Output of `nb` consecutive samples: `x` `(nb, C_in, *input)` into `y` `(nb, C_out, *output)`.
-#[allow(clippy::too_many_arguments)]
-fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], nb: usize, s: &mut Scratch<C>, threads: usize) -> Result<()> {
+fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], nb: usize, s: &mut Scratch<C>) -> Result<()> {
     let win = cv.window();
     let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
     let (ic, gc) = cv.group_channels();
@@ -19,7 +18,8 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
     let (xs, ys) = (x.len() / nb, y.len() / nb);
     // A 1x1 unit-stride window over one sample: the image is its own column matrix.
     let direct = win.is_identity() && nb == 1;
-    let Scratch { cols, mat, out } = s;
+    let Scratch { cols, mat, out, threads } = s;
+    let threads = *threads;
     for g in 0..cv.groups {
         let wgt = &w[g * wg..(g + 1) * wg];
         if let (false, Some(bc), 1) = (cv.transposed, block_columns(kk, gl), nb) {
@@ -28,8 +28,8 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
             for p0 in (0..gl).step_by(bc) {
                 let p1 = (p0 + bc).min(gl);
                 cols.resize(kk * (p1 - p0), C::ZERO);
-                im2col(&win, ic, xg, xs, 1, (p0, p1), cols, threads);
-                product(gc, p1 - p0, kk, (wgt, kk, 1), (cols, p1 - p0, 1), 0.0, &mut yg[p0..], gl)?;
+                im2col(&win, ColumnBlock { channels: ic, nb: 1, p0, p1 }, xg, xs, cols, threads);
+                product(gc, p1 - p0, kk, (wgt, kk, 1), (cols, p1 - p0, 1), 0.0, (&mut yg[p0..], gl))?;
                 if let Some(b) = bias {
                     for (r, row) in yg.chunks_mut(gl).enumerate() {
                         let bv = b[g * gc + r];
@@ -39,19 +39,19 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
             }
         } else if !cv.transposed {
             // y[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(x[:, g]) (kk x nb*L).
-            let src = columns(&win, ic, &x[g * ic * il..], xs, nb, direct, cols, threads);
+            let src = columns(&win, ic, &x[g * ic * il..], xs, nb, cols, threads);
             let bg = bias.map(|b| &b[g * gc..(g + 1) * gc]);
-            product_to_samples(gc, kk, (wgt, kk, 1), src, gl, nb, &mut y[g * gc * gl..], ys, out, bg)?;
+            product_to_samples(kk, (wgt, kk, 1), src, Planes { rows: gc, plane: gl, nb, sample: ys }, &mut y[g * gc * gl..], out, bg)?;
         } else {
             // y[:, g] = col2im(W[g]^T (kk x gc) @ x[:, g] (gc x nb*L)).
-            let xg = gather(&x[g * gc * gl..], xs, gc, gl, nb, mat);
+            let xg = gather(&x[g * gc * gl..], Planes { rows: gc, plane: gl, nb, sample: xs }, mat);
             let yg = &mut y[g * ic * il..];
             if direct {
-                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, &mut yg[..kk * gl], gl)?;
+                product(kk, gl, gc, (wgt, 1, kk), (xg, gl, 1), 0.0, (&mut yg[..kk * gl], gl))?;
             } else {
                 cols.resize(kk * cn, C::ZERO);
-                product(kk, cn, gc, (wgt, 1, kk), (xg, cn, 1), 0.0, cols, cn)?;
-                col2im_scratch(&win, ic, cols, nb, (0, gl), yg, ys, false, threads);
+                product(kk, cn, gc, (wgt, 1, kk), (xg, cn, 1), 0.0, (cols, cn))?;
+                col2im_scratch(&win, ColumnBlock::whole(&win, ic, nb), cols, yg, ys, false, threads);
             }
         }
     }
@@ -68,10 +68,10 @@ fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C],
     let (xs, ys) = (x.len() / cv.batch, y.len() / cv.batch);
     let plan = Plan::new(cv, threads, true);
     let run = |first: usize, part: &mut [C]| -> Result<()> {
-        let mut scratch = Scratch::default();
+        let mut scratch = Scratch::new(plan.inner);
         for (k, yc) in part.chunks_mut(plan.chunk * ys).enumerate() {
             let (n, nb) = (first + k * plan.chunk, yc.len() / ys);
-            forward_chunk(cv, &x[n * xs..(n + nb) * xs], w, bias, yc, nb, &mut scratch, plan.inner)?;
+            forward_chunk(cv, &x[n * xs..(n + nb) * xs], w, bias, yc, nb, &mut scratch)?;
         }
         Ok(())
     };

@@ -474,9 +474,9 @@ impl<'a, T: Storage> Out<'a, T> {
     }
 }
 
-/// `c (m x n, row stride ldc) = a @ b + beta * c`, operands as (slice, row stride, column stride).
-#[allow(clippy::too_many_arguments)]
-fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[C], usize, usize), beta: f64, c: &mut [C], ldc: usize) -> Result<()> {
+/// `c (m x n, row stride ldc) = a @ b + beta * c`, operands as (slice, row stride, column
+/// stride) and the output as (slice, row stride).
+fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[C], usize, usize), beta: f64, (c, ldc): (&mut [C], usize)) -> Result<()> {
     let mat = |p: *const C, rs: usize, cs: usize| Matrix { ptr: p as *mut u8, batch_stride: 0, row_stride: rs as isize, col_stride: cs as isize };
     // SAFETY: every slice covers the rows and columns its strides address (the callers size them so).
     unsafe { gemm(C::DTYPE, GemmShape { batch: 1, m, n, k }, 1.0, mat(a.0.as_ptr(), a.1, a.2), mat(b.0.as_ptr(), b.1, b.2), beta, mat(c.as_mut_ptr(), ldc, 1)) }
@@ -579,15 +579,17 @@ impl Plan {
 }
 
 /// Reusable buffers of one task: the column matrix, a gathered operand and a product
-/// waiting to be scattered.
+/// waiting to be scattered; and the threads the task's products and im2col/col2im
+/// may use (the [`Plan`]'s `inner`).
 struct Scratch<C> {
     cols: Vec<C>,
     mat: Vec<C>,
     out: Vec<C>,
+    threads: usize,
 }
 
-impl<C> Default for Scratch<C> {
-    fn default() -> Self {
-        Scratch { cols: Vec::new(), mat: Vec::new(), out: Vec::new() }
+impl<C> Scratch<C> {
+    fn new(threads: usize) -> Self {
+        Scratch { cols: Vec::new(), mat: Vec::new(), out: Vec::new(), threads }
     }
 }

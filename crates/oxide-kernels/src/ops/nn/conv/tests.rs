@@ -19,7 +19,8 @@ struct Case {
     transposed: bool,
 }
 
-fn case(batch: i64, cin: i64, cout: i64, groups: i64, input: &[i64], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Case {
+/// A case from its counts `(batch, cin, cout, groups)` and spatial lists.
+fn case((batch, cin, cout, groups): (i64, i64, i64, i64), input: &[i64], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Case {
     Case {
         batch, cin, cout, groups,
         input: input.to_vec(), kernel: kernel.to_vec(), stride: stride.to_vec(), padding: padding.to_vec(), dilation: dilation.to_vec(),
@@ -137,25 +138,25 @@ fn check<T: Element>(c: &Case, threads: usize, tol: f64) {
 
 fn cases() -> Vec<Case> {
     vec![
-        case(2, 3, 4, 1, &[7], &[3], &[1], &[1], &[1]),
-        case(2, 4, 6, 2, &[9], &[2], &[2], &[0], &[2]),
-        case(3, 2, 3, 1, &[5, 6], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
-        case(2, 4, 4, 4, &[6, 5], &[3, 2], &[2, 1], &[1, 0], &[1, 2]),
-        case(2, 6, 4, 2, &[4, 5, 6], &[2, 3, 2], &[1, 2, 1], &[1, 0, 1], &[2, 1, 1]),
-        case(3, 5, 3, 1, &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]),
-        case(1, 2, 2, 1, &[3, 3], &[1, 1], &[2, 2], &[1, 1], &[1, 1]),
-        case(2, 3, 4, 1, &[2, 3], &[3, 3], &[1, 1], &[2, 2], &[1, 1]),
-        case(2, 3, 4, 1, &[5], &[3], &[2], &[1], &[1]).transposed(&[1]),
-        case(2, 4, 6, 2, &[4, 3], &[3, 2], &[2, 3], &[1, 0], &[1, 2]).transposed(&[1, 2]),
-        case(2, 4, 4, 4, &[3, 3], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[0, 0]),
-        case(2, 2, 4, 2, &[2, 3, 2], &[2, 2, 3], &[2, 1, 1], &[0, 1, 1], &[1, 1, 2]).transposed(&[1, 0, 0]),
-        case(3, 3, 2, 1, &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]),
-        case(2, 3, 2, 1, &[3], &[1], &[1], &[0], &[3]).transposed(&[2]),
+        case((2, 3, 4, 1), &[7], &[3], &[1], &[1], &[1]),
+        case((2, 4, 6, 2), &[9], &[2], &[2], &[0], &[2]),
+        case((3, 2, 3, 1), &[5, 6], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        case((2, 4, 4, 4), &[6, 5], &[3, 2], &[2, 1], &[1, 0], &[1, 2]),
+        case((2, 6, 4, 2), &[4, 5, 6], &[2, 3, 2], &[1, 2, 1], &[1, 0, 1], &[2, 1, 1]),
+        case((3, 5, 3, 1), &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]),
+        case((1, 2, 2, 1), &[3, 3], &[1, 1], &[2, 2], &[1, 1], &[1, 1]),
+        case((2, 3, 4, 1), &[2, 3], &[3, 3], &[1, 1], &[2, 2], &[1, 1]),
+        case((2, 3, 4, 1), &[5], &[3], &[2], &[1], &[1]).transposed(&[1]),
+        case((2, 4, 6, 2), &[4, 3], &[3, 2], &[2, 3], &[1, 0], &[1, 2]).transposed(&[1, 2]),
+        case((2, 4, 4, 4), &[3, 3], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[0, 0]),
+        case((2, 2, 4, 2), &[2, 3, 2], &[2, 2, 3], &[2, 1, 1], &[0, 1, 1], &[1, 1, 2]).transposed(&[1, 0, 0]),
+        case((3, 3, 2, 1), &[4, 4], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]),
+        case((2, 3, 2, 1), &[3], &[1], &[1], &[0], &[3]).transposed(&[2]),
         // "Same"-size windows (Window::flat): dilated, wider than the image, strided outer dimension.
-        case(2, 3, 2, 1, &[6, 7], &[3, 3], &[1, 1], &[2, 2], &[2, 2]),
-        case(2, 2, 2, 1, &[3, 3], &[5, 5], &[1, 1], &[2, 2], &[1, 1]),
-        case(2, 2, 3, 1, &[5, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]),
-        case(2, 2, 3, 1, &[3, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]).transposed(&[0, 0, 0]),
+        case((2, 3, 2, 1), &[6, 7], &[3, 3], &[1, 1], &[2, 2], &[2, 2]),
+        case((2, 2, 2, 1), &[3, 3], &[5, 5], &[1, 1], &[2, 2], &[1, 1]),
+        case((2, 2, 3, 1), &[5, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]),
+        case((2, 2, 3, 1), &[3, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]).transposed(&[0, 0, 0]),
     ]
 }
 
@@ -176,20 +177,20 @@ fn every_case_and_dtype_matches_direct_convolution() {
 #[test]
 fn large_cases_take_the_parallel_paths() {
     // Large enough to split im2col/col2im over channels; and many small samples to split the batch.
-    check::<f32>(&case(2, 16, 32, 1, &[24, 24], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-5);
-    check::<f32>(&case(2, 32, 16, 1, &[12, 12], &[3, 3], &[2, 2], &[1, 1], &[1, 1]).transposed(&[1, 1]), 2, 1e-5);
-    check::<f64>(&case(9, 8, 8, 8, &[10, 10], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-12);
-    check::<f64>(&case(7, 4, 4, 2, &[6], &[3], &[1], &[1], &[1]).transposed(&[0]), 2, 1e-12);
+    check::<f32>(&case((2, 16, 32, 1), &[24, 24], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-5);
+    check::<f32>(&case((2, 32, 16, 1), &[12, 12], &[3, 3], &[2, 2], &[1, 1], &[1, 1]).transposed(&[1, 1]), 2, 1e-5);
+    check::<f64>(&case((9, 8, 8, 8), &[10, 10], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2, 1e-12);
+    check::<f64>(&case((7, 4, 4, 2), &[6], &[3], &[1], &[1], &[1]).transposed(&[0]), 2, 1e-12);
     // Chunks of samples sharing one GEMM (`Plan`): 32x32 outputs give chunks of two,
     // so three samples leave a last chunk of one; 48x48 outputs give one sample per GEMM.
     for threads in [1, 2] {
-        check::<f32>(&case(3, 2, 3, 1, &[32, 32], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), threads, 1e-5);
+        check::<f32>(&case((3, 2, 3, 1), &[32, 32], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), threads, 1e-5);
         // 8x8 maps, 144 column rows: the forward's cache-sized chunks of four samples
         // (FORWARD_CACHE_COLUMNS), nine samples leaving a last chunk of one.
-        check::<f32>(&case(9, 16, 8, 1, &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), threads, 1e-4);
-        check::<f32>(&case(3, 4, 2, 2, &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[1, 1]), threads, 1e-5);
-        check::<f32>(&case(2, 1, 2, 1, &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]), threads, 1e-5);
-        check::<f32>(&case(3, 2, 2, 1, &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]), threads, 1e-5);
+        check::<f32>(&case((9, 16, 8, 1), &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), threads, 1e-4);
+        check::<f32>(&case((3, 4, 2, 2), &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[1, 1]), threads, 1e-5);
+        check::<f32>(&case((2, 1, 2, 1), &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]), threads, 1e-5);
+        check::<f32>(&case((3, 2, 2, 1), &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]), threads, 1e-5);
     }
 }
 
@@ -200,13 +201,13 @@ fn samples_too_large_for_the_cache_go_in_column_blocks() {
     // gradient) take it in blocks whose edges fall inside
     // an output row (2-d: 759 and 779 positions for rows of 37 and 38) or, in 3-d,
     // inside a slab (390 positions for slabs of 156).
-    let flat = case(2, 16, 8, 1, &[41, 37], &[3, 3], &[1, 1], &[1, 1], &[1, 1]);
-    let strided = case(1, 16, 4, 1, &[41, 75], &[3, 3], &[1, 2], &[1, 1], &[1, 1]);
-    let volume = case(1, 8, 4, 1, &[5, 12, 13], &[3, 3, 3], &[1, 1, 1], &[1, 1, 1], &[1, 1, 1]);
+    let flat = case((2, 16, 8, 1), &[41, 37], &[3, 3], &[1, 1], &[1, 1], &[1, 1]);
+    let strided = case((1, 16, 4, 1), &[41, 75], &[3, 3], &[1, 2], &[1, 1], &[1, 1]);
+    let volume = case((1, 8, 4, 1), &[5, 12, 13], &[3, 3, 3], &[1, 1, 1], &[1, 1, 1], &[1, 1, 1]);
     for c in [&flat, &strided, &volume] {
         let w = c.conv().window();
         let bc = block_columns(c.cin as usize * w.taps(), w.grid_len()).expect("blocked");
-        assert!(bc < w.grid_len() && bc % (w.grid[1] * w.grid[2]) != 0 && (w.grid[0] > 1 || bc % w.grid[2] != 0), "{bc}");
+        assert!(bc < w.grid_len() && !bc.is_multiple_of(w.grid[1] * w.grid[2]) && (w.grid[0] > 1 || !bc.is_multiple_of(w.grid[2])), "{bc}");
         for threads in [1, 2] {
             check::<f32>(c, threads, 1e-4);
             check::<f64>(c, threads, 1e-12);
@@ -219,34 +220,34 @@ fn samples_too_large_for_the_cache_go_in_column_blocks() {
 fn plans_batch_small_maps_and_cap_the_column_buffer() {
     let plan = |c: Case, threads| Plan::new(&c.conv(), threads, false);
     // 2x2 outputs: every sample of the batch in one GEMM.
-    let p = plan(case(8, 512, 512, 1, &[2, 2], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
+    let p = plan(case((8, 512, 512, 1), &[2, 2], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
     assert_eq!((p.chunk, p.tasks), (8, 1));
     // Large maps: one sample per GEMM.
-    assert_eq!(plan(case(4, 8, 8, 1, &[64, 64], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2).chunk, 1);
+    assert_eq!(plan(case((4, 8, 8, 1), &[64, 64], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2).chunk, 1);
     // A 4608 x 2048 column matrix per chunk would pass the budget: fewer samples share it.
-    let p = plan(case(64, 512, 512, 1, &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
+    let p = plan(case((64, 512, 512, 1), &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
     assert!(p.chunk * 4608 * 16 <= COLUMNS_BUDGET && p.chunk >= 1, "{p:?}");
     // Tiny products: samples split over the threads.
-    let p = plan(case(8, 1, 4, 1, &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
+    let p = plan(case((8, 1, 4, 1), &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), 2);
     assert_eq!((p.tasks, p.per_task, p.inner), (2, 4, 1));
     // The forward of the digits CNN's second conv: 144 x 64 column elements per
     // sample fit FORWARD_CACHE_COLUMNS three times; 256 columns take four samples.
-    let digits = case(64, 16, 32, 1, &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv();
+    let digits = case((64, 16, 32, 1), &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv();
     assert_eq!(Plan::new(&digits, 2, false).chunk, 32);
     assert_eq!(Plan::new(&digits, 2, true).chunk, 4);
     // A sample whose columns pass BLOCK_ELEMENTS: one sample per chunk both ways,
     // taken in four blocks of 256 grid positions (576 column rows).
-    let big = case(8, 64, 64, 1, &[32, 32], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv();
+    let big = case((8, 64, 64, 1), &[32, 32], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv();
     assert_eq!((Plan::new(&big, 2, true).chunk, Plan::new(&big, 2, false).chunk), (1, 1));
     assert_eq!(block_columns(576, 1024), Some(256));
     // Too few grid positions to cut (ResNet's late stages): batched as before.
     assert_eq!(block_columns(4608, 16), None);
-    assert_eq!(Plan::new(&case(8, 512, 512, 1, &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv(), 2, true).chunk, 8);
+    assert_eq!(Plan::new(&case((8, 512, 512, 1), &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv(), 2, true).chunk, 8);
 }
 
 #[test]
 fn only_requested_gradients_are_written() {
-    let cv = case(2, 2, 2, 1, &[4], &[3], &[1], &[1], &[1]).conv();
+    let cv = case((2, 2, 2, 1), &[4], &[3], &[1], &[1], &[1]).conv();
     let (xl, wl, yl) = cv.lens();
     let (gy, w) = (vec![1.0f32; yl], vec![1.0f32; wl]);
     let mut gx = vec![f32::NAN; xl];
@@ -275,9 +276,9 @@ fn bad_descriptions_and_dtypes_are_errors() {
 
 #[test]
 fn empty_batch_and_channels() {
-    let c = Case { batch: 0, ..case(1, 2, 2, 1, &[4], &[3], &[1], &[1], &[1]) };
+    let c = Case { batch: 0, ..case((1, 2, 2, 1), &[4], &[3], &[1], &[1], &[1]) };
     check::<f32>(&c, 2, 0.0);
-    check::<f32>(&case(2, 2, 0, 1, &[4], &[3], &[1], &[1], &[1]), 2, 0.0);
+    check::<f32>(&case((2, 2, 0, 1), &[4], &[3], &[1], &[1], &[1]), 2, 0.0);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use crate::dtype::DType;
 use crate::engine::iter::for_each_chunk_mut;
 use crate::error::{Error, Result};
 
-use super::columns::{col2im, im2col};
+use super::columns::{col2im, im2col, ColumnBlock};
 use super::{Acc, Out, Storage, Window, MAX_SPATIAL};
 
 /// A sliding-window unfold (PyTorch's `im2col`, `F.unfold`) or its adjoint fold
@@ -84,9 +84,9 @@ unsafe fn run_unfold<T: Storage>(u: &Unfold, fold: bool, src: *const u8, dst: *m
         let s = T::read(src, sl);
         let mut d = Out::<T>::new(dst, dl);
         if fold {
-            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| col2im(&w, u.channels, cols, 1, (0, w.grid_len()), img, 0, false, t));
+            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| col2im(&w, ColumnBlock::whole(&w, u.channels, 1), cols, img, 0, false, t));
         } else {
-            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| im2col(&w, u.channels, img, 0, 1, (0, w.grid_len()), cols, t));
+            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| im2col(&w, ColumnBlock::whole(&w, u.channels, 1), img, 0, cols, t));
         }
         d.finish();
     }
