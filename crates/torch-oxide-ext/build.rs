@@ -148,6 +148,13 @@ fn generate_header(manifest: &Path, out: &Path) {
         .generate()
         .expect("cbindgen could not parse src/abi/")
         .write_to_file(out.join("oxide_abi.h"));
+    // Constants of different family files share the one header: a name defined
+    // twice would silently take the last value in C, so it fails the build here.
+    let header = std::fs::read_to_string(out.join("oxide_abi.h")).expect("oxide_abi.h was just written");
+    let mut seen = std::collections::HashSet::new();
+    for name in header.lines().filter_map(|l| l.strip_prefix("#define ")).filter_map(|l| l.split_whitespace().next()) {
+        assert!(seen.insert(name), "the C ABI defines {name} twice (src/abi/): give one of them another name");
+    }
 }
 
 // `pointwise_op_names`: shared with oxide-kernels, whose test checks it against the compiled table.
