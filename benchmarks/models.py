@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT / "tests" / "python"))
 
 def _digits():
     from test_workloads import demo_model_and_data
+
     model, x, y = demo_model_and_data()
 
     data = {}  # the dataset on each device, copied once
@@ -65,7 +66,7 @@ def _digits():
         xd, yd = data[dev]
         for i in range(0, len(yd), 64):
             opt.zero_grad()
-            F.cross_entropy(m(xd[i:i + 64]), yd[i:i + 64]).backward()
+            F.cross_entropy(m(xd[i : i + 64]), yd[i : i + 64]).backward()
             opt.step()
 
     return model, epoch, lambda p: torch.optim.Adam(p, lr=3e-3), 1.0
@@ -80,37 +81,62 @@ def _step_fn(loss_fn, batch):
         opt.zero_grad()
         loss_fn(m, *cache[dev]).backward()
         opt.step()
+
     return step
 
 
 def _resnet():
     import torchvision
+
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     batch = (torch.randn(8, 3, 64, 64, generator=g), torch.randint(0, 10, (8,), generator=g))
-    return (torchvision.models.resnet18(num_classes=10),
-            _step_fn(lambda m, xb, yb: F.cross_entropy(m(xb), yb), batch),
-            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), 1.3)
+    return (
+        torchvision.models.resnet18(num_classes=10),
+        _step_fn(lambda m, xb, yb: F.cross_entropy(m(xb), yb), batch),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+        1.3,
+    )
 
 
 def _gpt2():
     import transformers
-    cfg = transformers.GPT2Config(n_layer=4, n_head=4, n_embd=256, vocab_size=2048, n_positions=128,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+
+    cfg = transformers.GPT2Config(
+        n_layer=4,
+        n_head=4,
+        n_embd=256,
+        vocab_size=2048,
+        n_positions=128,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(2)
     batch = (torch.randint(0, 2048, (4, 128), generator=g),)
-    return (transformers.GPT2LMHeadModel(cfg), _step_fn(lambda m, ids: m(ids, labels=ids).loss, batch),
-            lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True), 1.3)
+    return (
+        transformers.GPT2LMHeadModel(cfg),
+        _step_fn(lambda m, ids: m(ids, labels=ids).loss, batch),
+        lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True),
+        1.3,
+    )
 
 
 def _sequence():
     from test_workloads import SequenceModel
+
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(3)
     batch = (torch.randint(0, 1000, (32, 50), generator=g), torch.randint(0, 5, (32,), generator=g))
-    return (SequenceModel(vocab=1000, dim=128), _step_fn(lambda m, ids, yb: F.cross_entropy(m(ids), yb), batch),
-            lambda p: torch.optim.Adam(p, lr=1e-3), 1.3)
+    return (
+        SequenceModel(vocab=1000, dim=128),
+        _step_fn(lambda m, ids, yb: F.cross_entropy(m(ids), yb), batch),
+        lambda p: torch.optim.Adam(p, lr=1e-3),
+        1.3,
+    )
 
 
 WORKLOADS: dict[str, Callable] = {
@@ -190,11 +216,19 @@ def run(name: str, reps: int) -> dict[str, object]:
     fell_back = sorted(op for op, n in after.items() if n != before.get(op, 0))
     cpu, ox = statistics.median(cpu_times), statistics.median(ox_times)
     return {
-        "name": name, "cpu_s": cpu, "oxide_s": ox, "ratio": ox / cpu, "target": target,
-        "met": ox / cpu <= target, "oxide_peak_mb": torch.oxide.max_memory_allocated() / 2**20,
-        "cpu_peak_rss_growth_mb": rss1 - rss0, "fallback_ops": fell_back,
-        "steal_pct_cpu": 100 * steal_c[0] / max(1, steal_c[1]), "steal_pct_oxide": 100 * steal_o[0] / max(1, steal_o[1]),
-        "cpu_times": cpu_times, "oxide_times": ox_times,
+        "name": name,
+        "cpu_s": cpu,
+        "oxide_s": ox,
+        "ratio": ox / cpu,
+        "target": target,
+        "met": ox / cpu <= target,
+        "oxide_peak_mb": torch.oxide.max_memory_allocated() / 2**20,
+        "cpu_peak_rss_growth_mb": rss1 - rss0,
+        "fallback_ops": fell_back,
+        "steal_pct_cpu": 100 * steal_c[0] / max(1, steal_c[1]),
+        "steal_pct_oxide": 100 * steal_o[0] / max(1, steal_o[1]),
+        "cpu_times": cpu_times,
+        "oxide_times": ox_times,
     }
 
 
@@ -203,9 +237,11 @@ def write(out: str, results: list[dict[str, object]], env: dict[str, object]) ->
     with open(os.path.join(out, "models.json"), "w") as f:
         json.dump({"env": env, "results": results}, f, indent=2)
     lines = [
-        "# Training-step benchmarks: oxide vs CPU PyTorch", "",
+        "# Training-step benchmarks: oxide vs CPU PyTorch",
+        "",
         f"torch {env['torch']}, {env['threads']} threads, {env['date']}. "
-        "Median seconds per step; ratio = oxide / CPU (lower is better).", "",
+        "Median seconds per step; ratio = oxide / CPU (lower is better).",
+        "",
         "| workload | CPU s | oxide s | ratio | target | met | oxide peak MiB | CPU peak RSS growth MiB | fallback "
         "| steal % CPU / oxide |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -214,7 +250,8 @@ def write(out: str, results: list[dict[str, object]], env: dict[str, object]) ->
         lines.append(
             f"| {r['name']} | {r['cpu_s']:.4f} | {r['oxide_s']:.4f} | {r['ratio']:.2f} | <= {r['target']} | "
             f"{'yes' if r['met'] else 'no'} | {r['oxide_peak_mb']:.1f} | {r['cpu_peak_rss_growth_mb']:.1f} | "
-            f"{', '.join(r['fallback_ops']) or 'none'} | {r['steal_pct_cpu']:.0f} / {r['steal_pct_oxide']:.0f} |")
+            f"{', '.join(r['fallback_ops']) or 'none'} | {r['steal_pct_cpu']:.0f} / {r['steal_pct_oxide']:.0f} |"
+        )
     with open(os.path.join(out, "models.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -227,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=9, help="timed steps per side, over all rounds")
     args = parser.parse_args(argv)
     torch.oxide.set_fallback_mode("silent")
-    env = {"torch": torch.__version__, "threads": torch.get_num_threads(),
-           "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    env = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
     results = [run(name, args.reps) for name in WORKLOADS if args.only.lower() in name.lower()]
     write(args.out, results, env)
     return 0

@@ -48,8 +48,10 @@ def main() -> int:
                 step(m, opt, dev)
         self_ms[dev] = {e.key: e.self_cpu_time_total / 1e3 for e in prof.key_averages()}
     cpu, ox = self_ms["cpu"], self_ms["oxide"]
-    print(f"{names[0]}, {args.steps} steps: total self time CPU {sum(cpu.values()):.0f} ms, oxide {sum(ox.values()):.0f} ms")
-    for key in sorted(set(cpu) | set(ox), key=lambda k: -ox.get(k, 0.0))[:args.top]:
+    print(
+        f"{names[0]}, {args.steps} steps: total self time CPU {sum(cpu.values()):.0f} ms, oxide {sum(ox.values()):.0f} ms"
+    )
+    for key in sorted(set(cpu) | set(ox), key=lambda k: -ox.get(k, 0.0))[: args.top]:
         print(f"{key[:64]:64s} cpu {cpu.get(key, 0.0):8.1f} ms  oxide {ox.get(key, 0.0):8.1f} ms")
     return 0
 

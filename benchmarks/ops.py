@@ -125,7 +125,12 @@ def _randn2(*shape: int) -> Callable[[], Sequence[torch.Tensor]]:
 
 
 def _conv_inputs() -> Sequence[torch.Tensor]:
-    x, w, b, gy = torch.randn(8, 64, 32, 32), torch.randn(64, 64, 3, 3) / 24, torch.randn(64), torch.randn(8, 64, 32, 32)
+    x, w, b, gy = (
+        torch.randn(8, 64, 32, 32),
+        torch.randn(64, 64, 3, 3) / 24,
+        torch.randn(64),
+        torch.randn(8, 64, 32, 32),
+    )
     return (x.requires_grad_(), w.requires_grad_(), b.requires_grad_(), gy)
 
 
@@ -140,6 +145,7 @@ def _norm_inputs(shape: Sequence[int], channels: int) -> Callable[[], Sequence[t
     def make() -> Sequence[torch.Tensor]:
         w, b = torch.rand(channels) + 0.5, torch.randn(channels)
         return (torch.randn(*shape).requires_grad_(), w.requires_grad_(), b.requires_grad_(), torch.randn(*shape))
+
     return make
 
 
@@ -162,6 +168,7 @@ def _softmax(fn, backward=False):
     def run(x, gy):
         y = fn(x, -1)
         return torch.autograd.grad(y, x, gy)[0] if backward else y
+
     return run
 
 
@@ -179,16 +186,37 @@ def cases() -> list[Case]:
         Case("amax", "reduction", "1000x10000", _randn(*mat), torch.amax, target=1.2, reps=15, warmup=8),
     ]
     for n, reps in ((512, 20), (1024, 10), (2048, 5)):
-        out.append(Case(f"mm {n}", "gemm", f"{n}x{n}", _randn2(n, n), torch.mm, target=1.25, reps=reps, flops=2.0 * n**3))
+        out.append(
+            Case(f"mm {n}", "gemm", f"{n}x{n}", _randn2(n, n), torch.mm, target=1.25, reps=reps, flops=2.0 * n**3)
+        )
     for name, op in (("add", torch.add), ("mul", torch.mul), ("sum", lambda a, b: a.sum()), ("mm", torch.mm)):
         shape = (1, 1) if name == "mm" else (1,)
         out.append(
-            Case(f"{name} (per call)", "overhead", "x".join(map(str, shape)), _randn2(*shape), op,
-                 target=1.5, reps=7, warmup=1, calls=OVERHEAD_CALLS)
+            Case(
+                f"{name} (per call)",
+                "overhead",
+                "x".join(map(str, shape)),
+                _randn2(*shape),
+                op,
+                target=1.5,
+                reps=7,
+                warmup=1,
+                calls=OVERHEAD_CALLS,
+            )
         )
     conv_flops = 3 * 2.0 * 8 * 64 * 64 * 9 * 32 * 32  # forward, grad input, grad weight
-    out.append(Case("conv2d fwd+bwd", "conv", "8x64x32x32, 3x3", _conv_inputs, _conv_train_step, target=1.3,
-                    reps=10, flops=conv_flops))
+    out.append(
+        Case(
+            "conv2d fwd+bwd",
+            "conv",
+            "8x64x32x32, 3x3",
+            _conv_inputs,
+            _conv_train_step,
+            target=1.3,
+            reps=10,
+            flops=conv_flops,
+        )
+    )
     out += [
         Case("transpose.contiguous", "info", "4096x4096", _randn(4096, 4096), lambda x: x.t().contiguous()),
         Case("to(float16)", "info", "1e7", _randn(N), lambda x: x.to(torch.float16)),
@@ -199,14 +227,28 @@ def cases() -> list[Case]:
         Case("layer_norm", "norm", "512x256", ln, _layer_norm, reps=15, calls=10),
         Case("layer_norm fwd+bwd", "norm", "512x256", ln, lambda *a: _layer_norm(*a, backward=True), reps=15, calls=10),
         Case("batch_norm train", "norm", "8x64x32x32", bn, _batch_norm, reps=15, calls=5),
-        Case("batch_norm train fwd+bwd", "norm", "8x64x32x32", bn, lambda *a: _batch_norm(*a, backward=True),
-             reps=15, calls=5),
+        Case(
+            "batch_norm train fwd+bwd",
+            "norm",
+            "8x64x32x32",
+            bn,
+            lambda *a: _batch_norm(*a, backward=True),
+            reps=15,
+            calls=5,
+        ),
     ]
     for name, fn in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
         out += [
             Case(f"{name}(dim=-1)", "norm", "512x1000", _softmax_inputs(512, 1000), _softmax(fn), reps=15, calls=10),
-            Case(f"{name}(dim=-1) fwd+bwd", "norm", "512x1000", _softmax_inputs(512, 1000), _softmax(fn, True),
-                 reps=15, calls=10),
+            Case(
+                f"{name}(dim=-1) fwd+bwd",
+                "norm",
+                "512x1000",
+                _softmax_inputs(512, 1000),
+                _softmax(fn, True),
+                reps=15,
+                calls=10,
+            ),
         ]
     return out
 
@@ -377,10 +419,14 @@ def write_markdown(path: str, env: dict[str, object], results: list[Result]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
-                        help="directory for ops.md and ops.json (created if missing)")
-    parser.add_argument("--only", action="append", default=[],
-                        help="run only cases whose 'group: name' contains this text (repeatable)")
+    parser.add_argument(
+        "--out",
+        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
+        help="directory for ops.md and ops.json (created if missing)",
+    )
+    parser.add_argument(
+        "--only", action="append", default=[], help="run only cases whose 'group: name' contains this text (repeatable)"
+    )
     parser.add_argument("--threads", type=int, help="torch.set_num_threads() first (default: torch's choice)")
     args = parser.parse_args(argv)
 
@@ -400,8 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "fallback_mode": "silent",
     }
-    print(f"torch {env['torch_version']}, torch-oxide {env['torch_oxide_version']}, "
-          f"torch.get_num_threads() = {env['threads']} (oxide and CPU alike), {env['cpu_model']}")
+    print(
+        f"torch {env['torch_version']}, torch-oxide {env['torch_oxide_version']}, "
+        f"torch.get_num_threads() = {env['threads']} (oxide and CPU alike), {env['cpu_model']}"
+    )
 
     previous_mode = torch.oxide.get_fallback_mode()
     torch.oxide.set_fallback_mode("silent")

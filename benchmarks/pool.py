@@ -53,12 +53,15 @@ def main():
         for device in ("cpu", "oxide"):
             x = x_cpu.to(device).requires_grad_(name in grads)
             if name in grads:
+
                 def run(x=x, f=f):
                     f(x).sum().backward()
                     x.grad = None
             else:
+
                 def run(x=x, f=f):
                     f(x)
+
             res[device] = timeit(run, device)
         print(f"{name:45s} {res['cpu'] * 1e3:8.2f} {res['oxide'] * 1e3:9.2f} {res['oxide'] / res['cpu']:6.2f}")
 

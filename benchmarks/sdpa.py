@@ -60,8 +60,10 @@ def main() -> None:
         cpu, _ = timed("cpu", shape, args.causal, args.reps)
         fused, fpeak = timed("oxide", shape, args.causal, args.reps, overrideable=True)
         math_, mpeak = timed("oxide", shape, args.causal, args.reps, overrideable=False)
-        print(f"| 4,4,{L},64 | {cpu:.4f} | {fused:.4f} | {fused / cpu:.2f} | {math_:.4f} | {math_ / cpu:.2f} | "
-              f"{fpeak:.1f} | {mpeak:.1f} |")
+        print(
+            f"| 4,4,{L},64 | {cpu:.4f} | {fused:.4f} | {fused / cpu:.2f} | {math_:.4f} | {math_ / cpu:.2f} | "
+            f"{fpeak:.1f} | {mpeak:.1f} |"
+        )
 
 
 if __name__ == "__main__":

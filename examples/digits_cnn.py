@@ -46,9 +46,7 @@ def load_data(seed: int):
     digits = load_digits()
     x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     y = torch.tensor(digits.target, dtype=torch.int64)
-    idx_train, idx_test = train_test_split(
-        range(len(y)), test_size=0.25, random_state=seed, stratify=digits.target
-    )
+    idx_train, idx_test = train_test_split(range(len(y)), test_size=0.25, random_state=seed, stratify=digits.target)
     return x[idx_train], y[idx_train], x[idx_test], y[idx_test]
 
 
@@ -93,14 +91,18 @@ def main() -> None:
     data = load_data(args.seed)
     model = DigitsCNN()
     print(f"digits: {len(data[1])} training and {len(data[3])} test images of 8x8, 10 classes")
-    print(f"devices: {torch.oxide.device_count()} x oxide ({torch.oxide.get_device_name(0)}), torch {torch.__version__}")
+    print(
+        f"devices: {torch.oxide.device_count()} x oxide ({torch.oxide.get_device_name(0)}), torch {torch.__version__}"
+    )
 
     # The fallback report is printed below; warnings per operator would only repeat it.
     mode = torch.oxide.get_fallback_mode()
     if mode == "warn":
         torch.oxide.set_fallback_mode("silent")
     torch.oxide.reset_fallback_stats()
-    oxide_hist, oxide_time = train(copy.deepcopy(model), data, "oxide:0", args.epochs, args.batch_size, args.lr, args.seed)
+    oxide_hist, oxide_time = train(
+        copy.deepcopy(model), data, "oxide:0", args.epochs, args.batch_size, args.lr, args.seed
+    )
     fallbacks = torch.oxide.fallback_stats()
     torch.oxide.set_fallback_mode(mode)
     cpu_hist, cpu_time = train(copy.deepcopy(model), data, "cpu", args.epochs, args.batch_size, args.lr, args.seed)

@@ -12,10 +12,10 @@ namespace {
 
 // The shared op lists spell types unqualified (Tensor, Scalar, ScalarType), as
 // inside at::; bring those names in for the registration block only.
+using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;
 using at::Tensor;
-using at::IntArrayRef;
 
 // As on CUDA: binary_cross_entropy in float16 loses the small probabilities it needs.
 at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
@@ -32,9 +32,7 @@ at::Tensor binary_cross_entropy_banned(const at::Tensor&, const at::Tensor&, con
 #define OXIDE_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
 #define OXIDE_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
 
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_LOWER_PRECISION_FP(OXIDE_LOWER_PRECISION_FP)
@@ -45,4 +43,4 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   m.impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_banned));
 }
 
-} // namespace
+}  // namespace

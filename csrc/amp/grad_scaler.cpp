@@ -50,11 +50,11 @@ at::Tensor& update_scale(at::Tensor& self, at::Tensor& growth_tracker, const at:
   return self;
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_amp_foreach_non_finite_check_and_unscale_", TORCH_FN(non_finite_check_and_unscale));
   OXIDE_IMPL(m, "_amp_update_scale_", TORCH_FN(update_scale));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -19,7 +19,7 @@ std::pair<std::string, std::string> split_name(std::string_view name) {
   return {std::string(name.substr(0, dot)), std::string(name.substr(dot + 1))};
 }
 
-} // namespace
+}  // namespace
 
 void fail(std::string_view name, size_t index, c10::Device common, const at::Tensor& tensor) {
   const auto [base, overload] = split_name(name);
@@ -73,4 +73,4 @@ void check_boxed(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   }
 }
 
-} // namespace oxide::device_check
+}  // namespace oxide::device_check

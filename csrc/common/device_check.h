@@ -36,21 +36,43 @@ enum class Rule { Strict, Iterator, None };
 // copies, metadata comparisons, fill_ from a 0-dim value anywhere (read with item(),
 // as CUDA does), advanced indexing with CPU indices, set_, a CPU learning-rate tensor.
 inline constexpr std::string_view k_own_rule[] = {
-    "_copy_from", "_copy_from_and_resize", "_to_copy", "copy_", "_has_compatible_shallow_copy_type", "is_set_to",
-    "is_same_size", "_has_same_storage_numel", "fill_.Tensor", "index.Tensor", "index.Tensor_out",
-    "index_put", "index_put_", "_index_put_impl_", "index.Tensor_hacked_twin", "index_put.hacked_twin",
-    "index_put_.hacked_twin", "_unsafe_index.Tensor", "_unsafe_index_put", "_unsafe_masked_index",
-    "_unsafe_masked_index_put_accumulate", "set_.source_Storage", "set_.source_Storage_storage_offset",
-    "set_.source_Tensor", "_fused_adam_.tensor_lr", "_fused_adamw_.tensor_lr", "_fused_sgd_.tensor_lr",
+    "_copy_from",
+    "_copy_from_and_resize",
+    "_to_copy",
+    "copy_",
+    "_has_compatible_shallow_copy_type",
+    "is_set_to",
+    "is_same_size",
+    "_has_same_storage_numel",
+    "fill_.Tensor",
+    "index.Tensor",
+    "index.Tensor_out",
+    "index_put",
+    "index_put_",
+    "_index_put_impl_",
+    "index.Tensor_hacked_twin",
+    "index_put.hacked_twin",
+    "index_put_.hacked_twin",
+    "_unsafe_index.Tensor",
+    "_unsafe_index_put",
+    "_unsafe_masked_index",
+    "_unsafe_masked_index_put_accumulate",
+    "set_.source_Storage",
+    "set_.source_Storage_storage_offset",
+    "set_.source_Tensor",
+    "_fused_adam_.tensor_lr",
+    "_fused_adamw_.tensor_lr",
+    "_fused_sgd_.tensor_lr",
 };
 
 constexpr Rule rule_for(std::string_view name) {
-  if (name.starts_with("_foreach_") || std::find(std::begin(k_own_rule), std::end(k_own_rule), name) != std::end(k_own_rule)) {
+  if (name.starts_with("_foreach_") ||
+      std::find(std::begin(k_own_rule), std::end(k_own_rule), name) != std::end(k_own_rule)) {
     return Rule::None;
   }
   // k_no_device_check (generated) is sorted.
   return std::binary_search(std::begin(k_no_device_check), std::end(k_no_device_check), name) ? Rule::Iterator
-                                                                                               : Rule::Strict;
+                                                                                              : Rule::Strict;
 }
 
 // Raises CUDA's error for argument `index` of operator `name` (looked up in its schema).
@@ -110,12 +132,8 @@ struct Checker {
 template <size_t N>
 struct OpName {
   char s[N]{};
-  consteval OpName(const char (&a)[N]) {
-    std::copy_n(a, N, s);
-  }
-  constexpr std::string_view view() const {
-    return {s, N - 1};
-  }
+  consteval OpName(const char (&a)[N]) { std::copy_n(a, N, s); }
+  constexpr std::string_view view() const { return {s, N - 1}; }
 };
 
 template <OpName Name, class Fn>
@@ -151,6 +169,6 @@ void impl(torch::Library& m, Fn&& fn) {
 // The boxed form, for the CPU fallback: checks the arguments on `stack` of `op`.
 void check_boxed(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 
-} // namespace oxide::device_check
+}  // namespace oxide::device_check
 
 #define OXIDE_IMPL(m, name, ...) ::oxide::device_check::impl<name>(m, __VA_ARGS__)

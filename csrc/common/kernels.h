@@ -30,8 +30,13 @@ struct IterArgs {
       }
     }
     const auto shape = iter.shape();
-    abi = OxideIter{static_cast<size_t>(nd), shape.data(), static_cast<size_t>(nt),
-                    static_cast<size_t>(iter.noutputs()), data.data(), dtypes.data(), strides.data()};
+    abi = OxideIter{static_cast<size_t>(nd),
+                    shape.data(),
+                    static_cast<size_t>(nt),
+                    static_cast<size_t>(iter.noutputs()),
+                    data.data(),
+                    dtypes.data(),
+                    strides.data()};
   }
   std::array<void*, 8> data{};
   std::array<int32_t, 8> dtypes{};
@@ -77,9 +82,7 @@ struct ScalarArgs {
 };
 
 // The current stream of `t`'s device: where a kernel on `t` is queued.
-inline int64_t stream_of(const at::Tensor& t) {
-  return current_stream(t.device().index());
-}
+inline int64_t stream_of(const at::Tensor& t) { return current_stream(t.device().index()); }
 
 // A kernel over `iter`: on its first operand's device and that device's current stream.
 inline OxideLaunch launch_on(const at::TensorIteratorBase& iter) {
@@ -103,8 +106,6 @@ void check_scalar_fits(const c10::Scalar& s, at::ScalarType t);
 // Runs `reduction` (an OXIDE_REDUCE_* with the scalars std_var and norm take) over
 // `iter` (outputs first, then one input).
 void reduce(at::TensorIteratorBase& iter, OxideReduction reduction);
-inline void reduce(at::TensorIteratorBase& iter, int32_t op) {
-  reduce(iter, OxideReduction{op, 0.0, false, 0.0});
-}
+inline void reduce(at::TensorIteratorBase& iter, int32_t op) { reduce(iter, OxideReduction{op, 0.0, false, 0.0}); }
 
-} // namespace oxide
+}  // namespace oxide

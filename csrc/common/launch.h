@@ -27,21 +27,16 @@ inline OxideTensor tensor_arg(const at::Tensor& t, int32_t access) {
     return OxideTensor{nullptr, 0, 0, nullptr, nullptr, access};
   }
   void* data = access == OXIDE_ACCESS_READ ? const_cast<void*>(t.const_data_ptr()) : t.mutable_data_ptr();
-  return OxideTensor{data, static_cast<int32_t>(t.scalar_type()), static_cast<size_t>(t.dim()), t.sizes().data(),
-                     t.strides().data(), access};
+  return OxideTensor{
+      data,  static_cast<int32_t>(t.scalar_type()), static_cast<size_t>(t.dim()), t.sizes().data(), t.strides().data(),
+      access};
 }
 
-inline OxideTensor in_arg(const at::Tensor& t) {
-  return tensor_arg(t, OXIDE_ACCESS_READ);
-}
-inline OxideTensor out_arg(const at::Tensor& t) {
-  return tensor_arg(t, OXIDE_ACCESS_WRITE);
-}
-inline OxideTensor inout_arg(const at::Tensor& t) {
-  return tensor_arg(t, OXIDE_ACCESS_READ_WRITE);
-}
+inline OxideTensor in_arg(const at::Tensor& t) { return tensor_arg(t, OXIDE_ACCESS_READ); }
+inline OxideTensor out_arg(const at::Tensor& t) { return tensor_arg(t, OXIDE_ACCESS_WRITE); }
+inline OxideTensor inout_arg(const at::Tensor& t) { return tensor_arg(t, OXIDE_ACCESS_READ_WRITE); }
 inline OxideTensor in_arg(const std::optional<at::Tensor>& t) {
   return t.has_value() ? in_arg(*t) : tensor_arg(at::Tensor(), OXIDE_ACCESS_READ);
 }
 
-} // namespace oxide
+}  // namespace oxide

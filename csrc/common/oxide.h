@@ -43,20 +43,17 @@ inline std::string last_error() {
 
 // Throws the c10 exception for a failed ABI call, with the caller's location
 // (TORCH_CHECK records __FILE__/__LINE__ of the expansion site).
-#define OXIDE_CHECK(expr)                                                   \
-  do {                                                                      \
-    const int32_t oxide_status_ = (expr);                                   \
-    if (C10_UNLIKELY(oxide_status_ != OXIDE_STATUS_SUCCESS)) {              \
-      const std::string oxide_msg_ = ::oxide::last_error();                 \
-      TORCH_CHECK_WITH(                                                     \
-          OutOfMemoryError,                                                 \
-          oxide_status_ != OXIDE_STATUS_OUT_OF_MEMORY,                      \
-          oxide_msg_);                                                      \
-      TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_); \
-      TORCH_CHECK_NOT_IMPLEMENTED(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_); \
-      TORCH_CHECK_INDEX(oxide_status_ != OXIDE_STATUS_INDEX_ERROR, oxide_msg_);                \
-      TORCH_CHECK(false, oxide_msg_);                                       \
-    }                                                                       \
+#define OXIDE_CHECK(expr)                                                                          \
+  do {                                                                                             \
+    const int32_t oxide_status_ = (expr);                                                          \
+    if (C10_UNLIKELY(oxide_status_ != OXIDE_STATUS_SUCCESS)) {                                     \
+      const std::string oxide_msg_ = ::oxide::last_error();                                        \
+      TORCH_CHECK_WITH(OutOfMemoryError, oxide_status_ != OXIDE_STATUS_OUT_OF_MEMORY, oxide_msg_); \
+      TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_);                  \
+      TORCH_CHECK_NOT_IMPLEMENTED(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_);    \
+      TORCH_CHECK_INDEX(oxide_status_ != OXIDE_STATUS_INDEX_ERROR, oxide_msg_);                    \
+      TORCH_CHECK(false, oxide_msg_);                                                              \
+    }                                                                                              \
   } while (0)
 
 inline c10::DeviceIndex current_device() {
@@ -78,7 +75,7 @@ c10::Allocator* device_allocator();
 // (shared by resize_, set_ and untyped_storage().resize_()).
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 
-} // namespace oxide
+}  // namespace oxide
 
 #include <ATen/core/Generator.h>
 
@@ -92,4 +89,4 @@ OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device 
 at::Generator make_generator(c10::DeviceIndex device);
 // The default generator of `device` (-1: current device), created on first use (runtime/generator.cpp).
 const at::Generator& default_generator(c10::DeviceIndex device);
-} // namespace oxide
+}  // namespace oxide

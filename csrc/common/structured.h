@@ -47,8 +47,8 @@ inline void resize_out(const at::Tensor& out, c10::IntArrayRef sizes, c10::IntAr
                        const c10::TensorOptions& options) {
   TORCH_CHECK(options.dtype() == out.dtype(), "Expected out tensor to have dtype ", options.dtype(), ", but got ",
               out.dtype(), " instead");
-  TORCH_CHECK(options.device() == out.device(), "Expected out tensor to have device ", options.device(),
-              ", but got ", out.device(), " instead");
+  TORCH_CHECK(options.device() == out.device(), "Expected out tensor to have device ", options.device(), ", but got ",
+              out.device(), " instead");
   const bool resized = at::native::resize_output(out, sizes);
   // Restride only after a resize; otherwise the out tensor's own strides win (meta strides are advisory).
   if (resized) {
@@ -66,8 +66,8 @@ inline void check_inplace(const at::Tensor& self, c10::IntArrayRef sizes, const 
               " and output tensor dtype ", options.dtype(), " should match");
   TORCH_CHECK(options.device() == self.device(), "Bad in-place call: input tensor device ", self.device(),
               " and output tensor device ", options.device(), " should match");
-  TORCH_CHECK(sizes == self.sizes(), "Bad in-place call: input tensor size ", self.sizes(),
-              " and output tensor size ", sizes, " should match");
+  TORCH_CHECK(sizes == self.sizes(), "Bad in-place call: input tensor size ", self.sizes(), " and output tensor size ",
+              sizes, " should match");
 }
 
 inline std::optional<at::Tensor> maybe_create_proxy(const at::Tensor& out, c10::IntArrayRef sizes,
@@ -102,7 +102,8 @@ struct Wrapper final : Base {
   template <class... T>
   explicit Wrapper(T&... outs) : given_{std::ref(outs)...} {}
 
-  void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options) override {
+  void set_output_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          c10::TensorOptions options) override {
     set(i, sizes, strides, options, /*proxy=*/true);
   }
   void set_output_raw_strided(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -133,8 +134,7 @@ struct Wrapper final : Base {
   c10::OptionalDeviceGuard guard_;
 
  private:
-  void set(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options,
-           bool proxy) {
+  void set(int64_t i, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options, bool proxy) {
     if (!guard_.current_device().has_value()) {
       guard_.reset_device(options.device());
     }
@@ -207,16 +207,17 @@ std::tuple<at::Tensor&, at::Tensor&> out2(A... args, at::Tensor& r0, at::Tensor&
   return {r0, r1};
 }
 
-} // namespace oxide::structured
+}  // namespace oxide::structured
 
 // Registers functional, in-place and out= variants of a structured op whose
 // impl takes the meta arguments followed by the output. `...` are the C++
 // types of the arguments after `self`. Pass "" as the in-place name for ops without one.
-#define OXIDE_STRUCTURED(m, base, fname, iname, oname, ...)                                                      \
-  do {                                                                                                         \
-    OXIDE_IMPL(m, fname, TORCH_FN((::oxide::structured::functional<base, const at::Tensor& __VA_OPT__(, ) __VA_ARGS__>))); \
-    if constexpr (sizeof(iname) > 1) {                                                                         \
+#define OXIDE_STRUCTURED(m, base, fname, iname, oname, ...)                                                          \
+  do {                                                                                                               \
+    OXIDE_IMPL(m, fname,                                                                                             \
+               TORCH_FN((::oxide::structured::functional<base, const at::Tensor & __VA_OPT__(, ) __VA_ARGS__>)));    \
+    if constexpr (sizeof(iname) > 1) {                                                                               \
       OXIDE_IMPL(m, iname, TORCH_FN((::oxide::structured::inplace<base __VA_OPT__(, ) __VA_ARGS__>)));               \
-    }                                                                                                          \
-    OXIDE_IMPL(m, oname, TORCH_FN((::oxide::structured::out<base, const at::Tensor& __VA_OPT__(, ) __VA_ARGS__>)));   \
+    }                                                                                                                \
+    OXIDE_IMPL(m, oname, TORCH_FN((::oxide::structured::out<base, const at::Tensor & __VA_OPT__(, ) __VA_ARGS__>))); \
   } while (0)

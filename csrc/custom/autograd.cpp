@@ -45,9 +45,7 @@ at::Tensor activation_backward(int32_t kind, const at::Tensor& grad, const at::T
   return dx;
 }
 
-at::Tensor selu(const at::Tensor& self) {
-  return activation_forward(OXIDE_ACT_SELU, self);
-}
+at::Tensor selu(const at::Tensor& self) { return activation_forward(OXIDE_ACT_SELU, self); }
 
 struct SeluFunction : torch::autograd::Function<SeluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self) {
@@ -69,34 +67,28 @@ struct SeluFunction : torch::autograd::Function<SeluFunction> {
   }
 };
 
-at::Tensor selu_autograd(const at::Tensor& self) {
-  return SeluFunction::apply(self);
-}
+at::Tensor selu_autograd(const at::Tensor& self) { return SeluFunction::apply(self); }
 
-at::Tensor swish(const at::Tensor& self) {
-  return activation_forward(OXIDE_ACT_SWISH, self);
-}
+at::Tensor swish(const at::Tensor& self) { return activation_forward(OXIDE_ACT_SWISH, self); }
 
 at::Tensor swish_backward(const at::Tensor& grad, const at::Tensor& self) {
   return activation_backward(OXIDE_ACT_SWISH, grad, self);
 }
 
 at::Tensor swish_meta(const at::Tensor& self) {
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "oxide::swish expects a floating tensor, got ", self.scalar_type());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "oxide::swish expects a floating tensor, got ",
+              self.scalar_type());
   return at::empty_like(self);
 }
 
-at::Tensor swish_backward_meta(const at::Tensor& grad, const at::Tensor& self) {
-  return at::empty_like(self);
-}
+at::Tensor swish_backward_meta(const at::Tensor& grad, const at::Tensor& self) { return at::empty_like(self); }
 
 // Forward and backward go through the dispatcher, so the same autograd kernel
 // serves real tensors (PrivateUse1 kernels) and fake ones (Meta kernels).
 struct SwishFunction : torch::autograd::Function<SwishFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& self) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow("oxide::swish", "")
-                               .typed<at::Tensor(const at::Tensor&)>();
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("oxide::swish", "").typed<at::Tensor(const at::Tensor&)>();
     ctx->save_for_backward({self});
     const at::AutoDispatchBelowADInplaceOrView guard;
     return op.call(self);
@@ -116,32 +108,24 @@ struct SwishFunction : torch::autograd::Function<SwishFunction> {
   }
 };
 
-at::Tensor swish_autograd(const at::Tensor& self) {
-  return SwishFunction::apply(self);
-}
+at::Tensor swish_autograd(const at::Tensor& self) { return SwishFunction::apply(self); }
 
-} // namespace
+}  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  OXIDE_IMPL(m, "selu", TORCH_FN(selu));
-}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { OXIDE_IMPL(m, "selu", TORCH_FN(selu)); }
 
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  OXIDE_IMPL(m, "selu", TORCH_FN(selu_autograd));
-}
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { OXIDE_IMPL(m, "selu", TORCH_FN(selu_autograd)); }
 
 TORCH_LIBRARY_IMPL(oxide, PrivateUse1, m) {
   OXIDE_IMPL(m, "swish", TORCH_FN(swish));
   OXIDE_IMPL(m, "swish_backward", TORCH_FN(swish_backward));
 }
 
-TORCH_LIBRARY_IMPL(oxide, AutogradPrivateUse1, m) {
-  OXIDE_IMPL(m, "swish", TORCH_FN(swish_autograd));
-}
+TORCH_LIBRARY_IMPL(oxide, AutogradPrivateUse1, m) { OXIDE_IMPL(m, "swish", TORCH_FN(swish_autograd)); }
 
 TORCH_LIBRARY_IMPL(oxide, Meta, m) {
   OXIDE_IMPL(m, "swish", TORCH_FN(swish_meta));
   OXIDE_IMPL(m, "swish_backward", TORCH_FN(swish_backward_meta));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -33,22 +33,16 @@ struct OxideDeviceAllocator final : c10::DeviceAllocator {
     return {ptr, ptr, &delete_device_ptr, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override {
-    return &delete_device_ptr;
-  }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_device_ptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     const c10::DeviceIndex device = current_device();
     OXIDE_CHECK(oxide_memcpy_async(dest, src, count, OXIDE_MEMCPY_DEVICE_TO_DEVICE, device, current_stream(device)));
   }
 
-  bool initialized() override {
-    return oxide_is_initialized();
-  }
+  bool initialized() override { return oxide_is_initialized(); }
 
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
-    OXIDE_CHECK(oxide_empty_cache());
-  }
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override { OXIDE_CHECK(oxide_empty_cache()); }
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
     if (ptr.get() != nullptr) {
@@ -74,13 +68,9 @@ struct OxideDeviceAllocator final : c10::DeviceAllocator {
     return out;
   }
 
-  void resetAccumulatedStats(c10::DeviceIndex device) override {
-    OXIDE_CHECK(oxide_reset_accumulated_stats(device));
-  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { OXIDE_CHECK(oxide_reset_accumulated_stats(device)); }
 
-  void resetPeakStats(c10::DeviceIndex device) override {
-    OXIDE_CHECK(oxide_reset_peak_stats(device));
-  }
+  void resetPeakStats(c10::DeviceIndex device) override { OXIDE_CHECK(oxide_reset_peak_stats(device)); }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     size_t free = 0, total = 0;
@@ -91,13 +81,11 @@ struct OxideDeviceAllocator final : c10::DeviceAllocator {
 
 OxideDeviceAllocator g_allocator;
 
-} // namespace
+}  // namespace
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
-c10::Allocator* device_allocator() {
-  return &g_allocator;
-}
+c10::Allocator* device_allocator() { return &g_allocator; }
 
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
@@ -107,15 +95,15 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   }
   const c10::Device device = storage.device();
   const c10::DeviceGuard guard(device);
-  c10::DataPtr fresh = storage.allocator() != nullptr ? storage.allocator()->allocate(nbytes)
-                                                      : g_allocator.allocate(nbytes);
+  c10::DataPtr fresh =
+      storage.allocator() != nullptr ? storage.allocator()->allocate(nbytes) : g_allocator.allocate(nbytes);
   const size_t keep = std::min(old, nbytes);
   if (keep > 0 && storage.data() != nullptr) {
-    OXIDE_CHECK(oxide_memcpy_async(
-        fresh.get(), storage.data(), keep, OXIDE_MEMCPY_DEVICE_TO_DEVICE, device.index(), current_stream(device.index())));
+    OXIDE_CHECK(oxide_memcpy_async(fresh.get(), storage.data(), keep, OXIDE_MEMCPY_DEVICE_TO_DEVICE, device.index(),
+                                   current_stream(device.index())));
   }
   storage.set_data_ptr_noswap(std::move(fresh));
   storage.set_nbytes(nbytes);
 }
 
-} // namespace oxide
+}  // namespace oxide

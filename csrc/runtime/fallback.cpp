@@ -65,12 +65,10 @@ void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   }
 }
 
-} // namespace
+}  // namespace
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>());
-}
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>()); }
 
 // conj_physical_ runs natively: aten/elementwise/pointwise.cpp registers conj_physical.out and its stub.
 
-} // namespace oxide
+}  // namespace oxide

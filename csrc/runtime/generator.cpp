@@ -21,30 +21,22 @@
 namespace oxide {
 namespace {
 
-constexpr uint64_t kDefaultSeed = 67280421310721ULL; // c10::default_rng_seed_val, as CPU and CUDA use.
+constexpr uint64_t kDefaultSeed = 67280421310721ULL;  // c10::default_rng_seed_val, as CPU and CUDA use.
 
 struct OxideGeneratorImpl final : c10::GeneratorImpl {
   explicit OxideGeneratorImpl(c10::DeviceIndex device)
       : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
 
-  static c10::DeviceType device_type() {
-    return c10::DeviceType::PrivateUse1;
-  }
+  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
 
   void set_current_seed(uint64_t seed) override {
     seed_ = seed;
     offset_ = 0;
   }
-  void set_offset(uint64_t offset) override {
-    offset_ = offset;
-  }
-  uint64_t get_offset() const override {
-    return offset_;
-  }
-  uint64_t current_seed() const override {
-    return seed_;
-  }
+  void set_offset(uint64_t offset) override { offset_ = offset; }
+  uint64_t get_offset() const override { return offset_; }
+  uint64_t current_seed() const override { return seed_; }
   uint64_t seed() override {
     const uint64_t s = c10::detail::getNonDeterministicRandom(false);
     set_current_seed(s);
@@ -86,7 +78,7 @@ c10::DeviceIndex checked(c10::DeviceIndex device) {
   return device;
 }
 
-} // namespace
+}  // namespace
 
 OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks) {
   auto* g = at::get_generator_or_default<OxideGeneratorImpl>(gen, default_generator(device.index()));
@@ -115,7 +107,7 @@ const bool g_generator_registered = [] {
   static const at::_GeneratorRegister registration(&make_generator);
   return true;
 }();
-} // namespace
+}  // namespace
 
 const at::Generator& default_generator(c10::DeviceIndex device) {
   static std::mutex mutex;
@@ -129,4 +121,4 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   return generators[index];
 }
 
-} // namespace oxide
+}  // namespace oxide

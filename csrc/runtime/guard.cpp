@@ -10,22 +10,14 @@ namespace {
 
 constexpr auto kOxide = c10::DeviceType::PrivateUse1;
 
-c10::Stream make_stream(c10::Device device, int64_t id) {
-  return c10::Stream(c10::Stream::UNSAFE, device, id);
-}
+c10::Stream make_stream(c10::Device device, int64_t id) { return c10::Stream(c10::Stream::UNSAFE, device, id); }
 
-c10::DeviceIndex index_or_current(c10::Device d) {
-  return d.has_index() ? d.index() : current_device();
-}
+c10::DeviceIndex index_or_current(c10::Device d) { return d.has_index() ? d.index() : current_device(); }
 
-OxideEvent* as_event(void* e) {
-  return static_cast<OxideEvent*>(e);
-}
+OxideEvent* as_event(void* e) { return static_cast<OxideEvent*>(e); }
 
 struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
-  c10::DeviceType type() const override {
-    return kOxide;
-  }
+  c10::DeviceType type() const override { return kOxide; }
 
   // An index of -1 means "the current device" (c10::Device without an index): no change.
   c10::Device exchangeDevice(c10::Device d) const override {
@@ -37,9 +29,7 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return c10::Device(kOxide, old);
   }
 
-  c10::Device getDevice() const override {
-    return c10::Device(kOxide, current_device());
-  }
+  c10::Device getDevice() const override { return c10::Device(kOxide, current_device()); }
 
   void setDevice(c10::Device d) const override {
     TORCH_INTERNAL_ASSERT(d.type() == kOxide);
@@ -87,15 +77,12 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return make_stream(s.device(), old);
   }
 
-  c10::DeviceIndex deviceCount() const noexcept override {
-    return static_cast<c10::DeviceIndex>(oxide_device_count());
-  }
+  c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(oxide_device_count()); }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "Event device index ", device_index, " does not match recording stream's device index ",
-                stream.device_index(), ".");
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ", device_index,
+                " does not match recording stream's device index ", stream.device_index(), ".");
     if (*event == nullptr) {
       OxideEvent* created = nullptr;
       OXIDE_CHECK(oxide_event_create(flag == c10::EventFlag::BACKEND_DEFAULT, &created));
@@ -150,16 +137,15 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
 
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device_index*/) const override {
-    TORCH_CHECK(start != nullptr && end != nullptr,
-                "Both events must be recorded before calculating elapsed time.");
+    TORCH_CHECK(start != nullptr && end != nullptr, "Both events must be recorded before calculating elapsed time.");
     double ms = 0;
     OXIDE_CHECK(oxide_event_elapsed_ms(as_event(start), as_event(end), &ms));
     return ms;
   }
 };
 
-} // namespace
+}  // namespace
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, OxideGuardImpl);
 
-} // namespace oxide
+}  // namespace oxide

@@ -12,27 +12,15 @@ namespace oxide {
 namespace {
 
 struct OxideHooks final : at::PrivateUse1HooksInterface {
-  void init() const override {
-    OXIDE_CHECK(oxide_init());
-  }
-  bool isBuilt() const override {
-    return true;
-  }
-  bool isAvailable() const override {
-    return oxide_device_count() > 0;
-  }
+  void init() const override { OXIDE_CHECK(oxide_init()); }
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return oxide_device_count() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex device_index) const override {
     return oxide_is_initialized() && device_index >= 0 && device_index < oxide_device_count();
   }
-  c10::DeviceIndex deviceCount() const override {
-    return static_cast<c10::DeviceIndex>(oxide_device_count());
-  }
-  void setCurrentDevice(c10::DeviceIndex device) const override {
-    OXIDE_CHECK(oxide_set_device(device));
-  }
-  c10::DeviceIndex getCurrentDevice() const override {
-    return current_device();
-  }
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(oxide_device_count()); }
+  void setCurrentDevice(c10::DeviceIndex device) const override { OXIDE_CHECK(oxide_set_device(device)); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
     const auto old = current_device();
     if (device != old) {
@@ -40,9 +28,7 @@ struct OxideHooks final : at::PrivateUse1HooksInterface {
     }
     return old;
   }
-  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
-    return exchangeDevice(device);
-  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override { return exchangeDevice(device); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
     return default_generator(device_index);
   }
@@ -58,12 +44,8 @@ struct OxideHooks final : at::PrivateUse1HooksInterface {
     TORCH_CHECK_VALUE(device >= 0, "pointer ", data, " is not oxide device memory");
     return at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device));
   }
-  bool isPinnedPtr(const void* data) const override {
-    return oxide_is_pinned(data);
-  }
-  at::Allocator* getPinnedMemoryAllocator() const override {
-    return at::getHostAllocator(at::kPrivateUse1);
-  }
+  bool isPinnedPtr(const void* data) const override { return oxide_is_pinned(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return at::getHostAllocator(at::kPrivateUse1); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     resize_storage_bytes(storage, newsize);
   }
@@ -77,5 +59,5 @@ const bool g_registered = [] {
   return true;
 }();
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide

@@ -24,15 +24,9 @@ struct OxideHostAllocator final : at::HostAllocator {
     OXIDE_CHECK(oxide_host_malloc(nbytes, &ptr));
     return {ptr, ptr, &pinned_free, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return &pinned_free;
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
-    return true;
-  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override { return true; }
   void empty_cache() override {}
   at::HostStats get_stats() override {
     size_t bytes = 0, blocks = 0;
@@ -48,7 +42,7 @@ struct OxideHostAllocator final : at::HostAllocator {
 
 OxideHostAllocator g_host_allocator;
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 REGISTER_HOST_ALLOCATOR(at::kPrivateUse1, &oxide::g_host_allocator)

@@ -67,11 +67,11 @@ const bool g_registered = [] {
   return true;
 }();
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(oxide, PrivateUse1, m) {
   OXIDE_IMPL(m, "get_format", TORCH_FN(get_format));
   OXIDE_IMPL(m, "set_format_", TORCH_FN(set_format_));
 }
 
-} // namespace oxide
+}  // namespace oxide

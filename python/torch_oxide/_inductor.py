@@ -154,7 +154,9 @@ def _register_dynamo() -> None:
 
             @staticmethod
             def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
-                torch.oxide.set_stream(torch.oxide.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+                torch.oxide.set_stream(
+                    torch.oxide.Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+                )
 
             @staticmethod
             def get_raw_stream(device_idx: int) -> int:
@@ -206,7 +208,9 @@ def _register_inductor() -> None:
                     # A C++ kernel on host-addressable oxide memory: called as on the CPU.
                     self.writeline(self.wrap_kernel_call(kernel_name, call_args))
                     return
-                return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kwargs)
+                return super()._generate_kernel_call_helper(
+                    kernel_name, call_args, device=device, triton=triton, **kwargs
+                )
 
             def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
                 if device.type != _BACKEND or inductor_config.test_configs.track_memory_lifecycle:
@@ -293,13 +297,16 @@ def _treat_as_cpu_backend() -> None:
     from torch._inductor import config as inductor_config
     from torch._inductor import scheduler
 
-    modules = [importlib.import_module(m) for m in (
-        "torch._inductor.utils",
-        "torch._inductor.codegen.common",
-        "torch._inductor.scheduler",
-        "torch._inductor.lowering",
-        "torch._inductor.kernel.mm_common",
-    )]
+    modules = [
+        importlib.import_module(m)
+        for m in (
+            "torch._inductor.utils",
+            "torch._inductor.codegen.common",
+            "torch._inductor.scheduler",
+            "torch._inductor.lowering",
+            "torch._inductor.kernel.mm_common",
+        )
+    ]
     stock = modules[0].get_current_backend
 
     def get_current_backend(device_type=None):

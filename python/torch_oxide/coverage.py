@@ -238,13 +238,13 @@ def _parse(argv: list[str]) -> tuple:
         elif arg == "--json" and i + 1 < len(argv):
             json_path, i = argv[i + 1], i + 2
         elif arg.startswith("--json="):
-            json_path, i = arg[len("--json="):], i + 1
+            json_path, i = arg[len("--json=") :], i + 1
         elif arg == "-m" and i + 1 < len(argv):
-            return json_path, argv[i + 1], None, argv[i + 2:]
+            return json_path, argv[i + 1], None, argv[i + 2 :]
         elif arg.startswith("-"):
             break  # unknown option, or an option missing its value
         else:
-            return json_path, None, arg, argv[i + 1:]
+            return json_path, None, arg, argv[i + 1 :]
     print(_USAGE, file=sys.stderr)
     sys.exit(2)
 

@@ -42,8 +42,14 @@ def leaf_copy(x, device):
         return torch.device("cpu")
     if device == "cpu" and isinstance(x, str) and (x == "oxide" or x.startswith("oxide:")):
         return "cpu"
-    if (device == "cpu" and isinstance(x, torch.Tensor) and x.device.type == "oxide" and x.layout == torch.strided
-            and not x.is_conj() and not x.is_neg()):  # lazy conj/neg views are materialised by the plain copy below
+    if (
+        device == "cpu"
+        and isinstance(x, torch.Tensor)
+        and x.device.type == "oxide"
+        and x.layout == torch.strided
+        and not x.is_conj()
+        and not x.is_neg()
+    ):  # lazy conj/neg views are materialised by the plain copy below
         storage = x.detach().untyped_storage().cpu()
         c = torch.empty(0, dtype=x.dtype).set_(storage, x.storage_offset(), x.size(), x.stride())
         return c.requires_grad_(x.requires_grad) if (c.is_floating_point() or c.is_complex()) else c

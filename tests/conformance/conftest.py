@@ -85,8 +85,13 @@ def pytest_sessionfinish(session, exitstatus):
         "mode": MODE,
         "seconds": round(time.time() - START, 1),
         "totals": dict(by_outcome),
-        "op_dtype_pairs": {"ran": len(op_ran), "passed": len(op_pass), "native": len(op_native),
-                           "pass_pct": round(pct(op_pass, op_ran), 2), "native_pct": round(pct(op_native, op_ran), 2)},
+        "op_dtype_pairs": {
+            "ran": len(op_ran),
+            "passed": len(op_pass),
+            "native": len(op_native),
+            "pass_pct": round(pct(op_pass, op_ran), 2),
+            "native_pct": round(pct(op_native, op_ran), 2),
+        },
         "cases": RESULTS,
     }
     with open(os.path.join(out_dir, "report.json"), "w") as f:
@@ -115,7 +120,13 @@ def pytest_sessionfinish(session, exitstatus):
     lines += ["", "## Skips by reason", "", "| cases | reason |", "|---:|---|"]
     for reason, n in skips.most_common(25):
         lines.append(f"| {n} | {reason.replace('|', '/')[:200]} |")
-    lines += ["", "## Per test kind", "", "| kind | passed | failed | expected failures | skipped | native among passed |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "## Per test kind",
+        "",
+        "| kind | passed | failed | expected failures | skipped | native among passed |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     kinds = collections.defaultdict(collections.Counter)
     for r in RESULTS:
         k = r["test"].split("_")[1] if r["test"].startswith("test_") else "?"

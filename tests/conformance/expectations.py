@@ -74,14 +74,72 @@ SKIP_OPTIMIZERS = {
 
 # The fixed, representative subset `make test` runs (OXIDE_CONFORMANCE=subset).
 SUBSET_OPS = {
-    "add", "sub", "mul", "div", "neg", "abs", "exp", "log", "sqrt", "sigmoid", "tanh", "pow", "clamp",
-    "where", "maximum", "eq", "lt", "sum", "mean", "amax", "argmax", "var", "softmax", "log_softmax",
-    "mm", "matmul", "bmm", "addmm", "cat", "stack", "index_select", "gather", "scatter", "masked_fill",
-    "flip", "transpose", "reshape", "view", "permute", "expand", "contiguous", "clone", "fill",
-    "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye", "tril", "cumsum", "sort", "topk",
-    "nn.functional.relu", "nn.functional.gelu", "nn.functional.silu", "nn.functional.conv2d",
-    "nn.functional.linear", "nn.functional.cross_entropy", "nn.functional.mse_loss", "nn.functional.layer_norm",
-    "nn.functional.embedding", "nn.functional.max_pool2d", "nn.functional.dropout", "bernoulli", "randint_like",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "sigmoid",
+    "tanh",
+    "pow",
+    "clamp",
+    "where",
+    "maximum",
+    "eq",
+    "lt",
+    "sum",
+    "mean",
+    "amax",
+    "argmax",
+    "var",
+    "softmax",
+    "log_softmax",
+    "mm",
+    "matmul",
+    "bmm",
+    "addmm",
+    "cat",
+    "stack",
+    "index_select",
+    "gather",
+    "scatter",
+    "masked_fill",
+    "flip",
+    "transpose",
+    "reshape",
+    "view",
+    "permute",
+    "expand",
+    "contiguous",
+    "clone",
+    "fill",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "arange",
+    "linspace",
+    "eye",
+    "tril",
+    "cumsum",
+    "sort",
+    "topk",
+    "nn.functional.relu",
+    "nn.functional.gelu",
+    "nn.functional.silu",
+    "nn.functional.conv2d",
+    "nn.functional.linear",
+    "nn.functional.cross_entropy",
+    "nn.functional.mse_loss",
+    "nn.functional.layer_norm",
+    "nn.functional.embedding",
+    "nn.functional.max_pool2d",
+    "nn.functional.dropout",
+    "bernoulli",
+    "randint_like",
 }
 SUBSET_DTYPES = {"float32", "int64", "bool", "bfloat16"}
 SUBSET_MODULES = {"nn.Linear", "nn.Conv2d", "nn.BatchNorm2d", "nn.LayerNorm", "nn.Embedding", "nn.ReLU", "nn.GELU"}
@@ -92,34 +150,54 @@ def op_key(op) -> str:
     """The table key of an OpInfo: name, plus '.variant' when it has one."""
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
+
 # Known failures: (test kind, op key, dtype or "*") -> reason. The case still runs;
 # a failure is reported as an expected failure, a pass fails the suite so this
 # table cannot go stale.
-_TRANSFORMER_FASTPATH = ("CPU takes PyTorch's fused transformer fast path, oxide the unfused modules: "
-                         "float32 results differ by ~1e-4 absolute (both valid); needs native fused attention (issue 5)")
+_TRANSFORMER_FASTPATH = (
+    "CPU takes PyTorch's fused transformer fast path, oxide the unfused modules: "
+    "float32 results differ by ~1e-4 absolute (both valid); needs native fused attention (issue 5)"
+)
 
 XFAIL = {
     ("module", "nn.TransformerDecoderLayer.train", "float32"): _TRANSFORMER_FASTPATH,
     ("module", "nn.Transformer.train", "float32"): _TRANSFORMER_FASTPATH,
-    **{("op", op, dt): "ties: oxide sorts stably, CPU's unstable sort/topk orders equal elements its own way "
-                       "(implementation-defined); values agree, tie indices differ"
-       for op, dt in (("sort", "bool"), ("sort", "bfloat16"), ("topk", "bfloat16"), ("topk", "int64"))},
+    **{
+        ("op", op, dt): "ties: oxide sorts stably, CPU's unstable sort/topk orders equal elements its own way "
+        "(implementation-defined); values agree, tie indices differ"
+        for op, dt in (("sort", "bool"), ("sort", "bfloat16"), ("topk", "bfloat16"), ("topk", "int64"))
+    },
     ("grad", "pow", "float32"): "one of 50 vector-Jacobian elements differs by 1.5e-5 relative (tolerance 1.3e-6): "
-                                "float32 accumulation order in the backward's reductions differs from CPU's",
-    **{("grad", f"nn.functional.{op}", "float32"): "a few vector-Jacobian elements differ by ~5e-6 relative (tolerance "
-                                                    "1.3e-6): oxide's im2col+GEMM sums the 3-d taps in another order than CPU"
-       for op in ("conv3d", "conv_transpose3d")},
-    **{("module", f"nn.{m}.train", "float32"): "2 of 540 weight-gradient elements differ by ~2.6e-5 relative (tolerance "
-                                                "1.3e-6): float32 accumulation order of the 3-d weight gradient (im2col+GEMM vs CPU)"
-       for m in ("Conv3d", "LazyConv3d")},
+    "float32 accumulation order in the backward's reductions differs from CPU's",
+    **{
+        (
+            "grad",
+            f"nn.functional.{op}",
+            "float32",
+        ): "a few vector-Jacobian elements differ by ~5e-6 relative (tolerance "
+        "1.3e-6): oxide's im2col+GEMM sums the 3-d taps in another order than CPU"
+        for op in ("conv3d", "conv_transpose3d")
+    },
+    **{
+        (
+            "module",
+            f"nn.{m}.train",
+            "float32",
+        ): "2 of 540 weight-gradient elements differ by ~2.6e-5 relative (tolerance "
+        "1.3e-6): float32 accumulation order of the 3-d weight gradient (im2col+GEMM vs CPU)"
+        for m in ("Conv3d", "LazyConv3d")
+    },
     ("op", "nn.functional.conv3d", "complex64"): "one element differs by ~2e-5 relative: float32 accumulation order "
-                                                  "(im2col+GEMM vs CPU's kernel) in the real convolutions complex conv is built from",
-    **{("op", f"nn.functional.{op}", dt): "1-ulp differences: oxide and CPU both accumulate in float32, in different "
-                                          "orders, and round once; near a rounding tie they round apart (tolerance < 1 ulp)"
-       for op in ("conv_transpose2d", "conv_transpose3d") for dt in ("float16", "bfloat16")},
+    "(im2col+GEMM vs CPU's kernel) in the real convolutions complex conv is built from",
+    **{
+        ("op", f"nn.functional.{op}", dt): "1-ulp differences: oxide and CPU both accumulate in float32, in different "
+        "orders, and round once; near a rounding tie they round apart (tolerance < 1 ulp)"
+        for op in ("conv_transpose2d", "conv_transpose3d")
+        for dt in ("float16", "bfloat16")
+    },
     ("grad", "nn.functional.layer_norm", "float32"): "a layer over one element has an exact input gradient of 0; "
-                                                     "CPU's float32 arithmetic leaves 2.4e-4 of rounding (magnified by "
-                                                     "rstd = 1/sqrt(eps)), oxide accumulates in double and returns 0",
+    "CPU's float32 arithmetic leaves 2.4e-4 of rounding (magnified by "
+    "rstd = 1/sqrt(eps)), oxide accumulates in double and returns 0",
 }
 
 

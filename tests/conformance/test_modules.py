@@ -1,7 +1,6 @@
 """ModuleInfo conformance: every module of PyTorch's module_db, forward and backward,
 train and eval, on oxide against the same module on CPU (same initial weights)."""
 
-
 import torch
 from common import MODE, cpu_copy, expecting, fallback_calls, leaf_copy, record, tensors_in, to_cpu
 from expectations import SKIP_MODULES, SUBSET_MODULES
@@ -26,8 +25,9 @@ class TestOxideModules(TestCase):
         expecting(self, "module", key, dtype, lambda: self._forward_backward(device, dtype, module_info, training, key))
 
     def _forward_backward(self, device, dtype, module_info, training, key):
-        inputs = module_info.module_inputs_func(module_info, device=device, dtype=dtype, requires_grad=True,
-                                                training=training)
+        inputs = module_info.module_inputs_func(
+            module_info, device=device, dtype=dtype, requires_grad=True, training=training
+        )
         native = True
         checked = 0
         for mi in inputs:
@@ -57,7 +57,9 @@ class TestOxideModules(TestCase):
             dev_outs = [t for t in tensors_in(dev_out) if t.requires_grad]
             cpu_outs = [t for t in tensors_in(cpu_out) if t.requires_grad]
             if cpu_outs:
-                weights = [torch.randn(t.shape, dtype=t.dtype, generator=torch.Generator().manual_seed(1)) for t in cpu_outs]
+                weights = [
+                    torch.randn(t.shape, dtype=t.dtype, generator=torch.Generator().manual_seed(1)) for t in cpu_outs
+                ]
                 torch.autograd.backward(cpu_outs, weights)
                 torch.autograd.backward(dev_outs, [w.to(device) for w in weights])
                 for (name, p_cpu), (_, p_dev) in zip(cpu_module.named_parameters(), dev_module.named_parameters()):

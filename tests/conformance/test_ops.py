@@ -82,15 +82,21 @@ class TestOxideOps(TestCase):
         for sample in op.sample_inputs(device, dtype, requires_grad=True):
             cpu_sample = sample.transform(cpu_copy)
             dev_inputs = [t for t in tensors_in([sample.input, sample.args, sample.kwargs]) if t.requires_grad]
-            cpu_inputs = [t for t in tensors_in([cpu_sample.input, cpu_sample.args, cpu_sample.kwargs]) if t.requires_grad]
+            cpu_inputs = [
+                t for t in tensors_in([cpu_sample.input, cpu_sample.args, cpu_sample.kwargs]) if t.requires_grad
+            ]
             expected_out = [t for t in tensors_in(_call(op, cpu_sample)) if t.requires_grad]
             if not expected_out or not cpu_inputs:
                 continue
             start = fallback_calls()
             actual_out = [t for t in tensors_in(_call(op, sample)) if t.requires_grad]
             gen = torch.Generator().manual_seed(0)
-            weights = [torch.randn(t.shape, dtype=t.dtype, generator=gen) if not t.is_complex()
-                       else torch.randn(t.shape, dtype=t.dtype, generator=gen) for t in expected_out]
+            weights = [
+                torch.randn(t.shape, dtype=t.dtype, generator=gen)
+                if not t.is_complex()
+                else torch.randn(t.shape, dtype=t.dtype, generator=gen)
+                for t in expected_out
+            ]
             expected = torch.autograd.grad(expected_out, cpu_inputs, weights, allow_unused=True)
             actual = torch.autograd.grad(actual_out, dev_inputs, [w.to(device) for w in weights], allow_unused=True)
             native = native and fallback_calls() == start

@@ -119,8 +119,9 @@ def test_compiled_gpt2_forward_matches_cpu(native_only):
     # Embedding lookups (bounds-checked indirect loads), masked softmax, layer norms:
     # the C++ code generation paths that ask Inductor which backend a device uses.
     transformers = pytest.importorskip("transformers", reason="transformers is installed by requirements.txt")
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32,
-                                  bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32, bos_token_id=0, eos_token_id=0
+    )
     torch.manual_seed(0)
     ref = transformers.GPT2LMHeadModel(cfg).eval()
     model = copy.deepcopy(ref).to("oxide")

@@ -12,8 +12,18 @@ import torch
 from test_native_ops import check, to_oxide
 
 COMPLEX = [torch.complex64, torch.complex128]
-REAL = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
-        torch.int32, torch.int64, torch.bool]
+REAL = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+]
 
 
 @pytest.fixture(autouse=True)
@@ -27,12 +37,13 @@ def dname(dtype):
 
 def z(shape, dtype=torch.complex64, seed=0, scale=1.0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, dtype=dtype, generator=g) * scale)
+    return torch.randn(shape, dtype=dtype, generator=g) * scale
 
 
 # ---------------------------------------------------------------------------------------
 # Copies, casts, views
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 @pytest.mark.parametrize("other", REAL + COMPLEX, ids=dname)
@@ -98,6 +109,7 @@ def test_views_and_conjugation(cdt):
 # Arithmetic
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 def test_binary_arithmetic(cdt):
     a, b = z((4, 5), cdt, 10), z((4, 5), cdt, 11)
@@ -126,10 +138,10 @@ def test_pow(cdt):
     a, b = z((3, 4), cdt, 20), z((3, 4), cdt, 21, scale=0.5)
     check(torch.pow, a, b, where="tensor ** tensor")
     for e in [2, 3, 0.5, -0.5, -1, -2, 1.7, 2 + 1j, 0, 1]:
-        check(lambda x: x ** e, a, where=f"tensor ** {e}")
-    check(lambda x: 2 ** x, a, where="2 ** tensor")
+        check(lambda x: x**e, a, where=f"tensor ** {e}")
+    check(lambda x: 2**x, a, where="2 ** tensor")
     check(lambda x: (1 + 1j) ** x, a, where="complex ** tensor")
-    check(lambda r, x: r ** x, torch.arange(1.0, 5.0), a, where="real ** complex")
+    check(lambda r, x: r**x, torch.arange(1.0, 5.0), a, where="real ** complex")
 
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
@@ -157,8 +169,13 @@ def test_type_promotion_and_python_scalars(cdt):
 def test_out_and_in_place_on_views(cdt):
     a, b = z((4, 6), cdt, 40), z((4, 6), cdt, 41)
     check(lambda x, y, o: torch.mul(x, y, out=o), a, b, torch.empty(4, 6, dtype=cdt), where="mul out=")
-    check(lambda x, y, o: torch.add(x, y, out=o[:, ::2]), a[:, :3], b[:, :3], torch.zeros(4, 6, dtype=cdt),
-          where="add out= strided view")
+    check(
+        lambda x, y, o: torch.add(x, y, out=o[:, ::2]),
+        a[:, :3],
+        b[:, :3],
+        torch.zeros(4, 6, dtype=cdt),
+        where="add out= strided view",
+    )
     check(lambda x, o: torch.exp(x, out=o.t()), a, torch.zeros(6, 4, dtype=cdt), where="exp out= transposed")
     check(lambda x, o: torch.abs(x, out=o), a, torch.empty(4, 6, dtype=cdt.to_real()), where="abs out=")
     check(lambda x, y: x[:, 1:4].mul_(y[:, :3]), a.clone(), b, where="mul_ on a view")
@@ -174,9 +191,35 @@ def test_out_and_in_place_on_views(cdt):
 # Unary functions
 # ---------------------------------------------------------------------------------------
 
-UNARY = ["exp", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "sigmoid",
-         "asin", "acos", "atan", "reciprocal", "neg", "sgn", "abs", "angle", "exp2",
-         "asinh", "acosh", "atanh", "expm1", "log1p"]
+UNARY = [
+    "exp",
+    "log",
+    "log2",
+    "log10",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "sigmoid",
+    "asin",
+    "acos",
+    "atan",
+    "reciprocal",
+    "neg",
+    "sgn",
+    "abs",
+    "angle",
+    "exp2",
+    "asinh",
+    "acosh",
+    "atanh",
+    "expm1",
+    "log1p",
+]
 
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
@@ -210,11 +253,33 @@ def test_unary(op, cdt):
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 def test_special_values(cdt):
     inf, nan = float("inf"), float("nan")
-    vals = torch.tensor([complex(inf, 0), complex(-inf, 0), complex(0, inf), complex(nan, 0), complex(0, nan),
-                         complex(nan, nan), complex(1, 2), complex(0, 0), complex(-0.0, 0), complex(inf, inf)],
-                        dtype=cdt)
-    for f in [torch.isnan, torch.isinf, torch.isfinite, torch.abs, torch.neg, torch.conj_physical,
-              lambda x: x == x, lambda x: x != x, lambda x: x.to(torch.bool), lambda x: x.to(torch.float64)]:
+    vals = torch.tensor(
+        [
+            complex(inf, 0),
+            complex(-inf, 0),
+            complex(0, inf),
+            complex(nan, 0),
+            complex(0, nan),
+            complex(nan, nan),
+            complex(1, 2),
+            complex(0, 0),
+            complex(-0.0, 0),
+            complex(inf, inf),
+        ],
+        dtype=cdt,
+    )
+    for f in [
+        torch.isnan,
+        torch.isinf,
+        torch.isfinite,
+        torch.abs,
+        torch.neg,
+        torch.conj_physical,
+        lambda x: x == x,
+        lambda x: x != x,
+        lambda x: x.to(torch.bool),
+        lambda x: x.to(torch.float64),
+    ]:
         check(f, vals)
     finite = vals[6:9]
     for f in [torch.exp, torch.sqrt, torch.sgn, torch.angle, torch.log, torch.reciprocal]:
@@ -223,14 +288,19 @@ def test_special_values(cdt):
     check(torch.exp, torch.tensor([complex(-inf, 0), complex(inf, 0), complex(700, 0)], dtype=cdt))
     # Division by zero and by huge values (Smith's scaling).
     big = 1e30 if cdt == torch.complex64 else 1e300
-    check(torch.div, torch.tensor([complex(big, big), complex(1, 1)], dtype=cdt),
-          torch.tensor([complex(big, big), complex(big, -big)], dtype=cdt), where="huge division")
+    check(
+        torch.div,
+        torch.tensor([complex(big, big), complex(1, 1)], dtype=cdt),
+        torch.tensor([complex(big, big), complex(big, -big)], dtype=cdt),
+        where="huge division",
+    )
     check(torch.tanh, torch.tensor([complex(30, 1), complex(-50, 2), complex(400, 0.5)], dtype=cdt), where="tanh large")
 
 
 # ---------------------------------------------------------------------------------------
 # Reductions
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 @pytest.mark.parametrize("op", ["sum", "mean", "prod"])
@@ -257,6 +327,7 @@ def test_reductions(op, cdt):
 # Matrix products
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 def test_matmul_with_conjugate_inputs(cdt):
     a, b, c = z((3, 4), cdt, 70), z((4, 5), cdt, 71), z((3, 5), cdt, 72)
@@ -276,6 +347,7 @@ def test_matmul_with_conjugate_inputs(cdt):
 # ---------------------------------------------------------------------------------------
 # Backward
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 @pytest.mark.parametrize("case", ["mul_exp", "abs", "div_sqrt", "tanh_sigmoid", "matmul"])

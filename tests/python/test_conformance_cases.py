@@ -4,8 +4,19 @@ import pytest
 import torch
 from conftest import run_python
 
-ALL_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-              "complex64"]
+ALL_DTYPES = [
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+]
 
 
 def test_first_call_in_fresh_interpreter():
@@ -44,9 +55,14 @@ def test_dtype_round_trip_or_python_exception_in_subprocess(dtype):
 
 @pytest.mark.parametrize(
     "factory",
-    [lambda out: torch.eye(3, out=out), lambda out: torch.eye(2, 4, out=out), lambda out: torch.arange(5, out=out),
-     lambda out: torch.arange(1.0, 3.0, 0.5, out=out), lambda out: torch.linspace(0, 1, 7, out=out),
-     lambda out: torch.logspace(0, 2, 4, out=out)],
+    [
+        lambda out: torch.eye(3, out=out),
+        lambda out: torch.eye(2, 4, out=out),
+        lambda out: torch.arange(5, out=out),
+        lambda out: torch.arange(1.0, 3.0, 0.5, out=out),
+        lambda out: torch.linspace(0, 1, 7, out=out),
+        lambda out: torch.logspace(0, 2, 4, out=out),
+    ],
     ids=["eye", "eye-rect", "arange", "arange-float", "linspace", "logspace"],
 )
 def test_factories_with_wrong_size_out(factory):

@@ -3,8 +3,19 @@
 import pytest
 import torch
 
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-          torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64]
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+]
 
 
 def _sample(dtype, shape=(5, 7)):
@@ -124,9 +135,15 @@ def test_inplace_write_through_view_is_visible_in_base(native_only):
 def test_view_ops_agree_with_cpu():
     x = torch.randn(2, 3, 4)
     d = x.to("oxide")
-    for f in [lambda t: t.view(6, 4), lambda t: t.permute(2, 0, 1), lambda t: t[:, 1:, ::2],
-              lambda t: t.unsqueeze(1).expand(2, 5, 3, 4), lambda t: t.transpose(0, 2).unbind(0)[1],
-              lambda t: t.reshape(-1), lambda t: t.narrow(2, 1, 2).squeeze()]:
+    for f in [
+        lambda t: t.view(6, 4),
+        lambda t: t.permute(2, 0, 1),
+        lambda t: t[:, 1:, ::2],
+        lambda t: t.unsqueeze(1).expand(2, 5, 3, 4),
+        lambda t: t.transpose(0, 2).unbind(0)[1],
+        lambda t: t.reshape(-1),
+        lambda t: t.narrow(2, 1, 2).squeeze(),
+    ]:
         torch.testing.assert_close(f(d).cpu(), f(x))
 
 

@@ -169,7 +169,9 @@ def test_cli_script(tmp_path):
     assert "CPU fallback" not in result.stderr  # silent mode: no per-operator warning
 
     data = json.loads(out_json.read_text())
-    assert {"tool", "command", "exit_status", "fallback_mode", "torch_version", "totals", "native", "fallback"} <= set(data)
+    assert {"tool", "command", "exit_status", "fallback_mode", "torch_version", "totals", "native", "fallback"} <= set(
+        data
+    )
     assert data["command"] == [str(script), "0", "--flag"]
     assert data["exit_status"] == 0 and data["fallback_mode"] == "silent"
     assert data["native"]["aten::fill_.Scalar"] == 1

@@ -70,7 +70,9 @@ def test_swish_under_fake_tensor():
 def test_swish_opcheck():
     x = torch.randn(4, device="oxide", requires_grad=True)
     # autograd_registration is skipped by opcheck itself for devices other than CPU/CUDA/XPU.
-    torch.library.opcheck(torch.ops.oxide.swish.default, (x,), test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+    torch.library.opcheck(
+        torch.ops.oxide.swish.default, (x,), test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    )
 
 
 def test_swish_rejects_integers():

@@ -130,9 +130,13 @@ def test_module_conversion_moves_parameters_in_place_and_keeps_ties():
     w = emb.weight
     w.grad = torch.ones_like(w)
     expected = w.detach().clone()
-    for move, device in ((lambda m: m.to("oxide"), "oxide:0"), (lambda m: m.to("oxide:1"), "oxide:1"),
-                         (lambda m: m.cpu(), "cpu"), (lambda m: m.oxide(), "oxide:0"),
-                         (lambda m: m.to(torch.float64), "oxide:0")):
+    for move, device in (
+        (lambda m: m.to("oxide"), "oxide:0"),
+        (lambda m: m.to("oxide:1"), "oxide:1"),
+        (lambda m: m.cpu(), "cpu"),
+        (lambda m: m.oxide(), "oxide:0"),
+        (lambda m: m.to(torch.float64), "oxide:0"),
+    ):
         move(model)
         assert emb.weight is w and head.weight is w
         assert list(model.parameters()) == [w]

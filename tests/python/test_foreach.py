@@ -47,8 +47,12 @@ CASES = {
     "addcmul_.Scalar": (lambda a: torch._foreach_addcmul_(a[0], a[1], a[2], value=0.5), 3, False, True),
     "addcmul.Scalar": (lambda a: torch._foreach_addcmul(a[0], a[1], a[2], value=-2), 3, False, False),
     "addcdiv_.Scalar": (lambda a: torch._foreach_addcdiv_(a[0], a[1], a[2], value=0.5), 3, True, True),
-    "addcdiv_.ScalarList": (lambda a: torch._foreach_addcdiv_(a[0], a[1], a[2], [-0.1 * k for k in range(len(a[0]))]),
-                            3, True, True),
+    "addcdiv_.ScalarList": (
+        lambda a: torch._foreach_addcdiv_(a[0], a[1], a[2], [-0.1 * k for k in range(len(a[0]))]),
+        3,
+        True,
+        True,
+    ),
     "sqrt": (lambda a: torch._foreach_sqrt(a[0]), 1, True, False),
     "sqrt_": (lambda a: torch._foreach_sqrt_(a[0]), 1, True, True),
     "neg": (lambda a: torch._foreach_neg(a[0]), 1, False, False),
@@ -70,7 +74,9 @@ def run_case(name, dtype, device_fn):
     assert len(out_o) == len(out_c)
     for c, o in zip(out_c, out_o):
         assert o.device.type == "oxide" and o.dtype == c.dtype and o.shape == c.shape
-        torch.testing.assert_close(o.cpu(), c, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=1e-7, equal_nan=True)
+        torch.testing.assert_close(
+            o.cpu(), c, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=1e-7, equal_nan=True
+        )
     return [e.name for e in prof.events()]
 
 
@@ -82,9 +88,22 @@ def test_foreach_fast_path_matches_cpu(name, dtype, native_only):
     # under the foreach call (PyTorch's slow kernel would show aten::add_, aten::mul, ...).
     foreach = [n for n in names if n.startswith("aten::_foreach_")]
     assert foreach, names
-    per_tensor = {"aten::add_", "aten::add", "aten::mul_", "aten::mul", "aten::div_", "aten::lerp_",
-                  "aten::addcmul_", "aten::addcmul", "aten::addcdiv_", "aten::sqrt", "aten::sqrt_",
-                  "aten::neg", "aten::abs", "aten::reciprocal_"}
+    per_tensor = {
+        "aten::add_",
+        "aten::add",
+        "aten::mul_",
+        "aten::mul",
+        "aten::div_",
+        "aten::lerp_",
+        "aten::addcmul_",
+        "aten::addcmul",
+        "aten::addcdiv_",
+        "aten::sqrt",
+        "aten::sqrt_",
+        "aten::neg",
+        "aten::abs",
+        "aten::reciprocal_",
+    }
     assert not per_tensor & set(names), sorted(per_tensor & set(names))
 
 
@@ -121,7 +140,7 @@ def test_foreach_other_lists_match_cpu(name, dtype, native_only):
 
 def test_foreach_scalar_semantics_match_cpu():
     # An overflowing scalar gives inf (not a conversion error); integer and bool scalars.
-    for args in [(1e300,), (True,), (-(2 ** 40),)]:
+    for args in [(1e300,), (True,), (-(2**40),)]:
         c = [torch.ones(3), torch.full((2,), -2.0)]
         o = to_oxide(c)
         torch._foreach_mul_(c, *args)
@@ -152,13 +171,17 @@ def test_foreach_partial_overlap_raises_like_cpu():
     assert str(ec.value).split("\n")[0] == str(eo.value).split("\n")[0]
 
 
-@pytest.mark.parametrize("call", [
-    lambda d: torch._foreach_add_([torch.ones(2, device=d)], [torch.ones(2, device=d)] * 2),
-    lambda d: torch._foreach_mul_([torch.ones(2, device=d)] * 3, [1.0, 2.0]),
-    lambda d: torch._foreach_add_([], 1.0),
-    lambda d: torch._foreach_add_([torch.ones(2, device=d)], [torch.ones(3, device=d)]),
-    lambda d: torch._foreach_mul_([torch.ones(2, device=d)], torch.ones(2, device=d)),
-], ids=["list-length", "scalarlist-length", "empty", "shape", "tensor-not-0-dim"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda d: torch._foreach_add_([torch.ones(2, device=d)], [torch.ones(2, device=d)] * 2),
+        lambda d: torch._foreach_mul_([torch.ones(2, device=d)] * 3, [1.0, 2.0]),
+        lambda d: torch._foreach_add_([], 1.0),
+        lambda d: torch._foreach_add_([torch.ones(2, device=d)], [torch.ones(3, device=d)]),
+        lambda d: torch._foreach_mul_([torch.ones(2, device=d)], torch.ones(2, device=d)),
+    ],
+    ids=["list-length", "scalarlist-length", "empty", "shape", "tensor-not-0-dim"],
+)
 def test_foreach_errors_match_cpu(call):
     def message(device):
         with pytest.raises(RuntimeError) as e:
@@ -265,8 +288,8 @@ def test_foreach_mul_by_a_view_into_an_entry_raises_like_cpu():
 def test_foreach_unsigned_64_bit_scalar_matches_cpu():
     c = [torch.randn(4, generator=torch.Generator().manual_seed(0))]
     o = to_oxide(c)
-    torch._foreach_add_(c, 2 ** 64 - 1)
-    torch._foreach_add_(o, 2 ** 64 - 1)
+    torch._foreach_add_(c, 2**64 - 1)
+    torch._foreach_add_(o, 2**64 - 1)
     torch.testing.assert_close(o[0].cpu(), c[0])
 
 

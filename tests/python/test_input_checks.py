@@ -47,7 +47,14 @@ def test_index_select_edge_errors():
 
 @pytest.mark.parametrize(
     ("dtype", "value"),
-    [(torch.uint8, 300), (torch.uint8, 256), (torch.int8, 200), (torch.int16, 40000), (torch.int32, 2**40), (torch.float16, 1e6)],
+    [
+        (torch.uint8, 300),
+        (torch.uint8, 256),
+        (torch.int8, 200),
+        (torch.int16, 40000),
+        (torch.int32, 2**40),
+        (torch.float16, 1e6),
+    ],
 )
 def test_fill_like_ops_refuse_values_that_overflow(dtype, value):
     x = torch.zeros(4, dtype=dtype)
@@ -62,7 +69,9 @@ def test_fill_values_at_the_edge_of_the_dtype_are_written():
     x = torch.zeros(3, dtype=torch.uint8, device="oxide")
     m = torch.tensor([True, False, True], device="oxide")
     assert x.masked_fill(m, 255).tolist() == [255, 0, 255]
-    assert torch.zeros(3, dtype=torch.int8, device="oxide").index_fill(0, torch.tensor([1], device="oxide"), -128).tolist() == [0, -128, 0]
+    assert torch.zeros(3, dtype=torch.int8, device="oxide").index_fill(
+        0, torch.tensor([1], device="oxide"), -128
+    ).tolist() == [0, -128, 0]
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
@@ -73,7 +82,9 @@ def test_grid_sample_nan_coordinates_like_cpu(mode, padding_mode, align_corners)
     x = torch.arange(1.0, 13.0).view(1, 1, 3, 4)
     grid = torch.tensor([[[[nan, 0.0], [0.0, nan], [0.2, 0.3], [nan, nan]]]])
     want = F.grid_sample(x, grid, mode=mode, padding_mode=padding_mode, align_corners=align_corners)
-    got = F.grid_sample(x.to("oxide"), grid.to("oxide"), mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    got = F.grid_sample(
+        x.to("oxide"), grid.to("oxide"), mode=mode, padding_mode=padding_mode, align_corners=align_corners
+    )
     torch.testing.assert_close(got.cpu(), want, equal_nan=True)
 
 

@@ -65,8 +65,15 @@ def test_caching_and_empty_cache():
 
 def test_memory_stats_shape_and_mem_get_info():
     stats = torch.oxide.memory_stats()
-    for key in ["allocated_bytes.all.current", "reserved_bytes.all.peak", "num_ooms", "num_alloc_retries",
-                "allocation.all.current", "segment.all.current", "requested_bytes.all.current"]:
+    for key in [
+        "allocated_bytes.all.current",
+        "reserved_bytes.all.peak",
+        "num_ooms",
+        "num_alloc_retries",
+        "allocation.all.current",
+        "segment.all.current",
+        "requested_bytes.all.current",
+    ]:
         assert key in stats
     acc = torch.accelerator.memory_stats()
     assert acc["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"]
@@ -98,7 +105,8 @@ def test_out_of_memory_raises_and_process_survives():
 def test_freed_middle_block_does_not_cause_false_out_of_memory():
     # A flat first-fit range of 64 MB had 30 MB free after this sequence but no 24 MiB
     # hole, and the allocation failed; capacity is an accounting limit now.
-    out = run_python("""
+    out = run_python(
+        """
         import torch
         MiB = 2**20
         a, b, c = (torch.full((16 * MiB,), i, dtype=torch.uint8, device="oxide") for i in (1, 2, 3))
@@ -113,15 +121,21 @@ def test_freed_middle_block_does_not_cause_false_out_of_memory():
         except torch.OutOfMemoryError as e:
             print("OOM", e)
         print("after", int(a.cpu().sum()), int(c.cpu().sum()), int(d.cpu().sum()), torch.oxide.memory_stats()["num_ooms"])
-    """, env={"OXIDE_DEVICE_MEMORY": "64MB"})
+    """,
+        env={"OXIDE_DEVICE_MEMORY": "64MB"},
+    )
     assert out.returncode == 0, out.stderr
     mib = 2**20
     sums = f"{16 * mib} {3 * 16 * mib} {4 * 24 * mib}"
     lines = out.stdout.splitlines()
     assert lines[0] == f"ok {sums}"
     oom = lines[1]
-    for part in (f"tried to allocate {40 * mib} bytes on oxide:0", "device capacity 64000000 bytes",
-                 f"{64000000 - 56 * mib} bytes are free", f"{56 * mib} bytes allocated by tensors"):
+    for part in (
+        f"tried to allocate {40 * mib} bytes on oxide:0",
+        "device capacity 64000000 bytes",
+        f"{64000000 - 56 * mib} bytes are free",
+        f"{56 * mib} bytes allocated by tensors",
+    ):
         assert part in oom, (part, oom)
     assert "fragment" not in oom, oom
     assert lines[2] == f"after {sums} 1", "an out-of-memory error leaves the device's tensors intact"

@@ -26,8 +26,12 @@ import torch
 ALLOW_FALLBACK = os.environ.get("OXIDE_TEST_ALLOW_FALLBACK", "0") not in ("", "0")
 REFUSED = "has no native oxide kernel"  # the NotImplementedError of OXIDE_FALLBACK=error
 # TypeErrors of Python argument parsing: a mistake in the test, not behaviour to compare.
-PARSER_ERRORS = ("invalid combination of arguments", "must be Tensor, not", "unexpected keyword argument",
-                 "positional argument")
+PARSER_ERRORS = (
+    "invalid combination of arguments",
+    "must be Tensor, not",
+    "unexpected keyword argument",
+    "positional argument",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,8 +64,14 @@ def dname(dtype):
 
 SPECIALS = [math.nan, math.inf, -math.inf, 0.0, -0.0]
 INT_RANGES = {  # inclusive ranges per kind; uint8 clips the low end at 0
-    "any": (-10, 10), "nonzero": (-10, 10), "small": (-3, 3), "few": (-3, 3),
-    "exponent": (0, 3), "shift": (0, 7), "unit": (0, 1), "nonneg": (0, 9),
+    "any": (-10, 10),
+    "nonzero": (-10, 10),
+    "small": (-3, 3),
+    "few": (-3, 3),
+    "exponent": (0, 3),
+    "shift": (0, 7),
+    "unit": (0, 1),
+    "nonneg": (0, 9),
 }
 
 
@@ -207,10 +217,13 @@ def assert_same(actual, expected, what, exact=False, rtol=None, atol=None, strid
         assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, CPU gives {expected.dtype}"
         assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, CPU gives {tuple(expected.shape)}"
         if strides:
-            assert actual.stride() == expected.stride(), f"{what}: strides {actual.stride()}, CPU gives {expected.stride()}"
+            assert actual.stride() == expected.stride(), (
+                f"{what}: strides {actual.stride()}, CPU gives {expected.stride()}"
+            )
         tol = {"rtol": 0, "atol": 0} if exact else ({"rtol": rtol, "atol": atol} if rtol is not None else {})
-        torch.testing.assert_close(actual.detach().cpu(), expected.detach(), equal_nan=True,
-                                   msg=lambda m: f"{what}: {m}", **tol)
+        torch.testing.assert_close(
+            actual.detach().cpu(), expected.detach(), equal_nan=True, msg=lambda m: f"{what}: {m}", **tol
+        )
     elif isinstance(expected, (tuple, list)):
         assert type(actual) is type(expected), f"{what}: {type(actual).__name__}, CPU gives {type(expected).__name__}"
         assert len(actual) == len(expected), f"{what}: {len(actual)} items, CPU gives {len(expected)}"
@@ -228,11 +241,10 @@ def _same_error(run_oxide, cpu_error, where):
         run_oxide()
     except Exception as e:  # noqa: BLE001  comparing exception types is the point
         if REFUSED in str(e):
-            pytest.fail(f"{where}: CPU raises {type(cpu_error).__name__}({cpu_error}); "
-                        f"oxide has no native kernel: {e}")
+            pytest.fail(f"{where}: CPU raises {type(cpu_error).__name__}({cpu_error}); oxide has no native kernel: {e}")
         assert type(e) is type(cpu_error), (
-            f"{where}: CPU raises {type(cpu_error).__name__}({cpu_error}), "
-            f"oxide raises {type(e).__name__}({e})")
+            f"{where}: CPU raises {type(cpu_error).__name__}({cpu_error}), oxide raises {type(e).__name__}({e})"
+        )
     else:
         pytest.fail(f"{where}: CPU raises {type(cpu_error).__name__}({cpu_error}), oxide returned a result")
 
@@ -282,12 +294,14 @@ def run_cases(cases, **kw):
 
 def with_out(fn):
     """fn(*args, out=o) as a function of (*args, o) returning (result, result is o)."""
+
     def run(*args):
         *args, out = args
         result = fn(*args, out=out)
         if isinstance(out, tuple):
             return result, all(r is o for r, o in zip(result, out))
         return result, result is out
+
     return run
 
 
@@ -345,37 +359,55 @@ def test_cast(src, dst):
     ]
     for where, x in cases:
         check(lambda x: x.to(dst), x, where=f"x.to: {where}", exact=True)
-    check(lambda d, s: d.t().copy_(s), make((6, 5), dst, 5), cast_source(src, dst, (10, 12), 6)[::2, ::2],
-          where="strided copy_ into a transposed destination", exact=True)
-    check(lambda d, s: d[:, ::2].copy_(s), make((3, 10), dst, 7), cast_source(src, dst, (5,), 8),
-          where="broadcasting copy_ into a step-sliced view", exact=True)
+    check(
+        lambda d, s: d.t().copy_(s),
+        make((6, 5), dst, 5),
+        cast_source(src, dst, (10, 12), 6)[::2, ::2],
+        where="strided copy_ into a transposed destination",
+        exact=True,
+    )
+    check(
+        lambda d, s: d[:, ::2].copy_(s),
+        make((3, 10), dst, 7),
+        cast_source(src, dst, (5,), 8),
+        where="broadcasting copy_ into a step-sliced view",
+        exact=True,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_copy_fill_zero(dtype):
     x = lambda shape, seed=0: make(shape, dtype, seed, special=True)  # noqa: E731
-    run_cases([
-        ("clone of a step-sliced tensor", lambda a: a.clone(), x((3, 10))[:, ::2]),
-        ("contiguous of a transposed tensor", lambda a: a.contiguous(), x((5, 3)).t()),
-        ("clone contiguous_format of an offset view", lambda a: a.clone(memory_format=torch.contiguous_format),
-         x((4, 6))[1:, 2:]),
-        ("clone 0-dim", lambda a: a.clone(), x(())),
-        ("clone empty", lambda a: a.clone(), x((3, 0))),
-        ("fill_ 3 on x[:, ::2]", lambda a: a[:, ::2].fill_(3), x((4, 6))),
-        ("fill_ 2.5 on x.t()", lambda a: a.t().fill_(2.5), x((4, 6))),
-        ("fill_ True", lambda a: a.fill_(True), x((3, 5))),
-        ("fill_ with a 0-dim tensor", lambda a, v: a[1:, 2:].fill_(v), x((4, 6)), x((), 1)),
-        ("fill_ with a 1-element tensor raises", lambda a, v: a.fill_(v), x((4, 6)), x((2,), 1)),
-        ("fill_ 0-dim", lambda a: a.fill_(1), x(())),
-        ("fill_ empty", lambda a: a.fill_(1), x((0,))),
-        ("zero_ on x[1:, 2:]", lambda a: a[1:, 2:].zero_(), x((4, 6))),
-        ("zero_ on a row x[1]", lambda a: a[1].zero_(), x((4, 6))),
-        ("zero_ 0-dim", lambda a: a.zero_(), x(())),
-    ])
-    run_cases([
-        ("clone keeps the strides of a dense transposed tensor", lambda a: a.clone(), x((5, 3)).t()),
-        ("contiguous", lambda a: a.t().contiguous(), x((5, 3))),
-    ], strides=True)
+    run_cases(
+        [
+            ("clone of a step-sliced tensor", lambda a: a.clone(), x((3, 10))[:, ::2]),
+            ("contiguous of a transposed tensor", lambda a: a.contiguous(), x((5, 3)).t()),
+            (
+                "clone contiguous_format of an offset view",
+                lambda a: a.clone(memory_format=torch.contiguous_format),
+                x((4, 6))[1:, 2:],
+            ),
+            ("clone 0-dim", lambda a: a.clone(), x(())),
+            ("clone empty", lambda a: a.clone(), x((3, 0))),
+            ("fill_ 3 on x[:, ::2]", lambda a: a[:, ::2].fill_(3), x((4, 6))),
+            ("fill_ 2.5 on x.t()", lambda a: a.t().fill_(2.5), x((4, 6))),
+            ("fill_ True", lambda a: a.fill_(True), x((3, 5))),
+            ("fill_ with a 0-dim tensor", lambda a, v: a[1:, 2:].fill_(v), x((4, 6)), x((), 1)),
+            ("fill_ with a 1-element tensor raises", lambda a, v: a.fill_(v), x((4, 6)), x((2,), 1)),
+            ("fill_ 0-dim", lambda a: a.fill_(1), x(())),
+            ("fill_ empty", lambda a: a.fill_(1), x((0,))),
+            ("zero_ on x[1:, 2:]", lambda a: a[1:, 2:].zero_(), x((4, 6))),
+            ("zero_ on a row x[1]", lambda a: a[1].zero_(), x((4, 6))),
+            ("zero_ 0-dim", lambda a: a.zero_(), x(())),
+        ]
+    )
+    run_cases(
+        [
+            ("clone keeps the strides of a dense transposed tensor", lambda a: a.clone(), x((5, 3)).t()),
+            ("contiguous", lambda a: a.t().contiguous(), x((5, 3))),
+        ],
+        strides=True,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
@@ -399,8 +431,11 @@ def test_factories(dtype):
         # Integer linspace truncates values computed in floating point; CPU's rounding of the
         # intermediate values is not reproduced bit for bit (e.g. -3 + 3 * 10/6 gives 2 on oxide,
         # 1 on CPU), so integer dtypes are compared within 1 in test_integer_linspace below.
-        *([] if not (dt.is_floating_point or dt == torch.bool) else
-          [("linspace(-3, 7, 7)", lambda d: torch.linspace(-3, 7, 7, dtype=dt, device=d))]),
+        *(
+            []
+            if not (dt.is_floating_point or dt == torch.bool)
+            else [("linspace(-3, 7, 7)", lambda d: torch.linspace(-3, 7, 7, dtype=dt, device=d))]
+        ),
         ("linspace steps=1", lambda d: torch.linspace(-2, 2, 1, dtype=dt, device=d)),
         ("linspace steps=0", lambda d: torch.linspace(0, 1, 0, dtype=dt, device=d)),
         ("logspace(0, 2, 3)", lambda d: torch.logspace(0, 2, 3, dtype=dt, device=d)),
@@ -432,15 +467,22 @@ def test_like_factories(dtype):
         e = torch.empty_like(a)
         return tuple(e.shape), e.dtype, e.stride(), e.device.type == a.device.type
 
-    for where, x in [("transposed", make((5, 3), dtype).t()), ("sliced with step", make((3, 10), dtype)[:, ::2]),
-                     ("0-dim", make((), dtype)), ("empty", make((3, 0), dtype))]:
+    for where, x in [
+        ("transposed", make((5, 3), dtype).t()),
+        ("sliced with step", make((3, 10), dtype)[:, ::2]),
+        ("0-dim", make((), dtype)),
+        ("empty", make((3, 0), dtype)),
+    ]:
         check(empty_like_meta, x, where=f"empty_like {where}")
-        run_cases([
-            (f"zeros_like {where}", lambda a: torch.zeros_like(a), x),
-            (f"ones_like {where}", lambda a: torch.ones_like(a), x),
-            (f"full_like 3 {where}", lambda a: torch.full_like(a, 3), x),
-            (f"full_like float64 {where}", lambda a: torch.full_like(a, 1.5, dtype=torch.float64), x),
-        ], strides=True)
+        run_cases(
+            [
+                (f"zeros_like {where}", lambda a: torch.zeros_like(a), x),
+                (f"ones_like {where}", lambda a: torch.ones_like(a), x),
+                (f"full_like 3 {where}", lambda a: torch.full_like(a, 3), x),
+                (f"full_like float64 {where}", lambda a: torch.full_like(a, 1.5, dtype=torch.float64), x),
+            ],
+            strides=True,
+        )
 
 
 def test_factory_dtype_inference():
@@ -461,20 +503,67 @@ def test_factory_dtype_inference():
 # Unary
 # ---------------------------------------------------------------------------------------
 
-UNARY = [(n, {}) for n in [
-    "abs", "neg", "sign", "sgn", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
-    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-    "sigmoid", "erf", "erfc", "erfinv", "floor", "ceil", "round", "trunc", "frac", "reciprocal",
-    "isnan", "isinf", "isfinite", "nan_to_num", "logical_not", "bitwise_not", "square", "signbit",
-    "positive", "relu"]] + [
+UNARY = [
+    (n, {})
+    for n in [
+        "abs",
+        "neg",
+        "sign",
+        "sgn",
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sqrt",
+        "rsqrt",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "sigmoid",
+        "erf",
+        "erfc",
+        "erfinv",
+        "floor",
+        "ceil",
+        "round",
+        "trunc",
+        "frac",
+        "reciprocal",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "nan_to_num",
+        "logical_not",
+        "bitwise_not",
+        "square",
+        "signbit",
+        "positive",
+        "relu",
+    ]
+] + [
     ("round", {"decimals": 2}),
     ("nan_to_num", {"nan": 1.5, "posinf": 100.0, "neginf": -100.0}),
 ]
 UNARY_PARAMS = [pytest.param(n, kw, id=op_id(n, kw)) for n, kw in UNARY]
 
 
-UNARY_OUT_PARAMS = [pytest.param(n, kw, id=op_id(n, kw)) for n, kw in UNARY  # not positive, relu, isnan, ...
-                    if _parses(lambda: getattr(torch, n)(torch.ones(1), out=torch.empty(1), **kw))]
+UNARY_OUT_PARAMS = [
+    pytest.param(n, kw, id=op_id(n, kw))
+    for n, kw in UNARY  # not positive, relu, isnan, ...
+    if _parses(lambda: getattr(torch, n)(torch.ones(1), out=torch.empty(1), **kw))
+]
 UNARY_INPLACE_PARAMS = [pytest.param(n, kw, id=op_id(n, kw)) for n, kw in UNARY if hasattr(torch.Tensor, n + "_")]
 
 VIEWS = [
@@ -525,8 +614,13 @@ def test_unary_aliasing(name, kw, dtype):
             ("out partially overlaps the input: raises", lambda x: op(x[:3], out=x[1:4], **kw), make((6,), dtype, 2)),
         ]
     if hasattr(torch.Tensor, name + "_"):
-        cases.append((f"{name}_ on x[0:1].expand(4,6), whose elements overlap: raises",
-                       lambda x: getattr(x[0:1].expand(4, 6), name + "_")(**kw), make((4, 6), dtype, 3)))
+        cases.append(
+            (
+                f"{name}_ on x[0:1].expand(4,6), whose elements overlap: raises",
+                lambda x: getattr(x[0:1].expand(4, 6), name + "_")(**kw),
+                make((4, 6), dtype, 3),
+            )
+        )
     run_cases(cases)
 
 
@@ -535,22 +629,40 @@ def test_unary_aliasing(name, kw, dtype):
 # ---------------------------------------------------------------------------------------
 
 BINARY = [  # name, kwargs, lhs kind, rhs kind
-    ("add", {}, "any", "any"), ("add", {"alpha": 2}, "any", "any"),
-    ("sub", {}, "any", "any"), ("sub", {"alpha": 2}, "any", "any"),
+    ("add", {}, "any", "any"),
+    ("add", {"alpha": 2}, "any", "any"),
+    ("sub", {}, "any", "any"),
+    ("sub", {"alpha": 2}, "any", "any"),
     ("mul", {}, "any", "any"),
     ("div", {}, "any", "any"),
-    ("div", {"rounding_mode": "trunc"}, "any", "nonzero"), ("div", {"rounding_mode": "floor"}, "any", "nonzero"),
-    ("true_divide", {}, "any", "any"), ("floor_divide", {}, "any", "nonzero"),
+    ("div", {"rounding_mode": "trunc"}, "any", "nonzero"),
+    ("div", {"rounding_mode": "floor"}, "any", "nonzero"),
+    ("true_divide", {}, "any", "any"),
+    ("floor_divide", {}, "any", "nonzero"),
     ("pow", {}, "small", "exponent"),
-    ("maximum", {}, "any", "any"), ("minimum", {}, "any", "any"),
-    ("fmax", {}, "any", "any"), ("fmin", {}, "any", "any"),
-    ("fmod", {}, "any", "nonzero"), ("remainder", {}, "any", "nonzero"),
-    ("atan2", {}, "any", "any"), ("hypot", {}, "any", "any"), ("copysign", {}, "any", "any"),
-    ("bitwise_and", {}, "any", "any"), ("bitwise_or", {}, "any", "any"), ("bitwise_xor", {}, "any", "any"),
-    ("bitwise_left_shift", {}, "any", "shift"), ("bitwise_right_shift", {}, "any", "shift"),
-    ("logical_and", {}, "any", "any"), ("logical_or", {}, "any", "any"), ("logical_xor", {}, "any", "any"),
-    ("eq", {}, "any", "any"), ("ne", {}, "any", "any"), ("lt", {}, "any", "any"),
-    ("le", {}, "any", "any"), ("gt", {}, "any", "any"), ("ge", {}, "any", "any"),
+    ("maximum", {}, "any", "any"),
+    ("minimum", {}, "any", "any"),
+    ("fmax", {}, "any", "any"),
+    ("fmin", {}, "any", "any"),
+    ("fmod", {}, "any", "nonzero"),
+    ("remainder", {}, "any", "nonzero"),
+    ("atan2", {}, "any", "any"),
+    ("hypot", {}, "any", "any"),
+    ("copysign", {}, "any", "any"),
+    ("bitwise_and", {}, "any", "any"),
+    ("bitwise_or", {}, "any", "any"),
+    ("bitwise_xor", {}, "any", "any"),
+    ("bitwise_left_shift", {}, "any", "shift"),
+    ("bitwise_right_shift", {}, "any", "shift"),
+    ("logical_and", {}, "any", "any"),
+    ("logical_or", {}, "any", "any"),
+    ("logical_xor", {}, "any", "any"),
+    ("eq", {}, "any", "any"),
+    ("ne", {}, "any", "any"),
+    ("lt", {}, "any", "any"),
+    ("le", {}, "any", "any"),
+    ("gt", {}, "any", "any"),
+    ("ge", {}, "any", "any"),
 ]
 BINARY_PARAMS = [pytest.param(n, kw, lk, rk, id=op_id(n, kw)) for n, kw, lk, rk in BINARY]
 
@@ -559,20 +671,33 @@ BINARY_PARAMS = [pytest.param(n, kw, lk, rk, id=op_id(n, kw)) for n, kw, lk, rk 
 SCALAR_RHS = {op_id(n, kw): _parses(lambda: getattr(torch, n)(torch.ones(2), 2, **kw)) for n, kw, _, _ in BINARY}
 SCALAR_LHS = {op_id(n, kw): _parses(lambda: getattr(torch, n)(2, torch.ones(2), **kw)) for n, kw, _, _ in BINARY}
 BINARY_SCALAR_PARAMS = [p for p in BINARY_PARAMS if SCALAR_RHS[p.id] or SCALAR_LHS[p.id]]
-BINARY_INPLACE_PARAMS = [pytest.param(n, kw, lk, rk, id=op_id(n, kw))
-                         for n, kw, lk, rk in BINARY if hasattr(torch.Tensor, n + "_")]
+BINARY_INPLACE_PARAMS = [
+    pytest.param(n, kw, lk, rk, id=op_id(n, kw)) for n, kw, lk, rk in BINARY if hasattr(torch.Tensor, n + "_")
+]
 SCALARS = {  # Python scalars per rhs kind (int, negative int, float, bool)
-    "any": [3, -2, 2.5, True], "nonzero": [3, -2, 2.5, True],
-    "exponent": [2, 3, 0.5, -1, -0.5, -2], "shift": [1, 3],
+    "any": [3, -2, 2.5, True],
+    "nonzero": [3, -2, 2.5, True],
+    "exponent": [2, 3, 0.5, -1, -0.5, -2],
+    "shift": [1, 3],
 }
 PROMOTIONS = [
-    (torch.int64, torch.float32), (torch.int32, torch.float64), (torch.float32, torch.float64),
-    (torch.float16, torch.float32), (torch.bfloat16, torch.float16), (torch.uint8, torch.int8),
-    (torch.bool, torch.int16), (torch.bool, torch.float32), (torch.int8, torch.int64),
+    (torch.int64, torch.float32),
+    (torch.int32, torch.float64),
+    (torch.float32, torch.float64),
+    (torch.float16, torch.float32),
+    (torch.bfloat16, torch.float16),
+    (torch.uint8, torch.int8),
+    (torch.bool, torch.int16),
+    (torch.bool, torch.float32),
+    (torch.int8, torch.int64),
 ]
 ZERO_DIM_PROMOTIONS = [  # (0-dim dtype, tensor dtype): the tensor's category wins
-    (torch.float64, torch.float32), (torch.float32, torch.int64), (torch.int64, torch.int8),
-    (torch.float64, torch.float16), (torch.int32, torch.bool), (torch.float32, torch.bfloat16),
+    (torch.float64, torch.float32),
+    (torch.float32, torch.int64),
+    (torch.int64, torch.int8),
+    (torch.float64, torch.float16),
+    (torch.int32, torch.bool),
+    (torch.float32, torch.bfloat16),
 ]
 
 
@@ -611,17 +736,32 @@ def test_binary_scalars(name, kw, lhs, rhs, dtype):
 
 
 PY_OPERATORS = [  # label, fn, kind of x
-    ("2 + x", lambda x: 2 + x, "any"), ("x + 1.5", lambda x: x + 1.5, "any"), ("2 - x", lambda x: 2 - x, "any"),
-    ("3 * x", lambda x: 3 * x, "any"), ("x * 0.5", lambda x: x * 0.5, "any"),
-    ("2 / x", lambda x: 2 / x, "any"), ("7 // x", lambda x: 7 // x, "nonzero"),
-    ("x // 2.5", lambda x: x // 2.5, "any"), ("2 ** x", lambda x: 2 ** x, "exponent"),
-    ("x ** 2", lambda x: x ** 2, "any"), ("x ** 0.5", lambda x: x ** 0.5, "any"),
-    ("7 % x", lambda x: 7 % x, "nonzero"), ("x % -3", lambda x: x % -3, "any"),
-    ("6 & x", lambda x: 6 & x, "any"), ("6 | x", lambda x: 6 | x, "any"), ("6 ^ x", lambda x: 6 ^ x, "any"),
-    ("1 << x", lambda x: 1 << x, "shift"), ("x >> 1", lambda x: x >> 1, "any"),
-    ("2 < x", lambda x: 2 < x, "any"), ("x == 1", lambda x: x == 1, "any"), ("x != 0.5", lambda x: x != 0.5, "any"),
-    ("-x", lambda x: -x, "any"), ("~x", lambda x: ~x, "any"), ("abs(x)", lambda x: abs(x), "any"),
-    ("x += 1 on x.t()", lambda x: x.t().__iadd__(1), "any"), ("x *= 2 on x[:, ::2]", lambda x: x[:, ::2].__imul__(2), "any"),
+    ("2 + x", lambda x: 2 + x, "any"),
+    ("x + 1.5", lambda x: x + 1.5, "any"),
+    ("2 - x", lambda x: 2 - x, "any"),
+    ("3 * x", lambda x: 3 * x, "any"),
+    ("x * 0.5", lambda x: x * 0.5, "any"),
+    ("2 / x", lambda x: 2 / x, "any"),
+    ("7 // x", lambda x: 7 // x, "nonzero"),
+    ("x // 2.5", lambda x: x // 2.5, "any"),
+    ("2 ** x", lambda x: 2**x, "exponent"),
+    ("x ** 2", lambda x: x**2, "any"),
+    ("x ** 0.5", lambda x: x**0.5, "any"),
+    ("7 % x", lambda x: 7 % x, "nonzero"),
+    ("x % -3", lambda x: x % -3, "any"),
+    ("6 & x", lambda x: 6 & x, "any"),
+    ("6 | x", lambda x: 6 | x, "any"),
+    ("6 ^ x", lambda x: 6 ^ x, "any"),
+    ("1 << x", lambda x: 1 << x, "shift"),
+    ("x >> 1", lambda x: x >> 1, "any"),
+    ("2 < x", lambda x: 2 < x, "any"),
+    ("x == 1", lambda x: x == 1, "any"),
+    ("x != 0.5", lambda x: x != 0.5, "any"),
+    ("-x", lambda x: -x, "any"),
+    ("~x", lambda x: ~x, "any"),
+    ("abs(x)", lambda x: abs(x), "any"),
+    ("x += 1 on x.t()", lambda x: x.t().__iadd__(1), "any"),
+    ("x *= 2 on x[:, ::2]", lambda x: x[:, ::2].__imul__(2), "any"),
 ]
 
 
@@ -649,21 +789,44 @@ def test_binary_aliasing(name, kw, lhs, rhs, dtype):
     op = getattr(torch, name)
     if hasattr(torch.Tensor, name + "_"):
         method = getattr(torch.Tensor, name + "_")
-        run_cases([
-            ("x.op_(x)", lambda x: method(x, x, **kw), make((4, 6), dtype, 8, rhs)),
-            ("x[1:].op_(x[:-1]) partially overlapping: raises", lambda x: method(x[1:], x[:-1], **kw),
-             make((4, 6), dtype, 9, rhs)),
-        ])
-    run_cases([
-        ("out is the first input", lambda a, b: op(a, b, out=a, **kw), make((3, 5), dtype, 0, lhs),
-         make((5,), dtype, 1, rhs)),
-        ("out is the second input, a step-sliced view", lambda a, b: op(a, b[:, ::2], out=b[:, ::2], **kw),
-         make((3, 1), dtype, 2, lhs), make((3, 10), dtype, 3, rhs)),
-        ("out is the first input and would need a resize: raises", lambda a, b: op(a, b, out=a, **kw),
-         make((4, 3), dtype, 4, lhs), make((2, 4, 3), dtype, 5, rhs)),
-        ("out partially overlaps the first input: raises", lambda a, b: op(a[:3], b, out=a[1:4], **kw),
-         make((6,), dtype, 6, lhs), make((3,), dtype, 7, rhs)),
-    ])
+        run_cases(
+            [
+                ("x.op_(x)", lambda x: method(x, x, **kw), make((4, 6), dtype, 8, rhs)),
+                (
+                    "x[1:].op_(x[:-1]) partially overlapping: raises",
+                    lambda x: method(x[1:], x[:-1], **kw),
+                    make((4, 6), dtype, 9, rhs),
+                ),
+            ]
+        )
+    run_cases(
+        [
+            (
+                "out is the first input",
+                lambda a, b: op(a, b, out=a, **kw),
+                make((3, 5), dtype, 0, lhs),
+                make((5,), dtype, 1, rhs),
+            ),
+            (
+                "out is the second input, a step-sliced view",
+                lambda a, b: op(a, b[:, ::2], out=b[:, ::2], **kw),
+                make((3, 1), dtype, 2, lhs),
+                make((3, 10), dtype, 3, rhs),
+            ),
+            (
+                "out is the first input and would need a resize: raises",
+                lambda a, b: op(a, b, out=a, **kw),
+                make((4, 3), dtype, 4, lhs),
+                make((2, 4, 3), dtype, 5, rhs),
+            ),
+            (
+                "out partially overlaps the first input: raises",
+                lambda a, b: op(a[:3], b, out=a[1:4], **kw),
+                make((6,), dtype, 6, lhs),
+                make((3,), dtype, 7, rhs),
+            ),
+        ]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
@@ -675,16 +838,26 @@ def test_binary_inplace_on_views(name, kw, lhs, rhs, dtype):
     s = SCALARS[rhs][0]
     scalar_case = [(f"x[:, ::2].op_({s!r})", lambda x: method(x[:, ::2], s, **kw), base())]
     run_cases(scalar_case if SCALAR_RHS[op_id(name, kw)] else [])
-    run_cases([
-        ("x.t().op_(row), broadcast", lambda x, y: method(x.t(), y, **kw), base(), y((4,), 1)),
-        ("x[:, ::2].op_(transposed)", lambda x, y: method(x[:, ::2], y.t(), **kw), base(), y((3, 4), 2)),
-        ("x[1:, 2:].op_(0-dim)", lambda x, y: method(x[1:, 2:], y, **kw), base(), y((), 3)),
-        ("x[1].op_(float64 row): CPU decides the cast", lambda x, y: method(x[1], y, **kw), base(),
-         y((6,), 4, torch.float64)),
-        ("x[0].op_(int64 row)", lambda x, y: method(x[0], y, **kw), base(), y((6,), 5, torch.int64)),
-        ("x[:, ::2].op_(y) that would broadcast self raises", lambda x, y: method(x[:, ::2], y, **kw), base(),
-         y((2, 4, 3), 6)),
-    ])
+    run_cases(
+        [
+            ("x.t().op_(row), broadcast", lambda x, y: method(x.t(), y, **kw), base(), y((4,), 1)),
+            ("x[:, ::2].op_(transposed)", lambda x, y: method(x[:, ::2], y.t(), **kw), base(), y((3, 4), 2)),
+            ("x[1:, 2:].op_(0-dim)", lambda x, y: method(x[1:, 2:], y, **kw), base(), y((), 3)),
+            (
+                "x[1].op_(float64 row): CPU decides the cast",
+                lambda x, y: method(x[1], y, **kw),
+                base(),
+                y((6,), 4, torch.float64),
+            ),
+            ("x[0].op_(int64 row)", lambda x, y: method(x[0], y, **kw), base(), y((6,), 5, torch.int64)),
+            (
+                "x[:, ::2].op_(y) that would broadcast self raises",
+                lambda x, y: method(x[:, ::2], y, **kw),
+                base(),
+                y((2, 4, 3), 6),
+            ),
+        ]
+    )
 
 
 def where_cases(dt):
@@ -716,11 +889,22 @@ def clamp_cases(dt):
         ("only min, step-sliced", lambda a: torch.clamp(a, min=0), x((3, 10), 2)[:, ::2]),
         ("only max", lambda a: torch.clamp(a, max=0), x((3, 5), 3, True)),
         ("min > max", lambda a: torch.clamp(a, 2, -2), x((3, 5), 4)),
-        ("tensor min/max, broadcast", lambda a, lo, hi: torch.clamp(a, lo, hi), x((3, 5), 5, True), x((5,), 6), x((3, 1), 7)),
+        (
+            "tensor min/max, broadcast",
+            lambda a, lo, hi: torch.clamp(a, lo, hi),
+            x((3, 5), 5, True),
+            x((5,), 6),
+            x((3, 1), 7),
+        ),
         ("tensor min only", lambda a, lo: torch.clamp(a, min=lo), x((3, 5), 8), x((3, 5), 9, True)),
         ("tensor max only, transposed", lambda a, hi: torch.clamp(a, max=hi), x((5, 3), 10).t(), x((3, 5), 11)),
-        ("float64 tensor bounds (promotion)", lambda a, lo, hi: torch.clamp(a, lo, hi), x((3, 5), 12), f64((3, 5), 13),
-         make((), torch.float64, 14)),
+        (
+            "float64 tensor bounds (promotion)",
+            lambda a, lo, hi: torch.clamp(a, lo, hi),
+            x((3, 5), 12),
+            f64((3, 5), 13),
+            make((), torch.float64, 14),
+        ),
         ("neither bound raises", lambda a: torch.clamp(a), x((3, 5), 15)),
         ("clamp_min scalar", lambda a: torch.clamp_min(a, 0), x((3, 5), 16, True)),
         ("clamp_max scalar", lambda a: torch.clamp_max(a, 0), x((3, 5), 17, True)),
@@ -731,7 +915,12 @@ def clamp_cases(dt):
         ("clamp_max_ on x[1]", lambda a: a[1].clamp_max_(1), x((4, 6), 25)),
         ("0-dim", lambda a: torch.clamp(a, -1, 1), x((), 26)),
         ("empty", lambda a: torch.clamp(a, -1, 1), x((3, 0), 27)),
-        ("out of wrong size", with_out(lambda a, out: torch.clamp(a, -1, 1, out=out)), x((3, 5), 28), make((2,), dt, 29)),
+        (
+            "out of wrong size",
+            with_out(lambda a, out: torch.clamp(a, -1, 1, out=out)),
+            x((3, 5), 28),
+            make((2,), dt, 29),
+        ),
     ]
 
 
@@ -740,18 +929,50 @@ def addcmul_cases(dt, op=torch.addcmul, divisor="any"):
     name = op.__name__
     return [
         (f"{name} default value", lambda a, b, c: op(a, b, c), x((3, 5), 0), x((3, 5), 1), x((3, 5), 2, divisor)),
-        (f"{name} value=0.5", lambda a, b, c: op(a, b, c, value=0.5), x((3, 5), 3), x((3, 5), 4), x((3, 5), 5, divisor)),
-        (f"{name} value=2, broadcast with 0-dim", lambda a, b, c: op(a, b, c, value=2), x((3, 1), 6), x((1, 5), 7),
-         x((), 8, divisor)),
-        (f"{name} transposed and step-sliced", lambda a, b, c: op(a, b, c), x((5, 3), 9).t(), x((3, 10), 10)[:, ::2],
-         x((3, 5), 11, divisor)),
-        (f"{name}_ on x.t()", lambda a, b, c: getattr(a.t(), name + "_")(b, c, value=2), x((4, 6), 12), x((6, 4), 13),
-         x((4,), 14, divisor)),
-        (f"{name} with float64 tensor1 (promotion)", lambda a, b, c: op(a, b, c), x((3, 5), 15),
-         make((3, 5), torch.float64, 16), x((3, 5), 17, divisor)),
+        (
+            f"{name} value=0.5",
+            lambda a, b, c: op(a, b, c, value=0.5),
+            x((3, 5), 3),
+            x((3, 5), 4),
+            x((3, 5), 5, divisor),
+        ),
+        (
+            f"{name} value=2, broadcast with 0-dim",
+            lambda a, b, c: op(a, b, c, value=2),
+            x((3, 1), 6),
+            x((1, 5), 7),
+            x((), 8, divisor),
+        ),
+        (
+            f"{name} transposed and step-sliced",
+            lambda a, b, c: op(a, b, c),
+            x((5, 3), 9).t(),
+            x((3, 10), 10)[:, ::2],
+            x((3, 5), 11, divisor),
+        ),
+        (
+            f"{name}_ on x.t()",
+            lambda a, b, c: getattr(a.t(), name + "_")(b, c, value=2),
+            x((4, 6), 12),
+            x((6, 4), 13),
+            x((4,), 14, divisor),
+        ),
+        (
+            f"{name} with float64 tensor1 (promotion)",
+            lambda a, b, c: op(a, b, c),
+            x((3, 5), 15),
+            make((3, 5), torch.float64, 16),
+            x((3, 5), 17, divisor),
+        ),
         (f"{name} empty", lambda a, b, c: op(a, b, c), x((0,), 18), x((0,), 19), x((0,), 20, divisor)),
-        (f"{name} out of wrong size", with_out(lambda a, b, c, out: op(a, b, c, value=2, out=out)), x((3, 5), 21),
-         x((3, 5), 22), x((3, 5), 23, divisor), make((2,), dt, 24)),
+        (
+            f"{name} out of wrong size",
+            with_out(lambda a, b, c, out: op(a, b, c, value=2, out=out)),
+            x((3, 5), 21),
+            x((3, 5), 22),
+            x((3, 5), 23, divisor),
+            make((2,), dt, 24),
+        ),
     ]
 
 
@@ -761,13 +982,29 @@ def lerp_cases(dt):
         ("scalar weight 0.3", lambda a, b: torch.lerp(a, b, 0.3), x((3, 5), 0), x((3, 5), 1)),
         ("scalar weight 0.8 (the other formula)", lambda a, b: torch.lerp(a, b, 0.8), x((3, 5), 2), x((3, 5), 3)),
         ("tensor weight", lambda a, b, w: torch.lerp(a, b, w), x((3, 5), 4), x((3, 5), 5), x((3, 5), 6, "unit")),
-        ("tensor weight, broadcast", lambda a, b, w: torch.lerp(a, b, w), x((3, 1), 7), x((1, 5), 8), x((5,), 9, "unit")),
-        ("0-dim weight, transposed", lambda a, b, w: torch.lerp(a, b, w), x((5, 3), 10).t(), x((3, 10), 11)[:, ::2],
-         x((), 12, "unit")),
+        (
+            "tensor weight, broadcast",
+            lambda a, b, w: torch.lerp(a, b, w),
+            x((3, 1), 7),
+            x((1, 5), 8),
+            x((5,), 9, "unit"),
+        ),
+        (
+            "0-dim weight, transposed",
+            lambda a, b, w: torch.lerp(a, b, w),
+            x((5, 3), 10).t(),
+            x((3, 10), 11)[:, ::2],
+            x((), 12, "unit"),
+        ),
         ("lerp_ on x[:, ::2]", lambda a, b: a[:, ::2].lerp_(b, 0.25), x((4, 6), 13), x((4, 3), 14)),
         ("empty", lambda a, b: torch.lerp(a, b, 0.5), x((3, 0), 15), x((3, 0), 16)),
-        ("out of wrong size", with_out(lambda a, b, out: torch.lerp(a, b, 0.5, out=out)), x((3, 5), 17), x((3, 5), 18),
-         make((2,), dt, 19)),
+        (
+            "out of wrong size",
+            with_out(lambda a, b, out: torch.lerp(a, b, 0.5, out=out)),
+            x((3, 5), 17),
+            x((3, 5), 18),
+            make((2,), dt, 19),
+        ),
     ]
 
 
@@ -792,62 +1029,138 @@ def test_ternary(op, dtype):
 
 INF = math.inf
 REDUCTIONS = {
-    "sum": [("all", lambda x: x.sum()), ("dim 0", lambda x: x.sum(0)), ("dim -1 keepdim", lambda x: x.sum(-1, keepdim=True)),
-            ("dims (0,-1)", lambda x: x.sum((0, -1))), ("dtype float64", lambda x: x.sum(dtype=torch.float64)),
-            ("dim=None keepdim", lambda x: torch.sum(x, None, keepdim=True))],
-    "mean": [("all", lambda x: x.mean()), ("dim 0", lambda x: x.mean(0)),
-             ("dims (0,-1) keepdim", lambda x: x.mean((0, -1), keepdim=True)),
-             ("dtype float64", lambda x: x.mean(dtype=torch.float64)),
-             ("dim -1 dtype float32", lambda x: x.mean(-1, dtype=torch.float32))],
-    "prod": [("all", lambda x: x.prod()), ("dim 0", lambda x: x.prod(0)), ("dim -1 keepdim", lambda x: x.prod(-1, keepdim=True)),
-             ("dim 0 dtype float64", lambda x: x.prod(0, dtype=torch.float64))],
-    "amax": [("all", lambda x: x.amax()), ("dim 0", lambda x: x.amax(0)),
-             ("dims (0,-1) keepdim", lambda x: x.amax((0, -1), keepdim=True))],
-    "amin": [("all", lambda x: x.amin()), ("dim 0", lambda x: x.amin(0)),
-             ("dims (0,-1) keepdim", lambda x: x.amin((0, -1), keepdim=True))],
-    "max": [("all", lambda x: x.max()), ("dim 0", lambda x: x.max(0)), ("dim -1 keepdim", lambda x: x.max(-1, keepdim=True))],
-    "min": [("all", lambda x: x.min()), ("dim 0", lambda x: x.min(0)), ("dim -1 keepdim", lambda x: x.min(-1, keepdim=True))],
-    "argmax": [("all", lambda x: x.argmax()), ("dim 0", lambda x: x.argmax(0)),
-               ("dim -1 keepdim", lambda x: x.argmax(-1, keepdim=True))],
-    "argmin": [("all", lambda x: x.argmin()), ("dim 0", lambda x: x.argmin(0)),
-               ("dim -1 keepdim", lambda x: x.argmin(-1, keepdim=True))],
-    "var": [("all", lambda x: x.var()), ("dim 0", lambda x: x.var(0)),
-            ("dim -1 correction=0 keepdim", lambda x: x.var(-1, correction=0, keepdim=True)),
-            ("dims (0,-1) unbiased=False", lambda x: x.var((0, -1), unbiased=False)),
-            ("dim 0 unbiased=True", lambda x: x.var(0, unbiased=True))],
-    "std": [("all", lambda x: x.std()), ("dim 0", lambda x: x.std(0)),
-            ("dim -1 correction=0 keepdim", lambda x: x.std(-1, correction=0, keepdim=True)),
-            ("dims (0,-1) unbiased=False", lambda x: x.std((0, -1), unbiased=False)),
-            ("correction=1", lambda x: x.std(correction=1))],
-    "var_mean": [("all", lambda x: torch.var_mean(x)), ("dim 0 correction=0", lambda x: torch.var_mean(x, 0, correction=0)),
-                 ("dims (0,-1) keepdim", lambda x: torch.var_mean(x, (0, -1), keepdim=True))],
-    "std_mean": [("all", lambda x: torch.std_mean(x)), ("dim -1 unbiased=False", lambda x: torch.std_mean(x, -1, unbiased=False)),
-                 ("dims (0,-1) keepdim", lambda x: torch.std_mean(x, (0, -1), keepdim=True))],
-    "norm": [("p=2", lambda x: x.norm()), ("p=1", lambda x: x.norm(p=1)), ("p=inf", lambda x: x.norm(p=INF)),
-             ("p=2 dim 0", lambda x: x.norm(p=2, dim=0)), ("p=1 dim -1 keepdim", lambda x: torch.norm(x, 1, -1, keepdim=True)),
-             ("p=inf dims (0,-1)", lambda x: x.norm(p=INF, dim=(0, -1)))],
-    "vector_norm": [("ord 2", lambda x: torch.linalg.vector_norm(x)), ("ord 1", lambda x: torch.linalg.vector_norm(x, 1)),
-                    ("ord inf", lambda x: torch.linalg.vector_norm(x, INF)),
-                    ("ord -inf", lambda x: torch.linalg.vector_norm(x, -INF)),
-                    ("ord 0", lambda x: torch.linalg.vector_norm(x, 0)), ("ord 3 dim 0", lambda x: torch.linalg.vector_norm(x, 3, 0)),
-                    ("dims (0,-1) keepdim", lambda x: torch.linalg.vector_norm(x, 2, (0, -1), keepdim=True)),
-                    ("dtype float64", lambda x: torch.linalg.vector_norm(x, dtype=torch.float64))],
-    "logsumexp": [("dim 0", lambda x: x.logsumexp(0)), ("dim -1 keepdim", lambda x: x.logsumexp(-1, keepdim=True)),
-                  ("dims (0,-1)", lambda x: x.logsumexp((0, -1)))],
-    "any": [("all", lambda x: x.any()), ("dim 0", lambda x: x.any(0)), ("dim -1 keepdim", lambda x: x.any(-1, keepdim=True)),
-            ("dims (0,-1)", lambda x: x.any((0, -1)))],
-    "all": [("all", lambda x: x.all()), ("dim 0", lambda x: x.all(0)), ("dim -1 keepdim", lambda x: x.all(-1, keepdim=True)),
-            ("dims (0,-1)", lambda x: x.all((0, -1)))],
-    "count_nonzero": [("all", lambda x: torch.count_nonzero(x)), ("dim 0", lambda x: torch.count_nonzero(x, 0)),
-                      ("dims (0,-1)", lambda x: torch.count_nonzero(x, (0, -1)))],
-    "cumsum": [("dim 0", lambda x: x.cumsum(0)), ("dim -1", lambda x: x.cumsum(-1)),
-               ("dim 0 dtype float64", lambda x: x.cumsum(0, dtype=torch.float64))],
-    "cumprod": [("dim 0", lambda x: x.cumprod(0)), ("dim -1", lambda x: x.cumprod(-1)),
-                ("dim 0 dtype float64", lambda x: x.cumprod(0, dtype=torch.float64))],
+    "sum": [
+        ("all", lambda x: x.sum()),
+        ("dim 0", lambda x: x.sum(0)),
+        ("dim -1 keepdim", lambda x: x.sum(-1, keepdim=True)),
+        ("dims (0,-1)", lambda x: x.sum((0, -1))),
+        ("dtype float64", lambda x: x.sum(dtype=torch.float64)),
+        ("dim=None keepdim", lambda x: torch.sum(x, None, keepdim=True)),
+    ],
+    "mean": [
+        ("all", lambda x: x.mean()),
+        ("dim 0", lambda x: x.mean(0)),
+        ("dims (0,-1) keepdim", lambda x: x.mean((0, -1), keepdim=True)),
+        ("dtype float64", lambda x: x.mean(dtype=torch.float64)),
+        ("dim -1 dtype float32", lambda x: x.mean(-1, dtype=torch.float32)),
+    ],
+    "prod": [
+        ("all", lambda x: x.prod()),
+        ("dim 0", lambda x: x.prod(0)),
+        ("dim -1 keepdim", lambda x: x.prod(-1, keepdim=True)),
+        ("dim 0 dtype float64", lambda x: x.prod(0, dtype=torch.float64)),
+    ],
+    "amax": [
+        ("all", lambda x: x.amax()),
+        ("dim 0", lambda x: x.amax(0)),
+        ("dims (0,-1) keepdim", lambda x: x.amax((0, -1), keepdim=True)),
+    ],
+    "amin": [
+        ("all", lambda x: x.amin()),
+        ("dim 0", lambda x: x.amin(0)),
+        ("dims (0,-1) keepdim", lambda x: x.amin((0, -1), keepdim=True)),
+    ],
+    "max": [
+        ("all", lambda x: x.max()),
+        ("dim 0", lambda x: x.max(0)),
+        ("dim -1 keepdim", lambda x: x.max(-1, keepdim=True)),
+    ],
+    "min": [
+        ("all", lambda x: x.min()),
+        ("dim 0", lambda x: x.min(0)),
+        ("dim -1 keepdim", lambda x: x.min(-1, keepdim=True)),
+    ],
+    "argmax": [
+        ("all", lambda x: x.argmax()),
+        ("dim 0", lambda x: x.argmax(0)),
+        ("dim -1 keepdim", lambda x: x.argmax(-1, keepdim=True)),
+    ],
+    "argmin": [
+        ("all", lambda x: x.argmin()),
+        ("dim 0", lambda x: x.argmin(0)),
+        ("dim -1 keepdim", lambda x: x.argmin(-1, keepdim=True)),
+    ],
+    "var": [
+        ("all", lambda x: x.var()),
+        ("dim 0", lambda x: x.var(0)),
+        ("dim -1 correction=0 keepdim", lambda x: x.var(-1, correction=0, keepdim=True)),
+        ("dims (0,-1) unbiased=False", lambda x: x.var((0, -1), unbiased=False)),
+        ("dim 0 unbiased=True", lambda x: x.var(0, unbiased=True)),
+    ],
+    "std": [
+        ("all", lambda x: x.std()),
+        ("dim 0", lambda x: x.std(0)),
+        ("dim -1 correction=0 keepdim", lambda x: x.std(-1, correction=0, keepdim=True)),
+        ("dims (0,-1) unbiased=False", lambda x: x.std((0, -1), unbiased=False)),
+        ("correction=1", lambda x: x.std(correction=1)),
+    ],
+    "var_mean": [
+        ("all", lambda x: torch.var_mean(x)),
+        ("dim 0 correction=0", lambda x: torch.var_mean(x, 0, correction=0)),
+        ("dims (0,-1) keepdim", lambda x: torch.var_mean(x, (0, -1), keepdim=True)),
+    ],
+    "std_mean": [
+        ("all", lambda x: torch.std_mean(x)),
+        ("dim -1 unbiased=False", lambda x: torch.std_mean(x, -1, unbiased=False)),
+        ("dims (0,-1) keepdim", lambda x: torch.std_mean(x, (0, -1), keepdim=True)),
+    ],
+    "norm": [
+        ("p=2", lambda x: x.norm()),
+        ("p=1", lambda x: x.norm(p=1)),
+        ("p=inf", lambda x: x.norm(p=INF)),
+        ("p=2 dim 0", lambda x: x.norm(p=2, dim=0)),
+        ("p=1 dim -1 keepdim", lambda x: torch.norm(x, 1, -1, keepdim=True)),
+        ("p=inf dims (0,-1)", lambda x: x.norm(p=INF, dim=(0, -1))),
+    ],
+    "vector_norm": [
+        ("ord 2", lambda x: torch.linalg.vector_norm(x)),
+        ("ord 1", lambda x: torch.linalg.vector_norm(x, 1)),
+        ("ord inf", lambda x: torch.linalg.vector_norm(x, INF)),
+        ("ord -inf", lambda x: torch.linalg.vector_norm(x, -INF)),
+        ("ord 0", lambda x: torch.linalg.vector_norm(x, 0)),
+        ("ord 3 dim 0", lambda x: torch.linalg.vector_norm(x, 3, 0)),
+        ("dims (0,-1) keepdim", lambda x: torch.linalg.vector_norm(x, 2, (0, -1), keepdim=True)),
+        ("dtype float64", lambda x: torch.linalg.vector_norm(x, dtype=torch.float64)),
+    ],
+    "logsumexp": [
+        ("dim 0", lambda x: x.logsumexp(0)),
+        ("dim -1 keepdim", lambda x: x.logsumexp(-1, keepdim=True)),
+        ("dims (0,-1)", lambda x: x.logsumexp((0, -1))),
+    ],
+    "any": [
+        ("all", lambda x: x.any()),
+        ("dim 0", lambda x: x.any(0)),
+        ("dim -1 keepdim", lambda x: x.any(-1, keepdim=True)),
+        ("dims (0,-1)", lambda x: x.any((0, -1))),
+    ],
+    "all": [
+        ("all", lambda x: x.all()),
+        ("dim 0", lambda x: x.all(0)),
+        ("dim -1 keepdim", lambda x: x.all(-1, keepdim=True)),
+        ("dims (0,-1)", lambda x: x.all((0, -1))),
+    ],
+    "count_nonzero": [
+        ("all", lambda x: torch.count_nonzero(x)),
+        ("dim 0", lambda x: torch.count_nonzero(x, 0)),
+        ("dims (0,-1)", lambda x: torch.count_nonzero(x, (0, -1))),
+    ],
+    "cumsum": [
+        ("dim 0", lambda x: x.cumsum(0)),
+        ("dim -1", lambda x: x.cumsum(-1)),
+        ("dim 0 dtype float64", lambda x: x.cumsum(0, dtype=torch.float64)),
+    ],
+    "cumprod": [
+        ("dim 0", lambda x: x.cumprod(0)),
+        ("dim -1", lambda x: x.cumprod(-1)),
+        ("dim 0 dtype float64", lambda x: x.cumprod(0, dtype=torch.float64)),
+    ],
     "cummax": [("dim 0", lambda x: x.cummax(0)), ("dim -1", lambda x: x.cummax(-1))],
     "cummin": [("dim 0", lambda x: x.cummin(0)), ("dim -1", lambda x: x.cummin(-1))],
-    "aminmax": [("all", lambda x: torch.aminmax(x)), ("dim 0", lambda x: torch.aminmax(x, dim=0)),
-                ("dim -1 keepdim", lambda x: torch.aminmax(x, dim=-1, keepdim=True))],
+    "aminmax": [
+        ("all", lambda x: torch.aminmax(x)),
+        ("dim 0", lambda x: torch.aminmax(x, dim=0)),
+        ("dim -1 keepdim", lambda x: torch.aminmax(x, dim=-1, keepdim=True)),
+    ],
 }
 
 
@@ -911,21 +1224,23 @@ def test_reduction_out(op, dtype):
 
 def test_reduction_of_empty_tensors():
     e, e2 = make((0,), torch.float32), make((3, 0), torch.float32)
-    run_cases([
-        ("sum of (0,) is 0", lambda a: a.sum(), e),
-        ("prod of (0,) is 1", lambda a: a.prod(), e),
-        ("mean of (0,) is nan", lambda a: a.mean(), e),
-        ("max of (0,) raises", lambda a: a.max(), e),
-        ("amax of (0,) raises", lambda a: a.amax(), e),
-        ("argmax of (0,) raises", lambda a: a.argmax(), e),
-        ("max over the empty dim raises", lambda a: a.max(1), e2),
-        ("max over the non-empty dim is empty", lambda a: a.amax(0), e2),
-        ("sum over the empty dim is zeros", lambda a: a.sum(1), e2),
-        ("cumsum of empty", lambda a: a.cumsum(1), e2),
-        ("any/all of empty", lambda a: (a.any(), a.all()), e),
-        ("std of (0,) is nan", lambda a: a.std(), e),
-        ("logsumexp over the empty dim is -inf", lambda a: a.logsumexp(1), e2),
-    ])
+    run_cases(
+        [
+            ("sum of (0,) is 0", lambda a: a.sum(), e),
+            ("prod of (0,) is 1", lambda a: a.prod(), e),
+            ("mean of (0,) is nan", lambda a: a.mean(), e),
+            ("max of (0,) raises", lambda a: a.max(), e),
+            ("amax of (0,) raises", lambda a: a.amax(), e),
+            ("argmax of (0,) raises", lambda a: a.argmax(), e),
+            ("max over the empty dim raises", lambda a: a.max(1), e2),
+            ("max over the non-empty dim is empty", lambda a: a.amax(0), e2),
+            ("sum over the empty dim is zeros", lambda a: a.sum(1), e2),
+            ("cumsum of empty", lambda a: a.cumsum(1), e2),
+            ("any/all of empty", lambda a: (a.any(), a.all()), e),
+            ("std of (0,) is nan", lambda a: a.std(), e),
+            ("logsumexp over the empty dim is -inf", lambda a: a.logsumexp(1), e2),
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -953,15 +1268,31 @@ def data_movement_cases(op, dt):
     if op == "cat":
         return [
             ("dim 0", lambda a, b: torch.cat([a, b]), x((3, 5), 0, True), x((2, 5), 1)),
-            ("dim 1, transposed and step-sliced", lambda a, b: torch.cat((a, b), 1), x((5, 3), 2).t(), x((3, 4), 3)[:, ::2]),
-            ("dim -1, three 3-d tensors", lambda a, b, c: torch.cat([a, b, c], -1), x((2, 3, 1), 4),
-             x((4, 2, 3), 5).permute(1, 2, 0), x((2, 3, 2), 6)),
+            (
+                "dim 1, transposed and step-sliced",
+                lambda a, b: torch.cat((a, b), 1),
+                x((5, 3), 2).t(),
+                x((3, 4), 3)[:, ::2],
+            ),
+            (
+                "dim -1, three 3-d tensors",
+                lambda a, b, c: torch.cat([a, b, c], -1),
+                x((2, 3, 1), 4),
+                x((4, 2, 3), 5).permute(1, 2, 0),
+                x((2, 3, 2), 6),
+            ),
             ("legacy empty (0,) is skipped", lambda a, b: torch.cat([a, b]), x((3, 5), 7), x((0,), 8)),
             ("all empty", lambda a, b: torch.cat([a, b]), x((0, 3), 9), x((0, 3), 10)),
             ("promotes with float64", lambda a, b: torch.cat([a, b]), x((2, 5), 11), f64((1, 5))),
             ("promotes with int64", lambda a, b: torch.cat([a, b], 1), x((2, 5), 12), make((2, 1), torch.int64, 13)),
             ("0-dim raises", lambda a: torch.cat([a, a]), x((), 14)),
-            ("out of wrong size", with_out(lambda a, b, out: torch.cat([a, b], out=out)), x((3, 5), 15), x((2, 5), 16), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, b, out: torch.cat([a, b], out=out)),
+                x((3, 5), 15),
+                x((2, 5), 16),
+                o(),
+            ),
         ]
     if op == "stack":
         return [
@@ -972,7 +1303,13 @@ def data_movement_cases(op, dt):
             ("empty", lambda a, b: torch.stack([a, b]), x((0,), 8), x((0,), 9)),
             ("promotes with float64", lambda a, b: torch.stack([a, b]), x((2, 5), 10), f64((2, 5))),
             ("shape mismatch raises", lambda a, b: torch.stack([a, b]), x((3, 5), 11), x((3, 4), 12)),
-            ("out of wrong size", with_out(lambda a, b, out: torch.stack([a, b], out=out)), x((3, 5), 13), x((3, 5), 14), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, b, out: torch.stack([a, b], out=out)),
+                x((3, 5), 13),
+                x((3, 5), 14),
+                o(),
+            ),
         ]
     if op == "index_select":
         return [
@@ -985,7 +1322,13 @@ def data_movement_cases(op, dt):
             ("0-dim input, two indices raises", lambda a, i: a.index_select(0, i), x((), 5), idx(0, 0)),
             ("empty input", lambda a, i: a.index_select(1, i), x((0, 3), 6), idx(2, 0)),
             ("index out of range raises", lambda a, i: a.index_select(0, i), x((3, 5), 7), idx(5)),
-            ("out of wrong size", with_out(lambda a, i, out: torch.index_select(a, 0, i, out=out)), x((3, 5), 8), idx(1, 2), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, out: torch.index_select(a, 0, i, out=out)),
+                x((3, 5), 8),
+                idx(1, 2),
+                o(),
+            ),
         ]
     if op == "gather":
         return [
@@ -996,101 +1339,291 @@ def data_movement_cases(op, dt):
             ("empty index", lambda a, i: a.gather(1, i), x((3, 5), 8), randidx((3, 0), 5, 9)),
             ("0-dim", lambda a, i: a.gather(0, i), x((), 10), idx(0)[0]),
             ("index out of range raises", lambda a, i: a.gather(1, i), x((3, 5), 11), idx(7).reshape(1, 1)),
-            ("out of wrong size", with_out(lambda a, i, out: torch.gather(a, 1, i, out=out)), x((3, 5), 12),
-             randidx((3, 2), 5, 13), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, out: torch.gather(a, 1, i, out=out)),
+                x((3, 5), 12),
+                randidx((3, 2), 5, 13),
+                o(),
+            ),
         ]
     if op == "scatter":
         return [
-            ("src dim 1", lambda a, i, s: a.scatter(1, i, s), x((3, 5), 0, True), unique_rows(3, 5, 3, 1), x((3, 4), 2)),
-            ("src dim 0, transposed self", lambda a, i, s: a.scatter(0, i, s), x((5, 3), 3).t(), unique_rows(5, 3, 2, 4).t(),
-             x((2, 5), 5)),
+            (
+                "src dim 1",
+                lambda a, i, s: a.scatter(1, i, s),
+                x((3, 5), 0, True),
+                unique_rows(3, 5, 3, 1),
+                x((3, 4), 2),
+            ),
+            (
+                "src dim 0, transposed self",
+                lambda a, i, s: a.scatter(0, i, s),
+                x((5, 3), 3).t(),
+                unique_rows(5, 3, 2, 4).t(),
+                x((2, 5), 5),
+            ),
             ("value 2", lambda a, i: a.scatter(1, i, 2), x((3, 5), 6), unique_rows(3, 5, 2, 7)),
             ("value 0.5", lambda a, i: a.scatter(1, i, 0.5), x((3, 5), 8), unique_rows(3, 5, 2, 9)),
-            ("scatter_ on x.t()", lambda a, i, s: a.t().scatter_(1, i, s), x((4, 6), 10), unique_rows(6, 4, 2, 11),
-             x((6, 2), 12)),
+            (
+                "scatter_ on x.t()",
+                lambda a, i, s: a.t().scatter_(1, i, s),
+                x((4, 6), 10),
+                unique_rows(6, 4, 2, 11),
+                x((6, 2), 12),
+            ),
             ("empty index", lambda a, i, s: a.scatter(1, i, s), x((3, 5), 13), randidx((3, 0), 5, 14), x((3, 0), 15)),
-            ("index out of range raises", lambda a, i, s: a.scatter(1, i, s), x((3, 5), 16), idx(9).reshape(1, 1),
-             x((1, 1), 17)),
-            ("out of wrong size", with_out(lambda a, i, s, out: torch.scatter(a, 1, i, s, out=out)), x((3, 5), 18),
-             unique_rows(3, 5, 2, 19), x((3, 2), 20), o()),
+            (
+                "index out of range raises",
+                lambda a, i, s: a.scatter(1, i, s),
+                x((3, 5), 16),
+                idx(9).reshape(1, 1),
+                x((1, 1), 17),
+            ),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, s, out: torch.scatter(a, 1, i, s, out=out)),
+                x((3, 5), 18),
+                unique_rows(3, 5, 2, 19),
+                x((3, 2), 20),
+                o(),
+            ),
         ]
     if op == "scatter_add":
         return [
-            ("duplicate indices dim 1", lambda a, i, s: a.scatter_add(1, i, s), x((3, 5), 0), randidx((3, 4), 5, 1), x((3, 4), 2)),
-            ("dim 0 transposed self", lambda a, i, s: a.scatter_add(0, i, s), x((5, 3), 3).t(), randidx((4, 5), 3, 4),
-             x((4, 5), 5)),
-            ("scatter_add_ on x[:, ::2]", lambda a, i, s: a[:, ::2].scatter_add_(0, i, s), x((4, 6), 6), randidx((5, 3), 4, 7),
-             x((5, 3), 8)),
-            ("out of wrong size", with_out(lambda a, i, s, out: torch.scatter_add(a, 1, i, s, out=out)), x((3, 5), 9),
-             randidx((3, 4), 5, 10), x((3, 4), 11), o()),
+            (
+                "duplicate indices dim 1",
+                lambda a, i, s: a.scatter_add(1, i, s),
+                x((3, 5), 0),
+                randidx((3, 4), 5, 1),
+                x((3, 4), 2),
+            ),
+            (
+                "dim 0 transposed self",
+                lambda a, i, s: a.scatter_add(0, i, s),
+                x((5, 3), 3).t(),
+                randidx((4, 5), 3, 4),
+                x((4, 5), 5),
+            ),
+            (
+                "scatter_add_ on x[:, ::2]",
+                lambda a, i, s: a[:, ::2].scatter_add_(0, i, s),
+                x((4, 6), 6),
+                randidx((5, 3), 4, 7),
+                x((5, 3), 8),
+            ),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, s, out: torch.scatter_add(a, 1, i, s, out=out)),
+                x((3, 5), 9),
+                randidx((3, 4), 5, 10),
+                x((3, 4), 11),
+                o(),
+            ),
         ]
     if op == "scatter_reduce":
         cases = []
         for reduce in ["sum", "prod", "mean", "amax", "amin"]:
             for include_self in [True, False]:
-                cases.append((f"reduce={reduce} include_self={include_self}",
-                              lambda a, i, s, r=reduce, inc=include_self: a.scatter_reduce(1, i, s, r, include_self=inc),
-                              x((3, 5), 0, True), randidx((3, 6), 5, 1), x((3, 6), 2)))
-            cases.append((f"scatter_reduce_ {reduce} on x.t()",
-                           lambda a, i, s, r=reduce: a.t().scatter_reduce_(0, i, s, r, include_self=False),
-                           x((4, 6), 3), randidx((3, 4), 6, 4), x((3, 4), 5)))
-            cases.append((f"{reduce} dim 0, transposed source, specials",
-                          lambda a, i, s, r=reduce: a.scatter_reduce(0, i, s.t(), r),
-                          x((4, 5), 6, True), randidx((3, 5), 4, 7), x((5, 3), 8, True)))
+                cases.append(
+                    (
+                        f"reduce={reduce} include_self={include_self}",
+                        lambda a, i, s, r=reduce, inc=include_self: a.scatter_reduce(1, i, s, r, include_self=inc),
+                        x((3, 5), 0, True),
+                        randidx((3, 6), 5, 1),
+                        x((3, 6), 2),
+                    )
+                )
+            cases.append(
+                (
+                    f"scatter_reduce_ {reduce} on x.t()",
+                    lambda a, i, s, r=reduce: a.t().scatter_reduce_(0, i, s, r, include_self=False),
+                    x((4, 6), 3),
+                    randidx((3, 4), 6, 4),
+                    x((3, 4), 5),
+                )
+            )
+            cases.append(
+                (
+                    f"{reduce} dim 0, transposed source, specials",
+                    lambda a, i, s, r=reduce: a.scatter_reduce(0, i, s.t(), r),
+                    x((4, 5), 6, True),
+                    randidx((3, 5), 4, 7),
+                    x((5, 3), 8, True),
+                )
+            )
         return cases + [
-            ("int32 index", lambda a, i, s: a.scatter_reduce(1, i.int(), s, "sum"), x((3, 5), 9), randidx((3, 4), 5, 10),
-             x((3, 4), 11)),
-            ("expanded index", lambda a, i, s: a.scatter_reduce(0, i.expand(3, 5), s, "sum"), x((4, 5), 12),
-             randidx((3, 1), 4, 13), x((3, 5), 14)),
-            ("0-dim", lambda a, i, s: a.scatter_reduce(0, i, s, "amax", include_self=False), x((), 15), idx(0)[0], x((), 16)),
-            ("empty index", lambda a, i, s: a.scatter_reduce(1, i, s, "prod"), x((3, 5), 17), randidx((3, 0), 5, 18),
-             x((3, 0), 19)),
-            ("index out of range raises", lambda a, i, s: a.scatter_reduce(1, i, s, "sum"), x((3, 5), 20),
-             idx(5).reshape(1, 1), x((1, 1), 21)),
-            ("negative index raises", lambda a, i, s: a.scatter_reduce(1, i, s, "amin"), x((3, 5), 22),
-             idx(-1).reshape(1, 1), x((1, 1), 23)),
-            ("unknown reduce raises", lambda a, i, s: a.scatter_reduce(1, i, s, "max"), x((3, 5), 24),
-             randidx((3, 2), 5, 25), x((3, 2), 26)),
-            ("out of wrong size", with_out(lambda a, i, s, out: torch.scatter_reduce(a, 1, i, s, "mean", out=out)),
-             x((3, 5), 27), randidx((3, 4), 5, 28), x((3, 4), 29), o()),
-            ("scatter reduce='add'", lambda a, i, s: a.scatter(1, i, s, reduce="add"), x((3, 5), 30), randidx((3, 4), 5, 31),
-             x((3, 4), 32)),
-            ("scatter_ reduce='multiply' on x.t()", lambda a, i, s: a.t().scatter_(0, i, s, reduce="multiply"), x((4, 6), 33),
-             randidx((3, 4), 6, 34), x((3, 4), 35)),
-            ("scatter value reduce='add'", lambda a, i: a.scatter(1, i, 2, reduce="add"), x((3, 5), 36), randidx((3, 4), 5, 37)),
-            ("scatter value reduce='multiply'", lambda a, i: a.scatter(1, i, 3, reduce="multiply"), x((3, 5), 38),
-             randidx((3, 4), 5, 39)),
+            (
+                "int32 index",
+                lambda a, i, s: a.scatter_reduce(1, i.int(), s, "sum"),
+                x((3, 5), 9),
+                randidx((3, 4), 5, 10),
+                x((3, 4), 11),
+            ),
+            (
+                "expanded index",
+                lambda a, i, s: a.scatter_reduce(0, i.expand(3, 5), s, "sum"),
+                x((4, 5), 12),
+                randidx((3, 1), 4, 13),
+                x((3, 5), 14),
+            ),
+            (
+                "0-dim",
+                lambda a, i, s: a.scatter_reduce(0, i, s, "amax", include_self=False),
+                x((), 15),
+                idx(0)[0],
+                x((), 16),
+            ),
+            (
+                "empty index",
+                lambda a, i, s: a.scatter_reduce(1, i, s, "prod"),
+                x((3, 5), 17),
+                randidx((3, 0), 5, 18),
+                x((3, 0), 19),
+            ),
+            (
+                "index out of range raises",
+                lambda a, i, s: a.scatter_reduce(1, i, s, "sum"),
+                x((3, 5), 20),
+                idx(5).reshape(1, 1),
+                x((1, 1), 21),
+            ),
+            (
+                "negative index raises",
+                lambda a, i, s: a.scatter_reduce(1, i, s, "amin"),
+                x((3, 5), 22),
+                idx(-1).reshape(1, 1),
+                x((1, 1), 23),
+            ),
+            (
+                "unknown reduce raises",
+                lambda a, i, s: a.scatter_reduce(1, i, s, "max"),
+                x((3, 5), 24),
+                randidx((3, 2), 5, 25),
+                x((3, 2), 26),
+            ),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, s, out: torch.scatter_reduce(a, 1, i, s, "mean", out=out)),
+                x((3, 5), 27),
+                randidx((3, 4), 5, 28),
+                x((3, 4), 29),
+                o(),
+            ),
+            (
+                "scatter reduce='add'",
+                lambda a, i, s: a.scatter(1, i, s, reduce="add"),
+                x((3, 5), 30),
+                randidx((3, 4), 5, 31),
+                x((3, 4), 32),
+            ),
+            (
+                "scatter_ reduce='multiply' on x.t()",
+                lambda a, i, s: a.t().scatter_(0, i, s, reduce="multiply"),
+                x((4, 6), 33),
+                randidx((3, 4), 6, 34),
+                x((3, 4), 35),
+            ),
+            (
+                "scatter value reduce='add'",
+                lambda a, i: a.scatter(1, i, 2, reduce="add"),
+                x((3, 5), 36),
+                randidx((3, 4), 5, 37),
+            ),
+            (
+                "scatter value reduce='multiply'",
+                lambda a, i: a.scatter(1, i, 3, reduce="multiply"),
+                x((3, 5), 38),
+                randidx((3, 4), 5, 39),
+            ),
         ]
     if op == "index_add":
         return [
-            ("dim 0 duplicate index", lambda a, i, s: a.index_add(0, i, s), x((5, 3), 0), idx(0, 2, 2, 4), x((4, 3), 1)),
-            ("dim 1 alpha=2 transposed", lambda a, i, s: torch.index_add(a, 1, i, s, alpha=2), x((5, 3), 2).t(),
-             idx(1, 1, 0), x((3, 3), 3)),
-            ("index_add_ on x[:, ::2]", lambda a, i, s: a[:, ::2].index_add_(0, i, s), x((4, 6), 4), idx(3, 0, 3), x((3, 3), 5)),
-            ("out of wrong size", with_out(lambda a, i, s, out: torch.index_add(a, 0, i, s, out=out)), x((5, 3), 6),
-             idx(1, 1), x((2, 3), 7), o()),
+            (
+                "dim 0 duplicate index",
+                lambda a, i, s: a.index_add(0, i, s),
+                x((5, 3), 0),
+                idx(0, 2, 2, 4),
+                x((4, 3), 1),
+            ),
+            (
+                "dim 1 alpha=2 transposed",
+                lambda a, i, s: torch.index_add(a, 1, i, s, alpha=2),
+                x((5, 3), 2).t(),
+                idx(1, 1, 0),
+                x((3, 3), 3),
+            ),
+            (
+                "index_add_ on x[:, ::2]",
+                lambda a, i, s: a[:, ::2].index_add_(0, i, s),
+                x((4, 6), 4),
+                idx(3, 0, 3),
+                x((3, 3), 5),
+            ),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, s, out: torch.index_add(a, 0, i, s, out=out)),
+                x((5, 3), 6),
+                idx(1, 1),
+                x((2, 3), 7),
+                o(),
+            ),
         ]
     if op == "index_copy":
         return [
             ("dim 0", lambda a, i, s: a.index_copy(0, i, s), x((5, 3), 0), idx(4, 0, 2), x((3, 3), 1)),
             ("dim 1 transposed", lambda a, i, s: a.index_copy(1, i, s), x((5, 3), 2).t(), idx(4, 1), x((3, 2), 3)),
             ("index_copy_ on x.t()", lambda a, i, s: a.t().index_copy_(0, i, s), x((4, 6), 4), idx(5, 0), x((2, 4), 5)),
-            ("out of wrong size", with_out(lambda a, i, s, out: torch.index_copy(a, 0, i, s, out=out)), x((5, 3), 6),
-             idx(3), x((1, 3), 7), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, i, s, out: torch.index_copy(a, 0, i, s, out=out)),
+                x((5, 3), 6),
+                idx(3),
+                x((1, 3), 7),
+                o(),
+            ),
         ]
     if op == "index_put":
         return [
             ("accumulate=False", lambda a, i, v: a.index_put_((i,), v), x((5, 3), 0), idx(4, 0, 2), x((3, 3), 1)),
-            ("accumulate=True duplicates", lambda a, i, v: a.index_put_((i,), v, accumulate=True), x((5, 3), 2),
-             idx(1, 1, 3), x((3, 3), 3)),
-            ("two index tensors, 0-dim value", lambda a, i, j, v: a.index_put_((i, j), v), x((3, 5), 4), idx(0, 2, 1),
-             idx(4, 4, 0), x((), 5)),
-            ("two index tensors, accumulate=True", lambda a, i, j, v: a.index_put_((i, j), v, accumulate=True),
-             x((3, 5), 6), idx(0, 0, 1), idx(4, 4, 0), x((3,), 7)),
+            (
+                "accumulate=True duplicates",
+                lambda a, i, v: a.index_put_((i,), v, accumulate=True),
+                x((5, 3), 2),
+                idx(1, 1, 3),
+                x((3, 3), 3),
+            ),
+            (
+                "two index tensors, 0-dim value",
+                lambda a, i, j, v: a.index_put_((i, j), v),
+                x((3, 5), 4),
+                idx(0, 2, 1),
+                idx(4, 4, 0),
+                x((), 5),
+            ),
+            (
+                "two index tensors, accumulate=True",
+                lambda a, i, j, v: a.index_put_((i, j), v, accumulate=True),
+                x((3, 5), 6),
+                idx(0, 0, 1),
+                idx(4, 4, 0),
+                x((3,), 7),
+            ),
             ("bool mask index", lambda a, m, v: a.index_put_((m,), v), x((3, 5), 8), mask((3, 5), 9), x((), 10)),
-            ("on x.t() accumulate=True", lambda a, i, v: a.t().index_put_((i,), v, accumulate=True), x((4, 6), 11),
-             idx(5, 5, 0), x((4,), 12)),
-            ("out-of-place index_put", lambda a, i, v: torch.index_put(a, (i,), v), x((5, 3), 13), idx(0, 3), x((3,), 14)),
+            (
+                "on x.t() accumulate=True",
+                lambda a, i, v: a.t().index_put_((i,), v, accumulate=True),
+                x((4, 6), 11),
+                idx(5, 5, 0),
+                x((4,), 12),
+            ),
+            (
+                "out-of-place index_put",
+                lambda a, i, v: torch.index_put(a, (i,), v),
+                x((5, 3), 13),
+                idx(0, 3),
+                x((3,), 14),
+            ),
             ("float64 values", lambda a, i, v: a.index_put_((i,), v), x((5, 3), 15), idx(0, 3), f64((2, 3))),
         ]
     if op == "indexing":
@@ -1106,19 +1639,42 @@ def data_movement_cases(op, dt):
             ("x[idx] with an out-of-range index raises", lambda a, i: a[i], x((3, 5), 10), idx(7)),
             ("x[idx] = v", lambda a, i, v: _assign(a, i, v), x((5, 3), 11), idx(4, 0), x((2, 3), 12)),
             ("x[mask] = 0", lambda a, m: _assign(a, m, 0), x((3, 5), 13), mask((3, 5), 14)),
-            ("x[idx1, idx2] = 0-dim", lambda a, i, j, v: _assign(a, (i, j), v), x((3, 5), 15), idx(0, 2), idx(4, 1), x((), 16)),
-            ("x[:, idx] = v broadcast", lambda a, i, v: _assign(a, (slice(None), i), v), x((3, 5), 17), idx(3, 0), x((2,), 18)),
+            (
+                "x[idx1, idx2] = 0-dim",
+                lambda a, i, j, v: _assign(a, (i, j), v),
+                x((3, 5), 15),
+                idx(0, 2),
+                idx(4, 1),
+                x((), 16),
+            ),
+            (
+                "x[:, idx] = v broadcast",
+                lambda a, i, v: _assign(a, (slice(None), i), v),
+                x((3, 5), 17),
+                idx(3, 0),
+                x((2,), 18),
+            ),
             ("x.t()[idx] = 7 (through a view)", lambda a, i: _assign(a.t(), i, 7), x((4, 6), 19), idx(5, 1)),
-            ("x[:, ::2][mask] = v (through a view)", lambda a, m, v: _assign(a[:, ::2], m, v), x((4, 6), 20),
-             mask((4, 3), 21), x((), 22)),
+            (
+                "x[:, ::2][mask] = v (through a view)",
+                lambda a, m, v: _assign(a[:, ::2], m, v),
+                x((4, 6), 20),
+                mask((4, 3), 21),
+                x((), 22),
+            ),
         ]
     if op == "masked_fill":
         return [
             ("scalar 2", lambda a, m: a.masked_fill(m, 2), x((3, 5), 0, True), mask((3, 5), 1)),
             ("scalar 0.5", lambda a, m: a.masked_fill(m, 0.5), x((3, 5), 2), mask((3, 5), 3)),
             ("broadcast mask (1,5)", lambda a, m: a.masked_fill(m, -1), x((3, 5), 4), mask((1, 5), 5)),
-            ("0-dim tensor value, transposed input", lambda a, m, v: a.masked_fill(m, v), x((5, 3), 6).t(), mask((3, 5), 7),
-             x((), 8)),
+            (
+                "0-dim tensor value, transposed input",
+                lambda a, m, v: a.masked_fill(m, v),
+                x((5, 3), 6).t(),
+                mask((3, 5), 7),
+                x((), 8),
+            ),
             ("masked_fill_ on x[:, ::2]", lambda a, m: a[:, ::2].masked_fill_(m, 3), x((4, 6), 9), mask((4, 3), 10)),
             ("non-bool mask raises", lambda a, m: a.masked_fill(m, 1), x((3, 5), 11), make((3, 5), torch.int64, 12)),
             ("empty", lambda a, m: a.masked_fill(m, 1), x((3, 0), 13), mask((3, 0), 14)),
@@ -1129,24 +1685,61 @@ def data_movement_cases(op, dt):
             ("broadcast mask (5,)", lambda a, m: torch.masked_select(a, m), x((3, 5), 2), mask((5,), 3)),
             ("transposed input", lambda a, m: a.masked_select(m), x((5, 3), 4).t(), mask((3, 5), 5)),
             ("empty", lambda a, m: a.masked_select(m), x((0,), 6), mask((0,), 7)),
-            ("out of wrong size", with_out(lambda a, m, out: torch.masked_select(a, m, out=out)), x((3, 5), 8),
-             mask((3, 5), 9), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, m, out: torch.masked_select(a, m, out=out)),
+                x((3, 5), 8),
+                mask((3, 5), 9),
+                o(),
+            ),
         ]
     if op == "masked_scatter":
         return [
             ("same shape", lambda a, m, s: a.masked_scatter(m, s), x((3, 5), 0), mask((3, 5), 1), x((3, 5), 2)),
-            ("broadcast mask (1,5), 1-d source", lambda a, m, s: a.masked_scatter(m, s), x((3, 5), 3), mask((1, 5), 4),
-             x((15,), 5)),
-            ("masked_scatter_ on x.t()", lambda a, m, s: a.t().masked_scatter_(m, s), x((4, 6), 6), mask((6, 4), 7),
-             x((5, 5), 8)),
-            ("transposed source", lambda a, m, s: a.masked_scatter(m, s.t()), x((3, 5), 9), mask((3, 5), 10), x((5, 3), 11)),
-            ("masked_scatter_ on x[:, ::2], broadcast mask", lambda a, m, s: a[:, ::2].masked_scatter_(m, s), x((4, 6), 12),
-             mask((3,), 13), x((12,), 14)),
+            (
+                "broadcast mask (1,5), 1-d source",
+                lambda a, m, s: a.masked_scatter(m, s),
+                x((3, 5), 3),
+                mask((1, 5), 4),
+                x((15,), 5),
+            ),
+            (
+                "masked_scatter_ on x.t()",
+                lambda a, m, s: a.t().masked_scatter_(m, s),
+                x((4, 6), 6),
+                mask((6, 4), 7),
+                x((5, 5), 8),
+            ),
+            (
+                "transposed source",
+                lambda a, m, s: a.masked_scatter(m, s.t()),
+                x((3, 5), 9),
+                mask((3, 5), 10),
+                x((5, 3), 11),
+            ),
+            (
+                "masked_scatter_ on x[:, ::2], broadcast mask",
+                lambda a, m, s: a[:, ::2].masked_scatter_(m, s),
+                x((4, 6), 12),
+                mask((3,), 13),
+                x((12,), 14),
+            ),
             ("0-dim", lambda a, m, s: a.masked_scatter(m, s), x((), 15), mask((), 16), x((2,), 17)),
             ("empty", lambda a, m, s: a.masked_scatter(m, s), x((0, 3), 18), mask((0, 3), 19), x((0,), 20)),
-            ("too few source elements raises", lambda a, m, s: a.masked_scatter(m, s), x((3,), 21),
-             torch.ones(3, dtype=torch.bool), x((2,), 22)),
-            ("source of another dtype raises", lambda a, m, s: a.masked_scatter(m, s), x((3,), 23), mask((3,), 24), f64((3,))),
+            (
+                "too few source elements raises",
+                lambda a, m, s: a.masked_scatter(m, s),
+                x((3,), 21),
+                torch.ones(3, dtype=torch.bool),
+                x((2,), 22),
+            ),
+            (
+                "source of another dtype raises",
+                lambda a, m, s: a.masked_scatter(m, s),
+                x((3,), 23),
+                mask((3,), 24),
+                f64((3,)),
+            ),
         ]
     if op == "nonzero":
         return [
@@ -1160,7 +1753,12 @@ def data_movement_cases(op, dt):
         ]
     if op == "take":
         return [
-            ("2-d index with a negative index", lambda a, i: a.take(i), x((3, 5), 0, True), idx(0, 14, -1, 7).reshape(2, 2)),
+            (
+                "2-d index with a negative index",
+                lambda a, i: a.take(i),
+                x((3, 5), 0, True),
+                idx(0, 14, -1, 7).reshape(2, 2),
+            ),
             ("transposed input", lambda a, i: torch.take(a, i), x((5, 3), 1).t(), idx(1, 5, 9)),
             ("empty index", lambda a, i: a.take(i), x((3, 5), 2), idx()),
             ("index out of range raises", lambda a, i: a.take(i), x((3, 5), 3), idx(15)),
@@ -1216,8 +1814,11 @@ def data_movement_cases(op, dt):
     if op == "argsort":
         return [
             ("stable", lambda a: a.argsort(stable=True), few((3, 5), 0)),
-            ("dim 0 descending stable", lambda a: torch.argsort(a, dim=0, descending=True, stable=True),
-             few((5, 3), 1).t()),
+            (
+                "dim 0 descending stable",
+                lambda a: torch.argsort(a, dim=0, descending=True, stable=True),
+                few((5, 3), 1).t(),
+            ),
             ("nan/inf", lambda a: a.argsort(stable=True), x((3, 5), 2, True)),
         ]
     if op == "topk":
@@ -1231,23 +1832,38 @@ def data_movement_cases(op, dt):
     if op == "unique":
         return [
             ("sorted", lambda a: torch.unique(a), few((3, 5), 0)),
-            ("return_inverse and return_counts", lambda a: torch.unique(a, return_inverse=True, return_counts=True),
-             few((5, 3), 1).t()),
+            (
+                "return_inverse and return_counts",
+                lambda a: torch.unique(a, return_inverse=True, return_counts=True),
+                few((5, 3), 1).t(),
+            ),
             ("dim 0", lambda a: torch.unique(a, dim=0, return_counts=True), few((6, 2), 2)),
             ("empty", lambda a: torch.unique(a, return_inverse=True, return_counts=True), x((0,), 3)),
-            ("nan/inf, sorted=False", lambda a: torch.unique(a, sorted=False, return_inverse=True, return_counts=True),
-             x((3, 5), 4, True)),
+            (
+                "nan/inf, sorted=False",
+                lambda a: torch.unique(a, sorted=False, return_inverse=True, return_counts=True),
+                x((3, 5), 4, True),
+            ),
             ("0-dim", lambda a: torch.unique(a, return_inverse=True), x((), 5)),
-            ("dim 1 of a 3-d tensor", lambda a: torch.unique(a, dim=1, return_inverse=True, return_counts=True),
-             few((2, 6, 2), 6)),
+            (
+                "dim 1 of a 3-d tensor",
+                lambda a: torch.unique(a, dim=1, return_inverse=True, return_counts=True),
+                few((2, 6, 2), 6),
+            ),
             ("dim -1 transposed", lambda a: torch.unique(a, dim=-1), few((5, 2), 7).t()),
             ("dim 0 of an empty (0, 3)", lambda a: torch.unique(a, dim=0, return_counts=True), x((0, 3), 8)),
             ("dim 0 with another empty dim raises", lambda a: torch.unique(a, dim=0), x((3, 0), 9)),
-            ("consecutive", lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True),
-             few((12,), 10).sort().values),
+            (
+                "consecutive",
+                lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True),
+                few((12,), 10).sort().values,
+            ),
             ("consecutive transposed", lambda a: torch.unique_consecutive(a, return_counts=True), few((4, 3), 11).t()),
-            ("consecutive dim 0", lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True, dim=0),
-             few((6, 2), 12).repeat_interleave(2, 0)),
+            (
+                "consecutive dim 0",
+                lambda a: torch.unique_consecutive(a, return_inverse=True, return_counts=True, dim=0),
+                few((6, 2), 12).repeat_interleave(2, 0),
+            ),
             ("consecutive empty", lambda a: torch.unique_consecutive(a, return_inverse=True), x((0,), 13)),
         ]
     if op == "searchsorted":
@@ -1255,32 +1871,74 @@ def data_movement_cases(op, dt):
         return [
             ("left", lambda s, v: torch.searchsorted(s, v), seq, few((3, 4), 1)),
             ("right=True", lambda s, v: torch.searchsorted(s, v, right=True), seq, few((3, 4), 2)),
-            ("side='right', out_int32", lambda s, v: torch.searchsorted(s, v, side="right", out_int32=True), seq,
-             few((3, 4), 3)),
+            (
+                "side='right', out_int32",
+                lambda s, v: torch.searchsorted(s, v, side="right", out_int32=True),
+                seq,
+                few((3, 4), 3),
+            ),
             ("batched sequence", lambda s, v: torch.searchsorted(s, v), _sorted(few((3, 6), 4)), few((3, 4), 5)),
-            ("sorter", lambda s, v, srt: torch.searchsorted(s, v, sorter=srt), few((7,), 6), few((4,), 7),
-             few((7,), 6).argsort(stable=True)),
+            (
+                "sorter",
+                lambda s, v, srt: torch.searchsorted(s, v, sorter=srt),
+                few((7,), 6),
+                few((4,), 7),
+                few((7,), 6).argsort(stable=True),
+            ),
             ("scalar value", lambda s: torch.searchsorted(s, 1), seq),
             ("transposed values", lambda s, v: torch.searchsorted(s, v), seq, few((4, 3), 8).t()),
             ("empty values", lambda s, v: torch.searchsorted(s, v), seq, x((0,), 9)),
-            ("batched sorter, right", lambda s, v, srt: torch.searchsorted(s, v, right=True, sorter=srt), few((3, 7), 10),
-             few((3, 4), 11), few((3, 7), 10).argsort(stable=True)),
-            ("non-contiguous sequence and values", lambda s, v: torch.searchsorted(s[::2], v.t()), _sorted(few((14,), 12)),
-             few((4, 3), 13)),
+            (
+                "batched sorter, right",
+                lambda s, v, srt: torch.searchsorted(s, v, right=True, sorter=srt),
+                few((3, 7), 10),
+                few((3, 4), 11),
+                few((3, 7), 10).argsort(stable=True),
+            ),
+            (
+                "non-contiguous sequence and values",
+                lambda s, v: torch.searchsorted(s[::2], v.t()),
+                _sorted(few((14,), 12)),
+                few((4, 3), 13),
+            ),
             ("values with nan/inf", lambda s, v: torch.searchsorted(s, v), seq, x((3, 5), 14, True)),
             ("float64 values promote", lambda s, v: torch.searchsorted(s, v), seq, f64((3,))),
             ("empty sequence", lambda s, v: torch.searchsorted(s, v), x((0,), 15), few((3,), 16)),
             ("out=", with_out(lambda s, v, out: torch.searchsorted(s, v, out=out)), seq, few((3, 4), 17), idx(1, 2)),
-            ("out= of the wrong dtype raises", with_out(lambda s, v, out: torch.searchsorted(s, v, out_int32=True, out=out)),
-             seq, few((3, 4), 18), idx(1, 2)),
-            ("side and right conflict raises", lambda s, v: torch.searchsorted(s, v, right=True, side="left"), seq,
-             few((3,), 19)),
-            ("sorter out of range raises", lambda s, v, srt: torch.searchsorted(s, v, sorter=srt), few((3,), 20),
-             few((2,), 21), idx(0, 3, 1)),
+            (
+                "out= of the wrong dtype raises",
+                with_out(lambda s, v, out: torch.searchsorted(s, v, out_int32=True, out=out)),
+                seq,
+                few((3, 4), 18),
+                idx(1, 2),
+            ),
+            (
+                "side and right conflict raises",
+                lambda s, v: torch.searchsorted(s, v, right=True, side="left"),
+                seq,
+                few((3,), 19),
+            ),
+            (
+                "sorter out of range raises",
+                lambda s, v, srt: torch.searchsorted(s, v, sorter=srt),
+                few((3,), 20),
+                few((2,), 21),
+                idx(0, 3, 1),
+            ),
             ("bucketize", lambda v, b: torch.bucketize(v, b), few((3, 4), 22), seq),
-            ("bucketize right out_int32", lambda v, b: torch.bucketize(v, b, right=True, out_int32=True), few((3, 4), 23), seq),
+            (
+                "bucketize right out_int32",
+                lambda v, b: torch.bucketize(v, b, right=True, out_int32=True),
+                few((3, 4), 23),
+                seq,
+            ),
             ("bucketize scalar", lambda b: torch.bucketize(1, b), seq),
-            ("bucketize 2-d boundaries raises", lambda v, b: torch.bucketize(v, b), few((3,), 24), _sorted(few((2, 3), 25))),
+            (
+                "bucketize 2-d boundaries raises",
+                lambda v, b: torch.bucketize(v, b),
+                few((3,), 24),
+                _sorted(few((2, 3), 25)),
+            ),
         ]
     if op == "bincount":
         v = make((12,), dt, 0, "nonneg")
@@ -1294,8 +1952,12 @@ def data_movement_cases(op, dt):
             ("negative values raise (signed)", lambda a: a.bincount(), make((12,), dt, 4, "any")),
             ("int64 weights sum as float64", lambda a, w: a.bincount(w), v, make((12,), torch.int64, 5)),
             ("weights of the wrong length raise", lambda a, w: a.bincount(w), v, make((5,), torch.float32, 6)),
-            ("empty with minlength and weights", lambda a, w: a.bincount(w, minlength=4), make((0,), dt, 7),
-             make((0,), torch.float64, 8)),
+            (
+                "empty with minlength and weights",
+                lambda a, w: a.bincount(w, minlength=4),
+                make((0,), dt, 7),
+                make((0,), torch.float64, 8),
+            ),
             ("negative minlength raises", lambda a: a.bincount(minlength=-1), v),
             ("2-d raises", lambda a: torch.bincount(a), make((3, 4), dt, 9, "nonneg")),
         ]
@@ -1310,7 +1972,12 @@ def data_movement_cases(op, dt):
             ("min == max picks the data range", lambda a: torch.histc(a, bins=6, min=1.5, max=1.5), few((3, 5), 6)),
             ("constant input widens by 1", lambda a: torch.histc(a, bins=4), torch.ones(5, dtype=dt)),
             ("empty with min == max", lambda a: torch.histc(a, bins=2), x((0,), 7)),
-            ("out of wrong size", with_out(lambda a, out: torch.histc(a, bins=4, min=-1, max=1, out=out)), x((3, 5), 8), o()),
+            (
+                "out of wrong size",
+                with_out(lambda a, out: torch.histc(a, bins=4, min=-1, max=1, out=out)),
+                x((3, 5), 8),
+                o(),
+            ),
             ("bins=0 raises", lambda a: torch.histc(a, bins=0), x((3,), 9)),
             ("min > max raises", lambda a: torch.histc(a, bins=3, min=2, max=1), x((3,), 10)),
             ("nan with the data range raises", lambda a: torch.histc(a, bins=3), x((3, 5), 11, True)),
@@ -1318,10 +1985,36 @@ def data_movement_cases(op, dt):
     raise AssertionError(op)
 
 
-DATA_MOVEMENT = ["cat", "stack", "index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add",
-                 "index_copy", "index_put", "indexing", "masked_fill", "masked_select", "masked_scatter", "nonzero",
-                 "take", "flip", "roll", "repeat", "tril", "triu", "sort", "argsort", "topk", "unique", "searchsorted",
-                 "bincount", "histc"]
+DATA_MOVEMENT = [
+    "cat",
+    "stack",
+    "index_select",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "scatter_reduce",
+    "index_add",
+    "index_copy",
+    "index_put",
+    "indexing",
+    "masked_fill",
+    "masked_select",
+    "masked_scatter",
+    "nonzero",
+    "take",
+    "flip",
+    "roll",
+    "repeat",
+    "tril",
+    "triu",
+    "sort",
+    "argsort",
+    "topk",
+    "unique",
+    "searchsorted",
+    "bincount",
+    "histc",
+]
 
 
 # Operators that still run on the CPU fallback: under native_only they must raise. strict=True
@@ -1330,11 +2023,17 @@ STILL_FALLBACK = set()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
-@pytest.mark.parametrize("op", [
-    pytest.param(op, marks=pytest.mark.xfail(strict=True,
-                                             reason="no native oxide kernel yet: runs on the CPU fallback"))
-    if op in STILL_FALLBACK else op
-    for op in DATA_MOVEMENT])
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(
+            op, marks=pytest.mark.xfail(strict=True, reason="no native oxide kernel yet: runs on the CPU fallback")
+        )
+        if op in STILL_FALLBACK
+        else op
+        for op in DATA_MOVEMENT
+    ],
+)
 def test_data_movement(op, dtype):
     run_cases(data_movement_cases(op, dtype))
 
@@ -1372,19 +2071,47 @@ def linalg_cases(op, dt):
         ]
     if op == "addmm":
         return [
-            ("beta=0.5 alpha=2, broadcast bias", lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2), x((5,), 0),
-             x((3, 4), 1), x((4, 5), 2)),
+            (
+                "beta=0.5 alpha=2, broadcast bias",
+                lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2),
+                x((5,), 0),
+                x((3, 4), 1),
+                x((4, 5), 2),
+            ),
             ("default, transposed operands", torch.addmm, x((3, 5), 3), x((4, 3), 4).t(), x((5, 4), 5).t()),
-            ("beta=0 ignores nan in input", lambda c, a, b: torch.addmm(c, a, b, beta=0), x((3, 5), 6, True), x((3, 4), 7),
-             x((4, 5), 8)),
+            (
+                "beta=0 ignores nan in input",
+                lambda c, a, b: torch.addmm(c, a, b, beta=0),
+                x((3, 5), 6, True),
+                x((3, 4), 7),
+                x((4, 5), 8),
+            ),
             ("K=0", lambda c, a, b: torch.addmm(c, a, b, beta=2), x((3, 5), 9), x((3, 0), 10), x((0, 5), 11)),
-            ("addmm_ on x.t()", lambda c, a, b: c.t().addmm_(a, b, alpha=0.5), x((5, 3), 12), x((3, 4), 13), x((4, 5), 14)),
-            ("out of wrong size", with_out(lambda c, a, b, out: torch.addmm(c, a, b, alpha=2, out=out)), x((3, 5), 15),
-             x((3, 4), 16), x((4, 5), 17), o()),
+            (
+                "addmm_ on x.t()",
+                lambda c, a, b: c.t().addmm_(a, b, alpha=0.5),
+                x((5, 3), 12),
+                x((3, 4), 13),
+                x((4, 5), 14),
+            ),
+            (
+                "out of wrong size",
+                with_out(lambda c, a, b, out: torch.addmm(c, a, b, alpha=2, out=out)),
+                x((3, 5), 15),
+                x((3, 4), 16),
+                x((4, 5), 17),
+                o(),
+            ),
         ]
     if op == "addmv":
         return [
-            ("beta=0.5 alpha=2", lambda c, a, v: torch.addmv(c, a, v, beta=0.5, alpha=2), x((3,), 0), x((3, 4), 1), x((4,), 2)),
+            (
+                "beta=0.5 alpha=2",
+                lambda c, a, v: torch.addmv(c, a, v, beta=0.5, alpha=2),
+                x((3,), 0),
+                x((3, 4), 1),
+                x((4,), 2),
+            ),
             ("transposed matrix, step-sliced vector", torch.addmv, x((3,), 3), x((4, 3), 4).t(), x((8,), 5)[::2]),
             ("broadcast 0-dim input", torch.addmv, x((), 6), x((3, 4), 7), x((4,), 8)),
             ("out of wrong size", with_out(torch.addmv), x((3,), 9), x((3, 4), 10), x((4,), 11), o()),
@@ -1408,20 +2135,45 @@ def linalg_cases(op, dt):
         ]
     if op == "baddbmm":
         return [
-            ("beta=0.5 alpha=2", lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2), x((2, 3, 5), 0), x((2, 3, 4), 1),
-             x((2, 4, 5), 2)),
-            ("broadcast input (3,5), transposed operands", torch.baddbmm, x((3, 5), 3), x((2, 4, 3), 4).transpose(1, 2),
-             x((2, 5, 4), 5).transpose(1, 2)),
-            ("beta=0 ignores nan", lambda c, a, b: torch.baddbmm(c, a, b, beta=0), x((2, 3, 5), 6, True), x((2, 3, 4), 7),
-             x((2, 4, 5), 8)),
+            (
+                "beta=0.5 alpha=2",
+                lambda c, a, b: torch.baddbmm(c, a, b, beta=0.5, alpha=2),
+                x((2, 3, 5), 0),
+                x((2, 3, 4), 1),
+                x((2, 4, 5), 2),
+            ),
+            (
+                "broadcast input (3,5), transposed operands",
+                torch.baddbmm,
+                x((3, 5), 3),
+                x((2, 4, 3), 4).transpose(1, 2),
+                x((2, 5, 4), 5).transpose(1, 2),
+            ),
+            (
+                "beta=0 ignores nan",
+                lambda c, a, b: torch.baddbmm(c, a, b, beta=0),
+                x((2, 3, 5), 6, True),
+                x((2, 3, 4), 7),
+                x((2, 4, 5), 8),
+            ),
             ("out of wrong size", with_out(torch.baddbmm), x((2, 3, 5), 9), x((2, 3, 4), 10), x((2, 4, 5), 11), o()),
         ]
     if op == "addbmm":
         return [
-            ("beta=0.5 alpha=2", lambda c, a, b: torch.addbmm(c, a, b, beta=0.5, alpha=2), x((3, 5), 0), x((2, 3, 4), 1),
-             x((2, 4, 5), 2)),
-            ("broadcast input (5,), transposed operands", torch.addbmm, x((5,), 3), x((2, 4, 3), 4).transpose(1, 2),
-             x((2, 5, 4), 5).transpose(1, 2)),
+            (
+                "beta=0.5 alpha=2",
+                lambda c, a, b: torch.addbmm(c, a, b, beta=0.5, alpha=2),
+                x((3, 5), 0),
+                x((2, 3, 4), 1),
+                x((2, 4, 5), 2),
+            ),
+            (
+                "broadcast input (5,), transposed operands",
+                torch.addbmm,
+                x((5,), 3),
+                x((2, 4, 3), 4).transpose(1, 2),
+                x((2, 5, 4), 5).transpose(1, 2),
+            ),
             ("out of wrong size", with_out(torch.addbmm), x((3, 5), 6), x((2, 3, 4), 7), x((2, 4, 5), 8), o()),
         ]
     if op == "matmul":
@@ -1475,7 +2227,11 @@ BACKWARD = {  # fn, input shapes, input kind
     "amax with ties": (lambda a: a.amax(1), [(3, 5)], "few"),
     "mm": (lambda a, b: a.t().mm(b), [(4, 3), (4, 5)], "any"),
     "index_select, repeated index": (lambda a: a.index_select(0, idx(2, 0, 2).to(a.device)), [(3, 5)], "any"),
-    "gather, repeated index": (lambda a: a.gather(1, idx(0, 0, 4, 1, 1, 3).reshape(3, 2).to(a.device)), [(3, 5)], "any"),
+    "gather, repeated index": (
+        lambda a: a.gather(1, idx(0, 0, 4, 1, 1, 3).reshape(3, 2).to(a.device)),
+        [(3, 5)],
+        "any",
+    ),
     "cat": (lambda a, b: torch.cat([a, b.t()], 0), [(3, 5), (5, 2)], "any"),
 }
 
@@ -1516,8 +2272,16 @@ def test_scalar_that_overflows_the_dtype_raises_like_cpu(label, fn, dtype):
 
 def test_scalar_at_the_edge_of_the_dtype_still_runs():
     check(lambda a, b: torch.add(a, b, alpha=255), torch.zeros(3, dtype=torch.uint8), torch.ones(3, dtype=torch.uint8))
-    check(lambda a, b: torch.add(a, b, alpha=1e300), torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
-    check(lambda a, b: torch.add(a, b, alpha=60000.0), torch.zeros(3, dtype=torch.float16), torch.ones(3, dtype=torch.float16))
+    check(
+        lambda a, b: torch.add(a, b, alpha=1e300),
+        torch.ones(3, dtype=torch.float64),
+        torch.ones(3, dtype=torch.float64),
+    )
+    check(
+        lambda a, b: torch.add(a, b, alpha=60000.0),
+        torch.zeros(3, dtype=torch.float16),
+        torch.ones(3, dtype=torch.float16),
+    )
 
 
 @pytest.mark.parametrize("shape", [(8, 16), (3, 0), (), (2, 3, 4)], ids=str)

@@ -95,8 +95,12 @@ CONFIGS = {
     "pointwise": (4, 1, 1, 0, 1, 1, 5, 3, False, 0),
 }
 FN = {
-    (1, False): F.conv1d, (2, False): F.conv2d, (3, False): F.conv3d,
-    (1, True): F.conv_transpose1d, (2, True): F.conv_transpose2d, (3, True): F.conv_transpose3d,
+    (1, False): F.conv1d,
+    (2, False): F.conv2d,
+    (3, False): F.conv3d,
+    (1, True): F.conv_transpose1d,
+    (2, True): F.conv_transpose2d,
+    (3, True): F.conv_transpose3d,
 }
 
 
@@ -214,8 +218,9 @@ def test_convolution_backward_output_mask(dim, transposed, mask):
     gy = make(y.shape, torch.float32, 3)
 
     def backward(gy, x, w):
-        return torch.ops.aten.convolution_backward(gy, x, w, [cout], stride, padding, dilation, transposed,
-                                                   output_padding, groups, list(mask))
+        return torch.ops.aten.convolution_backward(
+            gy, x, w, [cout], stride, padding, dilation, transposed, output_padding, groups, list(mask)
+        )
 
     want = backward(gy, x, w)
     have = backward(gy.to("oxide"), x.to("oxide"), w.to("oxide"))
@@ -256,18 +261,27 @@ ERRORS = {
     "groups_in": (lambda d: F.conv2d(torch.ones(1, 5, 5, 5, device=d), torch.ones(4, 2, 3, 3, device=d), groups=2)),
     # groups do not divide the output channels
     "groups_out": (lambda d: F.conv2d(torch.ones(1, 4, 5, 5, device=d), torch.ones(3, 2, 3, 3, device=d), groups=2)),
-    "transposed_groups": (lambda d: F.conv_transpose2d(torch.ones(1, 3, 5, 5, device=d),
-                                                       torch.ones(3, 2, 3, 3, device=d), groups=2)),
+    "transposed_groups": (
+        lambda d: F.conv_transpose2d(torch.ones(1, 3, 5, 5, device=d), torch.ones(3, 2, 3, 3, device=d), groups=2)
+    ),
     "kernel_too_large": (lambda d: F.conv2d(torch.ones(1, 1, 2, 2, device=d), torch.ones(1, 1, 3, 3, device=d))),
-    "bias_shape": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d),
-                                      torch.ones(4, device=d))),
+    "bias_shape": (
+        lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d), torch.ones(4, device=d))
+    ),
     "weight_dims": (lambda d: F.conv2d(torch.ones(1, 2, 5, 5, device=d), torch.ones(3, 2, 3, device=d))),
-    "output_padding": (lambda d: F.conv_transpose1d(torch.ones(1, 2, 5, device=d), torch.ones(2, 3, 3, device=d),
-                                                    stride=2, output_padding=2)),
-    "dtype_mismatch": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d,
-                                                                                    dtype=torch.float64))),
-    "bool": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d, dtype=torch.bool),
-                                torch.ones(3, 2, 3, device=d, dtype=torch.bool))),
+    "output_padding": (
+        lambda d: F.conv_transpose1d(
+            torch.ones(1, 2, 5, device=d), torch.ones(2, 3, 3, device=d), stride=2, output_padding=2
+        )
+    ),
+    "dtype_mismatch": (
+        lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d, dtype=torch.float64))
+    ),
+    "bool": (
+        lambda d: F.conv1d(
+            torch.ones(1, 2, 5, device=d, dtype=torch.bool), torch.ones(3, 2, 3, device=d, dtype=torch.bool)
+        )
+    ),
     "negative_padding": (lambda d: F.conv1d(torch.ones(1, 2, 5, device=d), torch.ones(3, 2, 3, device=d), padding=-1)),
     "zero_spatial": (lambda d: F.conv1d(torch.ones(1, 2, 0, device=d), torch.ones(3, 2, 3, device=d))),
 }

@@ -28,8 +28,10 @@ def test_batch_norm_half(params, training, dtype):
     pdt = dtype if params == "half" else torch.float32
     x = randn(4, 3, 5, 5, dtype=dtype)
     w, b = randn(3, dtype=pdt, seed=1), randn(3, dtype=pdt, seed=2)
-    stats = {dev: (torch.linspace(-1, 1, 3, dtype=pdt, device=dev), torch.linspace(0.5, 2, 3, dtype=pdt, device=dev))
-             for dev in ("cpu", "oxide")}
+    stats = {
+        dev: (torch.linspace(-1, 1, 3, dtype=pdt, device=dev), torch.linspace(0.5, 2, 3, dtype=pdt, device=dev))
+        for dev in ("cpu", "oxide")
+    }
 
     def fn(t, weight, bias):
         rm, rv = stats[t.device.type]
@@ -52,8 +54,13 @@ def test_layer_norm_float16(affine, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=dname)
 def test_group_norm_half(dtype):
     x = randn(2, 6, 4, 3, dtype=dtype)
-    compare(lambda t, w, b: F.group_norm(t, 3, w, b), x, randn(6, dtype=dtype, seed=1),
-            randn(6, dtype=dtype, seed=2), **tol(dtype))
+    compare(
+        lambda t, w, b: F.group_norm(t, 3, w, b),
+        x,
+        randn(6, dtype=dtype, seed=1),
+        randn(6, dtype=dtype, seed=2),
+        **tol(dtype),
+    )
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=dname)

@@ -110,8 +110,7 @@ ACTIVATIONS = {
 
 def activation_input(dtype):
     # Boundary values of the piecewise activations sit in the first row.
-    edges = torch.tensor([-3.0, 3.0, 0.0, 0.25, -0.3, 0.3, -0.5, 0.75, 6.0, 30.0, -30.0, 1.5],
-                         dtype=torch.float64)
+    edges = torch.tensor([-3.0, 3.0, 0.0, 0.25, -0.3, 0.3, -0.5, 0.75, 6.0, 30.0, -30.0, 1.5], dtype=torch.float64)
     x = torch.cat([edges.view(1, 12), randn(5, 12, dtype=torch.float64, grad=False, scale=3.0)])
     return x.to(dtype)
 
@@ -130,12 +129,21 @@ def test_activation_on_transposed_input(name):
     compare(ACTIVATIONS[name], x)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: F.relu_(x), lambda x: F.elu_(x), lambda x: F.leaky_relu_(x, 0.1),
-    lambda x: F.hardtanh_(x, -1, 1), lambda x: F.silu(x, inplace=True),
-    lambda x: F.hardswish(x, inplace=True), lambda x: F.gelu(x).add_(1),
-    lambda x: F.threshold_(x, 0.1, 5.0), lambda x: F.mish(x, inplace=True),
-], ids=["relu_", "elu_", "leaky_relu_", "hardtanh_", "silu_", "hardswish_", "gelu", "threshold_", "mish_"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.relu_(x),
+        lambda x: F.elu_(x),
+        lambda x: F.leaky_relu_(x, 0.1),
+        lambda x: F.hardtanh_(x, -1, 1),
+        lambda x: F.silu(x, inplace=True),
+        lambda x: F.hardswish(x, inplace=True),
+        lambda x: F.gelu(x).add_(1),
+        lambda x: F.threshold_(x, 0.1, 5.0),
+        lambda x: F.mish(x, inplace=True),
+    ],
+    ids=["relu_", "elu_", "leaky_relu_", "hardtanh_", "silu_", "hardswish_", "gelu", "threshold_", "mish_"],
+)
 def test_inplace_activation_on_a_view(fn):
     base_c = randn(4, 6, grad=False)
     base_o = base_c.to("oxide")
@@ -174,6 +182,7 @@ def test_activation_argument_errors_match_cpu(case):
 # Softmax family
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=dname)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
@@ -186,11 +195,11 @@ def test_softmax(log, dim, dtype):
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 def test_softmax_edge_layouts(log):
     f = F.log_softmax if log else F.softmax
-    compare(lambda t: f(t, 0), randn(()))                       # 0-dim
-    compare(lambda t: f(t, 1), randn(0, 3))                     # empty
-    compare(lambda t: f(t, 0), randn(4, 6).t())                 # transposed input
+    compare(lambda t: f(t, 0), randn(()))  # 0-dim
+    compare(lambda t: f(t, 1), randn(0, 3))  # empty
+    compare(lambda t: f(t, 0), randn(4, 6).t())  # transposed input
     big = torch.tensor([[1000.0, 0.0, -1000.0], [float("-inf"), 0.0, 1.0]], requires_grad=True)
-    compare(lambda t: f(t, 1), big)                             # stability, -inf entries
+    compare(lambda t: f(t, 1), big)  # stability, -inf entries
     compare(lambda t: f(t, 1, dtype=torch.float64), randn(2, 5))  # dtype= argument
 
 
@@ -204,10 +213,14 @@ def test_softmax_half_to_float(log):
     ref = op(x.float(), 1, False)
     torch.testing.assert_close(out.cpu(), ref)
     g = torch.randn(3, 7)
-    grad_in = torch.ops.aten._softmax_backward_data(g.to("oxide"), out, 1, torch.bfloat16) if not log else \
-        torch.ops.aten._log_softmax_backward_data(g.to("oxide"), out, 1, torch.bfloat16)
+    grad_in = (
+        torch.ops.aten._softmax_backward_data(g.to("oxide"), out, 1, torch.bfloat16)
+        if not log
+        else torch.ops.aten._log_softmax_backward_data(g.to("oxide"), out, 1, torch.bfloat16)
+    )
     ref_grad = (torch.ops.aten._log_softmax_backward_data if log else torch.ops.aten._softmax_backward_data)(
-        g, ref, 1, torch.float32)
+        g, ref, 1, torch.float32
+    )
     # The grad_input dtype is whatever PyTorch's meta function picks (float32 in 2.15); the values must agree.
     torch.testing.assert_close(grad_in.cpu().float(), ref_grad, **tol(torch.float16))
 
@@ -231,7 +244,8 @@ REDUCTIONS = ["mean", "sum", "none"]
 @pytest.mark.parametrize("loss", ["mse", "l1", "smooth_l1", "smooth_l1_beta0", "huber"])
 def test_regression_losses(loss, reduction):
     f = {
-        "mse": F.mse_loss, "l1": F.l1_loss,
+        "mse": F.mse_loss,
+        "l1": F.l1_loss,
         "smooth_l1": lambda a, b, reduction: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.5),
         "smooth_l1_beta0": lambda a, b, reduction: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.0),
         "huber": lambda a, b, reduction: F.huber_loss(a, b, reduction=reduction, delta=0.7),
@@ -248,8 +262,7 @@ def test_binary_cross_entropy(reduction):
     compare(lambda a, b: F.binary_cross_entropy(a, b, reduction=reduction), p, y)
     compare(lambda a, b, c: F.binary_cross_entropy(a, b, weight=c, reduction=reduction), p, y, w)
     edges = torch.tensor([0.0, 1.0, 0.5, 1.0], requires_grad=True)
-    compare(lambda a, b: F.binary_cross_entropy(a, b, reduction=reduction), edges,
-            torch.tensor([0.0, 1.0, 1.0, 0.0]))
+    compare(lambda a, b: F.binary_cross_entropy(a, b, reduction=reduction), edges, torch.tensor([0.0, 1.0, 1.0, 0.0]))
 
 
 def test_binary_cross_entropy_rejects_probabilities_outside_unit_interval():
@@ -266,8 +279,9 @@ def test_bce_with_logits_and_kl_div(reduction):
     compare(lambda a, b, c: F.binary_cross_entropy_with_logits(a, b, pos_weight=c, reduction=reduction), x, y, pw)
     logp = randn(4, 5, seed=8)
     compare(lambda a, b: F.kl_div(F.log_softmax(a, 1), b, reduction=reduction), logp, F.softmax(y, 1))
-    compare(lambda a, b: F.kl_div(F.log_softmax(a, 1), b, reduction=reduction, log_target=True), logp,
-            F.log_softmax(y, 1))
+    compare(
+        lambda a, b: F.kl_div(F.log_softmax(a, 1), b, reduction=reduction, log_target=True), logp, F.log_softmax(y, 1)
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dname)
@@ -277,8 +291,12 @@ def test_nll_loss(weighted, reduction, dtype):
     x = randn(6, 4, dtype=dtype)
     t = torch.tensor([0, 3, 1, -100, 2, 3])
     w = torch.tensor([0.5, 2.0, 1.0, 0.25], dtype=dtype) if weighted else None
-    compare(lambda a: F.nll_loss(F.log_softmax(a, 1), t.to(a.device), weight=None if w is None else w.to(a.device),
-                                 reduction=reduction), x)
+    compare(
+        lambda a: F.nll_loss(
+            F.log_softmax(a, 1), t.to(a.device), weight=None if w is None else w.to(a.device), reduction=reduction
+        ),
+        x,
+    )
 
 
 def test_nll_loss_single_sample_and_ignore_index():
@@ -324,6 +342,7 @@ def test_nll_loss_errors_match_cpu():
 # ---------------------------------------------------------------------------------------
 # Normalisation
 # ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (2, 3, 4, 4)], ids=str)
@@ -395,6 +414,7 @@ def test_rms_norm():
 # Recurrent cells
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 def test_recurrent_layers_forward_backward(kind, bias):
@@ -432,7 +452,7 @@ def strided_operands(rows, cols, dtype, seed, device):
     base = lambda r, c, k: randn(r, c, dtype=dtype, seed=seed + k, grad=False).to(device)  # noqa: E731
     a = base(cols, rows, 0).t()
     b = base(rows, 2 * cols, 1)[:, ::2]
-    c = base(rows, 3 * cols, 2)[:, cols:2 * cols]
+    c = base(rows, 3 * cols, 2)[:, cols : 2 * cols]
     assert not (a.is_contiguous() or b.is_contiguous() or c.is_contiguous())
     return a, b, c
 
@@ -474,8 +494,12 @@ def test_fused_lstm_cell_forward_and_backward_match_cpu_math(dtype, bias):
     cx, grad_hy, grad_cy = strided_operands(B, H, dtype, 20, "cpu")
     b_ih = randn(4 * H, dtype=dtype, seed=30, grad=False) if bias else None
     b_hh = randn(4 * H, dtype=dtype, seed=31, grad=False) if bias else None
-    views = dict(zip([id(t) for t in (ig, hg, cx, grad_hy, grad_cy)],
-                     strided_operands(B, 4 * H, dtype, 10, "oxide")[:2] + strided_operands(B, H, dtype, 20, "oxide")))
+    views = dict(
+        zip(
+            [id(t) for t in (ig, hg, cx, grad_hy, grad_cy)],
+            strided_operands(B, 4 * H, dtype, 10, "oxide")[:2] + strided_operands(B, H, dtype, 20, "oxide"),
+        )
+    )
     # The strided oxide views of the CPU operands; other tensors are copied.
     ox = lambda t: None if t is None else views.get(id(t), t.to("oxide"))  # noqa: E731
     hy, cy, ws = torch.ops.aten._thnn_fused_lstm_cell(ox(ig), ox(hg), ox(cx), ox(b_ih), ox(b_hh))
@@ -491,13 +515,17 @@ def test_fused_lstm_cell_forward_and_backward_match_cpu_math(dtype, bias):
         i, f, g, o = ws.chunk(4, 1)
         t = cy.tanh()
         gcx = ghy * o * (1 - t * t) + gcy
-        gates = torch.cat([gcx * g * i * (1 - i), gcx * cx * f * (1 - f), gcx * i * (1 - g * g), ghy * t * o * (1 - o)], 1)
+        gates = torch.cat(
+            [gcx * g * i * (1 - i), gcx * cx * f * (1 - f), gcx * i * (1 - g * g), ghy * t * o * (1 - o)], 1
+        )
         return gates, gcx * f, gates.sum(0)
 
     for ghy, gcy in ((grad_hy, grad_cy), (grad_hy, None), (None, grad_cy)):
         got = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(ox(ghy), ox(gcy), ox(cx), ox(cy_c), ox(ws_c), bias)
         zero = torch.zeros(B, H, dtype=dtype)
-        exp = on_cpu_in_opmath(backward_math, dtype, zero if ghy is None else ghy, zero if gcy is None else gcy, cx, cy_c, ws_c)
+        exp = on_cpu_in_opmath(
+            backward_math, dtype, zero if ghy is None else ghy, zero if gcy is None else gcy, cx, cy_c, ws_c
+        )
         torch.testing.assert_close(got[0].cpu(), exp[0], **tol(dtype))
         torch.testing.assert_close(got[1].cpu(), exp[1], **tol(dtype))
         if bias:
@@ -514,8 +542,12 @@ def test_fused_gru_cell_forward_and_backward_match_cpu_math(dtype, bias):
     hx, grad_hy, _ = strided_operands(B, H, dtype, 50, "cpu")
     b_ih = randn(3 * H, dtype=dtype, seed=60, grad=False) if bias else None
     b_hh = randn(3 * H, dtype=dtype, seed=61, grad=False) if bias else None
-    views = dict(zip([id(t) for t in (ig, hg, hx, grad_hy)],
-                     strided_operands(B, 3 * H, dtype, 40, "oxide")[:2] + strided_operands(B, H, dtype, 50, "oxide")[:2]))
+    views = dict(
+        zip(
+            [id(t) for t in (ig, hg, hx, grad_hy)],
+            strided_operands(B, 3 * H, dtype, 40, "oxide")[:2] + strided_operands(B, H, dtype, 50, "oxide")[:2],
+        )
+    )
     ox = lambda t: None if t is None else views.get(id(t), t.to("oxide"))  # noqa: E731
     hy, ws = torch.ops.aten._thnn_fused_gru_cell(ox(ig), ox(hg), ox(hx), ox(b_ih), ox(b_hh))
     want = on_cpu_in_opmath(gru_cell_math, dtype, ig, hg, hx, b_ih, b_hh)
@@ -583,7 +615,9 @@ def test_recurrent_layer_variants_match_cpu(kind, config):
     dirs = 2 if kwargs.get("bidirectional") else 1
     T, B, L = 5, 2, kwargs.get("num_layers", 1)
     x = randn(*((B, T, 3) if kwargs.get("batch_first") else (T, B, 3)), dtype=dt)
-    states = [randn(L * dirs, B, 4, dtype=dt, seed=s) for s in ((1, 2) if kind == "LSTM" else (1,))] if with_state else []
+    states = (
+        [randn(L * dirs, B, 4, dtype=dt, seed=s) for s in ((1, 2) if kind == "LSTM" else (1,))] if with_state else []
+    )
 
     def run(t, *st):
         layer = layer_c if t.device.type == "cpu" else layer_o
@@ -676,13 +710,14 @@ def test_recurrent_layer_gradcheck_and_double_backward(kind, reverse):
     params = [p.detach().clone().requires_grad_() for p in layer.parameters()]
     dirs = 2 if reverse else 1
     x = torch.randn(3, 2, 2, dtype=torch.float64, device="oxide", requires_grad=True)
-    states = [torch.randn(dirs, 2, 3, dtype=torch.float64, device="oxide", requires_grad=True)
-              for _ in range(2 if kind == "LSTM" else 1)]
+    states = [
+        torch.randn(dirs, 2, 3, dtype=torch.float64, device="oxide", requires_grad=True)
+        for _ in range(2 if kind == "LSTM" else 1)
+    ]
 
     def run(x, *rest):
-        st, ps = rest[:len(states)], rest[len(states):]
-        out, hn = torch.func.functional_call(layer, dict(zip(names, ps)),
-                                             (x, tuple(st) if kind == "LSTM" else st[0]))
+        st, ps = rest[: len(states)], rest[len(states) :]
+        out, hn = torch.func.functional_call(layer, dict(zip(names, ps)), (x, tuple(st) if kind == "LSTM" else st[0]))
         return (out,) + (tuple(hn) if kind == "LSTM" else (hn,))
 
     inputs = (x, *states, *params)
@@ -706,13 +741,23 @@ def test_recurrent_layers_reject_bad_arguments():
     x = torch.randn(5, 2, 3, device="oxide")
     w = [torch.randn(16, 3, device="oxide"), torch.randn(16, 4, device="oxide")]
     with pytest.raises(RuntimeError, match="hidden state of shape"):
-        torch.lstm(x, (torch.randn(1, 3, 4, device="oxide"), torch.randn(1, 3, 4, device="oxide")), w, False, 1, 0.0,
-                   False, False, False)
+        torch.lstm(
+            x,
+            (torch.randn(1, 3, 4, device="oxide"), torch.randn(1, 3, 4, device="oxide")),
+            w,
+            False,
+            1,
+            0.0,
+            False,
+            False,
+            False,
+        )
     with pytest.raises(RuntimeError, match="parameter tensors"):
         torch.lstm(x, (torch.randn(1, 2, 4, device="oxide"),) * 2, w[:1], False, 1, 0.0, False, False, False)
     with pytest.raises(RuntimeError, match="weight_ih"):
-        torch.gru(x, torch.randn(1, 2, 4, device="oxide"), [w[0][:12, :2], w[1][:12]], False, 1, 0.0, False, False,
-                  False)
+        torch.gru(
+            x, torch.randn(1, 2, 4, device="oxide"), [w[0][:12, :2], w[1][:12]], False, 1, 0.0, False, False, False
+        )
     with pytest.raises(RuntimeError, match="same device"):
         torch.gru(x, torch.randn(1, 2, 4), [w[0][:12], w[1][:12]], False, 1, 0.0, False, False, False)
 
@@ -722,7 +767,9 @@ def test_fused_cells_reject_mismatched_shapes():
     with pytest.raises(RuntimeError, match="state"):
         torch.ops.aten._thnn_fused_lstm_cell(ig, ig, torch.randn(2, 3, device="oxide"))
     with pytest.raises(RuntimeError, match="bias"):
-        torch.ops.aten._thnn_fused_gru_cell(ig[:, :6], ig[:, :6], torch.randn(2, 2, device="oxide"), torch.randn(5, device="oxide"))
+        torch.ops.aten._thnn_fused_gru_cell(
+            ig[:, :6], ig[:, :6], torch.randn(2, 2, device="oxide"), torch.randn(5, device="oxide")
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -823,6 +870,7 @@ def test_fused_adam_with_grad_scaler_skips_non_finite_steps():
 # Embedding
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("padding_idx", [None, 2])
 @pytest.mark.parametrize("scale", [False, True], ids=["plain", "scale_grad_by_freq"])
 def test_embedding_backward(scale, padding_idx):
@@ -855,9 +903,13 @@ def test_embedding_backward_many_repeats_int32_indices_and_empty(dtype):
 # Padding and upsampling
 # ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["reflect", "replicate"])
-@pytest.mark.parametrize("shape,pad", [((2, 3, 7), (2, 3)), ((3, 7), (1, 0)), ((1, 2, 5, 6), (1, 2, 3, 0)),
-                                       ((1, 2, 3, 4, 5), (1, 1, 2, 0, 0, 2))], ids=str)
+@pytest.mark.parametrize(
+    "shape,pad",
+    [((2, 3, 7), (2, 3)), ((3, 7), (1, 0)), ((1, 2, 5, 6), (1, 2, 3, 0)), ((1, 2, 3, 4, 5), (1, 1, 2, 0, 0, 2))],
+    ids=str,
+)
 def test_reflection_and_replication_padding(shape, pad, mode):
     compare(lambda t: F.pad(t, pad, mode=mode), randn(*shape))
 
@@ -869,8 +921,9 @@ def test_reflection_padding_larger_than_input_raises_like_cpu():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dname)
-@pytest.mark.parametrize("kwargs", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=1.7),
-                                    dict(size=(3, 2))], ids=str)
+@pytest.mark.parametrize(
+    "kwargs", [dict(scale_factor=2), dict(size=(5, 7)), dict(scale_factor=1.7), dict(size=(3, 2))], ids=str
+)
 @pytest.mark.parametrize("mode", ["nearest", "bilinear", "bilinear-align"])
 def test_upsample_2d(mode, kwargs, dtype):
     extra = dict(mode="bilinear", align_corners=True) if mode == "bilinear-align" else dict(mode=mode)

@@ -84,8 +84,14 @@ def check_raises(fn, x):
 
 
 # (kernel, stride, padding, dilation, ceil_mode)
-MAX2D = [(2, None, 0, 1, False), (3, 2, 1, 1, False), (3, 2, 1, 1, True), ((2, 3), (1, 2), (1, 0), (2, 1), True),
-         (3, 1, 1, 2, False), ((3, 1), 3, (1, 0), 1, True)]
+MAX2D = [
+    (2, None, 0, 1, False),
+    (3, 2, 1, 1, False),
+    (3, 2, 1, 1, True),
+    ((2, 3), (1, 2), (1, 0), (2, 1), True),
+    (3, 1, 1, 2, False),
+    ((3, 1), 3, (1, 0), 1, True),
+]
 KINDS = ["contiguous", "channels_last", "strided"]
 FLOATS = [torch.float32, torch.float64, torch.bfloat16]
 
@@ -105,12 +111,16 @@ def test_max_pool2d_other_dtypes(dtype):
     check(lambda x: F.max_pool2d(x, 2, return_indices=True), make((2, 3, 7, 6), dtype), "channels_last")
 
 
-@pytest.mark.parametrize("shape, args", [
-    ((3, 70, 9, 9), (3, 2, 1)),  # 25 outputs a plane: blocks of 20 planes, the last one partial
-    ((1, 2, 50, 51), (2, 2, 0)),  # 625 outputs a plane: two blocks a plane, the second partial
-    ((64, 32, 8, 8), (2, 2, 0)),  # the demo CNN's pool
-    ((1, 1, 600, 600), (2, 1, 0)),  # 599^2 windows x 4 taps: over the table limit, one window at a time
-], ids=str)
+@pytest.mark.parametrize(
+    "shape, args",
+    [
+        ((3, 70, 9, 9), (3, 2, 1)),  # 25 outputs a plane: blocks of 20 planes, the last one partial
+        ((1, 2, 50, 51), (2, 2, 0)),  # 625 outputs a plane: two blocks a plane, the second partial
+        ((64, 32, 8, 8), (2, 2, 0)),  # the demo CNN's pool
+        ((1, 1, 600, 600), (2, 1, 0)),  # 599^2 windows x 4 taps: over the table limit, one window at a time
+    ],
+    ids=str,
+)
 def test_max_pool2d_blocks(shape, args):
     # The kernel walks several whole planes, or part of one, per block of outputs; a
     # geometry whose tap table would be too large takes the one-window-at-a-time loop.
@@ -141,7 +151,12 @@ MAX3D = [(2, None, 0, 1, False), (3, 2, 1, 1, True), ((1, 3, 2), (1, 2, 1), (0, 
 def test_max_pool3d(args, kind, dtype):
     k, s, p, d, ceil = args
     for shape in [(2, 2, 5, 6, 7), (3, 4, 5, 6)]:
-        check(lambda x: F.max_pool3d(x, k, s, p, d, ceil, return_indices=True), make(shape, dtype, nan=True), kind, spatial=3)
+        check(
+            lambda x: F.max_pool3d(x, k, s, p, d, ceil, return_indices=True),
+            make(shape, dtype, nan=True),
+            kind,
+            spatial=3,
+        )
 
 
 def test_pool3d_other_dtypes():
@@ -153,8 +168,14 @@ def test_pool3d_other_dtypes():
 
 
 # (kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
-AVG2D = [(2, None, 0, False, True, None), (3, 2, 1, False, True, None), (3, 2, 1, True, False, None),
-         ((2, 3), (1, 2), (1, 1), True, True, None), (3, 2, 1, True, True, 5), ((3, 1), 3, (1, 0), True, False, 2)]
+AVG2D = [
+    (2, None, 0, False, True, None),
+    (3, 2, 1, False, True, None),
+    (3, 2, 1, True, False, None),
+    ((2, 3), (1, 2), (1, 1), True, True, None),
+    (3, 2, 1, True, True, 5),
+    ((3, 1), 3, (1, 0), True, False, 2),
+]
 
 
 @pytest.mark.parametrize("args", AVG2D, ids=str)
@@ -178,7 +199,11 @@ def test_avg_pool1d(kind):
         check(lambda x: F.avg_pool1d(x, *args), make((2, 3, 11)), kind)
 
 
-AVG3D = [(2, None, 0, False, True, None), (3, 2, 1, True, False, None), ((1, 3, 2), (1, 2, 1), (0, 1, 1), True, True, 4)]
+AVG3D = [
+    (2, None, 0, False, True, None),
+    (3, 2, 1, True, False, None),
+    ((1, 3, 2), (1, 2, 1), (0, 1, 1), True, True, 4),
+]
 
 
 @pytest.mark.parametrize("args", AVG3D, ids=str)
@@ -214,26 +239,37 @@ def test_adaptive_pool1d(size):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_adaptive_pool3d(size, kind, dtype):
     for shape in [(2, 2, 5, 6, 8), (3, 4, 5, 6)]:
-        check(lambda x: F.adaptive_max_pool3d(x, size, return_indices=True), make(shape, dtype, nan=True), kind,
-              spatial=3)
+        check(
+            lambda x: F.adaptive_max_pool3d(x, size, return_indices=True), make(shape, dtype, nan=True), kind, spatial=3
+        )
         check(lambda x: F.adaptive_avg_pool3d(x, size), make(shape, dtype), kind, spatial=3)
 
 
 def test_modules_and_empty_batch():
-    pool = torch.nn.Sequential(torch.nn.MaxPool2d(3, 2, 1), torch.nn.AvgPool2d(2, ceil_mode=True),
-                               torch.nn.AdaptiveAvgPool2d((2, 3)), torch.nn.AdaptiveMaxPool2d(1))
+    pool = torch.nn.Sequential(
+        torch.nn.MaxPool2d(3, 2, 1),
+        torch.nn.AvgPool2d(2, ceil_mode=True),
+        torch.nn.AdaptiveAvgPool2d((2, 3)),
+        torch.nn.AdaptiveMaxPool2d(1),
+    )
     check(pool, make((2, 4, 17, 15)))
-    for fn in [lambda x: F.max_pool2d(x, 2, return_indices=True), lambda x: F.avg_pool2d(x, 2),
-               lambda x: F.adaptive_avg_pool2d(x, 3), lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
-               lambda x: F.max_pool3d(x[..., None], (2, 2, 1), return_indices=True),
-               lambda x: F.adaptive_avg_pool3d(x[..., None], 2)]:
+    for fn in [
+        lambda x: F.max_pool2d(x, 2, return_indices=True),
+        lambda x: F.avg_pool2d(x, 2),
+        lambda x: F.adaptive_avg_pool2d(x, 3),
+        lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True),
+        lambda x: F.max_pool3d(x[..., None], (2, 2, 1), return_indices=True),
+        lambda x: F.adaptive_avg_pool3d(x[..., None], 2),
+    ]:
         check(fn, make((0, 3, 6, 6)), grad=False)
 
 
 def test_out_variants():
     x = make((2, 3, 7, 8))
-    for op, args in [(torch.ops.aten.max_pool2d_with_indices.out, (x, [3, 3], [2, 2], [1, 1], [1, 1], True)),
-                     (torch.ops.aten.adaptive_max_pool2d.out, (x, [3, 5]))]:
+    for op, args in [
+        (torch.ops.aten.max_pool2d_with_indices.out, (x, [3, 3], [2, 2], [1, 1], [1, 1], True)),
+        (torch.ops.aten.adaptive_max_pool2d.out, (x, [3, 5])),
+    ]:
         cpu = (torch.empty(0), torch.empty(0, dtype=torch.long))
         oxi = (torch.empty(0, device="oxide"), torch.empty(0, dtype=torch.long, device="oxide"))
         op(*args, out=cpu[0], indices=cpu[1])
@@ -277,10 +313,18 @@ ERRORS = [
     ("adaptive avg of ints", lambda x: F.adaptive_avg_pool2d(x.long(), 2), (1, 2, 5, 5)),
     ("max pool of bool", lambda x: F.max_pool2d(x.bool(), 2), (1, 2, 5, 5)),
     ("avg pool of int32", lambda x: F.avg_pool2d(x.int(), 2), (1, 2, 5, 5)),
-    ("backward with short grad", lambda x: torch.ops.aten.max_pool2d_with_indices_backward(
-        x[..., :1, :2], x, [2, 2], [2, 2], [0, 0], [1, 1], False, x[..., :1, :2].long()), (1, 2, 5, 5)),
-    ("adaptive avg backward of empty grad", lambda x: torch.ops.aten._adaptive_avg_pool2d_backward(
-        x[..., :0], x), (1, 2, 5, 5)),
+    (
+        "backward with short grad",
+        lambda x: torch.ops.aten.max_pool2d_with_indices_backward(
+            x[..., :1, :2], x, [2, 2], [2, 2], [0, 0], [1, 1], False, x[..., :1, :2].long()
+        ),
+        (1, 2, 5, 5),
+    ),
+    (
+        "adaptive avg backward of empty grad",
+        lambda x: torch.ops.aten._adaptive_avg_pool2d_backward(x[..., :0], x),
+        (1, 2, 5, 5),
+    ),
 ]
 
 
@@ -294,18 +338,35 @@ def test_coverage_is_native():
     from torch_oxide import coverage
 
     with coverage.record() as rec:
-        for fn, shape in [(lambda x: F.max_pool2d(x, 3, 2, 1), (2, 3, 7, 7)), (lambda x: F.max_pool3d(x, 2), (1, 2, 4, 4, 4)),
-                          (lambda x: F.avg_pool2d(x, 3, 2, 1), (2, 3, 7, 7)), (lambda x: F.avg_pool3d(x, 2), (1, 2, 4, 4, 4)),
-                          (lambda x: F.adaptive_avg_pool2d(x, 3), (2, 3, 7, 7)),
-                          (lambda x: F.adaptive_avg_pool3d(x, 3), (1, 2, 4, 4, 4)),
-                          (lambda x: F.adaptive_max_pool2d(x, 3), (2, 3, 7, 7)),
-                          (lambda x: F.adaptive_max_pool3d(x, 3), (1, 2, 4, 4, 4))]:
+        for fn, shape in [
+            (lambda x: F.max_pool2d(x, 3, 2, 1), (2, 3, 7, 7)),
+            (lambda x: F.max_pool3d(x, 2), (1, 2, 4, 4, 4)),
+            (lambda x: F.avg_pool2d(x, 3, 2, 1), (2, 3, 7, 7)),
+            (lambda x: F.avg_pool3d(x, 2), (1, 2, 4, 4, 4)),
+            (lambda x: F.adaptive_avg_pool2d(x, 3), (2, 3, 7, 7)),
+            (lambda x: F.adaptive_avg_pool3d(x, 3), (1, 2, 4, 4, 4)),
+            (lambda x: F.adaptive_max_pool2d(x, 3), (2, 3, 7, 7)),
+            (lambda x: F.adaptive_max_pool3d(x, 3), (1, 2, 4, 4, 4)),
+        ]:
             x = make(shape).to("oxide").requires_grad_()
             fn(x).sum().backward()
     names = set(rec.native)
-    for op in ["max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
-               "max_pool3d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "avg_pool3d",
-               "avg_pool3d_backward", "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d",
-               "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d", "adaptive_max_pool2d_backward",
-               "adaptive_max_pool3d", "adaptive_max_pool3d_backward"]:
+    for op in [
+        "max_pool2d_with_indices",
+        "max_pool2d_with_indices_backward",
+        "max_pool3d_with_indices",
+        "max_pool3d_with_indices_backward",
+        "avg_pool2d",
+        "avg_pool2d_backward",
+        "avg_pool3d",
+        "avg_pool3d_backward",
+        "_adaptive_avg_pool2d",
+        "_adaptive_avg_pool2d_backward",
+        "_adaptive_avg_pool3d",
+        "_adaptive_avg_pool3d_backward",
+        "adaptive_max_pool2d",
+        "adaptive_max_pool2d_backward",
+        "adaptive_max_pool3d",
+        "adaptive_max_pool3d_backward",
+    ]:
         assert any(n.split(".")[0] == f"aten::{op}" or n.split(".")[0] == op for n in names), (op, sorted(names))

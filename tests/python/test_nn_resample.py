@@ -24,8 +24,11 @@ def make(shape, dtype=torch.float32, seed=0):
 
 def tol(dtype):
     # Half types: oxide accumulates in float32 and rounds once; CPU sometimes rounds between steps.
-    return {torch.bfloat16: dict(rtol=3e-2, atol=3e-2), torch.float16: dict(rtol=5e-3, atol=5e-3),
-            torch.float32: dict(rtol=1e-5, atol=1e-5)}.get(dtype, dict(rtol=1e-7, atol=1e-7))
+    return {
+        torch.bfloat16: dict(rtol=3e-2, atol=3e-2),
+        torch.float16: dict(rtol=5e-3, atol=5e-3),
+        torch.float32: dict(rtol=1e-5, atol=1e-5),
+    }.get(dtype, dict(rtol=1e-7, atol=1e-7))
 
 
 def strided(x):
@@ -97,8 +100,12 @@ def check_raises(fn, *inputs):
 
 # ---- unfold / fold ----
 
-UNFOLD = [dict(kernel_size=2), dict(kernel_size=(2, 3), stride=(1, 2), padding=1),
-          dict(kernel_size=3, dilation=2, padding=(2, 1), stride=2), dict(kernel_size=(1, 1))]
+UNFOLD = [
+    dict(kernel_size=2),
+    dict(kernel_size=(2, 3), stride=(1, 2), padding=1),
+    dict(kernel_size=3, dilation=2, padding=(2, 1), stride=2),
+    dict(kernel_size=(1, 1)),
+]
 
 
 @pytest.mark.parametrize("args", UNFOLD, ids=str)
@@ -139,6 +146,7 @@ def test_unfold_fold_bad_arguments():
 
 # ---- embedding bags ----
 
+
 def bags_case(n_idx=11, num_weights=9, seed=0):
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, num_weights, (n_idx,), generator=g)
@@ -155,8 +163,14 @@ def test_embedding_bag(mode, dtype, padding_idx):
     w = make((9, 5), dtype)
     for ilo in [False, True]:
         offs = torch.cat([offsets, torch.tensor([idx.numel()])]) if ilo else offsets
-        fn = lambda w: F.embedding_bag(idx.to(w.device), w, offs.to(w.device), mode=mode,  # noqa: E731
-                                       padding_idx=padding_idx, include_last_offset=ilo)
+        fn = lambda w: F.embedding_bag(
+            idx.to(w.device),
+            w,
+            offs.to(w.device),
+            mode=mode,  # noqa: E731
+            padding_idx=padding_idx,
+            include_last_offset=ilo,
+        )
         compare(fn, w)
         compare(fn, w, kind="strided")
 
@@ -166,8 +180,14 @@ def test_embedding_bag_per_sample_weights(dtype):
     idx, offsets = bags_case()
     w, psw = make((9, 5), dtype), make((idx.numel(),), dtype, seed=3)
     for padding_idx in [None, int(idx[0])]:
-        fn = lambda w, p: F.embedding_bag(idx.to(w.device), w, offsets.to(w.device), mode="sum",  # noqa: E731
-                                          per_sample_weights=p, padding_idx=padding_idx)
+        fn = lambda w, p: F.embedding_bag(
+            idx.to(w.device),
+            w,
+            offsets.to(w.device),
+            mode="sum",  # noqa: E731
+            per_sample_weights=p,
+            padding_idx=padding_idx,
+        )
         compare(fn, w, psw)
         compare(fn, w, psw, kind="strided")
 
@@ -190,8 +210,9 @@ def test_embedding_bag_auxiliary_outputs_match_cpu_where_meaningful():
     offsets = torch.tensor([0, 2, 2, 5])
     for mode in (1, 2):  # mean, max: CPU fills offset2bag, bag_size (and max_indices)
         cpu = torch._embedding_bag(w, idx, offsets, False, mode, False, None, False, 4)
-        oxi = torch._embedding_bag(w.to("oxide"), idx.to("oxide"), offsets.to("oxide"), False, mode, False, None,
-                                   False, 4)
+        oxi = torch._embedding_bag(
+            w.to("oxide"), idx.to("oxide"), offsets.to("oxide"), False, mode, False, None, False, 4
+        )
         # CPU's max_indices is uninitialised outside max mode.
         for c, o in zip(cpu[:3] if mode == 1 else cpu, oxi):
             torch.testing.assert_close(o.cpu(), c)
@@ -205,10 +226,17 @@ def test_embedding_bag_auxiliary_outputs_match_cpu_where_meaningful():
 def test_embedding_bag_forward_only_and_empty():
     w = make((5, 3))
     with torch.no_grad():
-        compare(lambda w: F.embedding_bag(torch.tensor([0, 4, 4]).to(w.device), w, torch.tensor([0, 1]).to(w.device)),
-                w, grad=False)
-    compare(lambda w: F.embedding_bag(torch.tensor([], dtype=torch.long).to(w.device), w,
-                                      torch.tensor([0, 0]).to(w.device), mode="mean"), w)
+        compare(
+            lambda w: F.embedding_bag(torch.tensor([0, 4, 4]).to(w.device), w, torch.tensor([0, 1]).to(w.device)),
+            w,
+            grad=False,
+        )
+    compare(
+        lambda w: F.embedding_bag(
+            torch.tensor([], dtype=torch.long).to(w.device), w, torch.tensor([0, 0]).to(w.device), mode="mean"
+        ),
+        w,
+    )
 
 
 def test_embedding_bag_bad_arguments():
@@ -219,10 +247,20 @@ def test_embedding_bag_bad_arguments():
     check_raises(eb, w, torch.tensor([0, 1]), torch.tensor([0, 3]))  # last offset past the input
     check_raises(eb, w, torch.tensor([0.0, 1.0]), torch.tensor([0]))  # float indices
     check_raises(eb, w.long(), torch.tensor([0, 1]), torch.tensor([0]))  # integer weight
-    check_raises(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="max", per_sample_weights=p), w,
-                 torch.tensor([0, 1]), torch.tensor([0]), torch.ones(2))
-    check_raises(lambda w, i, o, p: torch._embedding_bag(w, i, o, False, 0, False, p), w, torch.tensor([0, 1]),
-                 torch.tensor([0]), torch.ones(3))
+    check_raises(
+        lambda w, i, o, p: F.embedding_bag(i, w, o, mode="max", per_sample_weights=p),
+        w,
+        torch.tensor([0, 1]),
+        torch.tensor([0]),
+        torch.ones(2),
+    )
+    check_raises(
+        lambda w, i, o, p: torch._embedding_bag(w, i, o, False, 0, False, p),
+        w,
+        torch.tensor([0, 1]),
+        torch.tensor([0]),
+        torch.ones(3),
+    )
     check_raises(lambda w, i, o: torch._embedding_bag(w, i, o, False, 3), w, torch.tensor([0, 1]), torch.tensor([0]))
 
 
@@ -231,8 +269,17 @@ def test_embedding_bag_bad_arguments():
 UPSAMPLE = [
     ("linear", (2, 3, 7), [dict(size=11), dict(scale_factor=2.5), dict(size=4), dict(scale_factor=0.6), dict(size=7)]),
     ("trilinear", (2, 2, 3, 4, 5), [dict(size=(5, 3, 8)), dict(scale_factor=(1.5, 2, 0.7)), dict(size=(3, 4, 5))]),
-    ("bicubic", (2, 3, 5, 6), [dict(size=(9, 4)), dict(scale_factor=2.3), dict(scale_factor=(0.6, 1.7)),
-                               dict(size=(5, 6)), dict(size=(1, 1))]),
+    (
+        "bicubic",
+        (2, 3, 5, 6),
+        [
+            dict(size=(9, 4)),
+            dict(scale_factor=2.3),
+            dict(scale_factor=(0.6, 1.7)),
+            dict(size=(5, 6)),
+            dict(size=(1, 1)),
+        ],
+    ),
 ]
 UP_CASES = [(mode, shape, kw) for mode, shape, kws in UPSAMPLE for kw in kws]
 
@@ -258,8 +305,12 @@ def test_upsample_channels_last_and_bad_arguments():
 
 # ---- grid_sample ----
 
-GRID = [(m, p, a) for m in ["bilinear", "nearest", "bicubic"] for p in ["zeros", "border", "reflection"]
-        for a in [False, True]]
+GRID = [
+    (m, p, a)
+    for m in ["bilinear", "nearest", "bicubic"]
+    for p in ["zeros", "border", "reflection"]
+    for a in [False, True]
+]
 
 
 @pytest.mark.parametrize("mode,padding_mode,align_corners", GRID, ids=str)
@@ -268,8 +319,13 @@ def test_grid_sample(mode, padding_mode, align_corners, dtype):
     x = make((2, 3, 5, 7), dtype)
     # Points inside and outside [-1, 1] (padding rules), away from pixel edges for nearest.
     grid = (make((2, 4, 6, 2), dtype, seed=2) * 0.8).clamp(-1.6, 1.6)
-    fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,  # noqa: E731
-                                    align_corners=align_corners)
+    fn = lambda x, g: F.grid_sample(
+        x,
+        g,
+        mode=mode,
+        padding_mode=padding_mode,  # noqa: E731
+        align_corners=align_corners,
+    )
     # float32: the grid gradient sums ~50 terms of magnitude ~10 (bicubic), so cancellation leaves ~1e-5 absolute.
     t = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else None
     compare(fn, x, grid, tols=t)
@@ -286,8 +342,13 @@ def test_grid_sample_half_types(mode, dtype):
     x = make((2, 2, 6, 5), dtype)
     grid = (make((2, 3, 4, 2), dtype, seed=3) * 0.7).to(dtype)
     for padding_mode in ["zeros", "border", "reflection"]:
-        fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode,  # noqa: E731
-                                        align_corners=False)
+        fn = lambda x, g: F.grid_sample(
+            x,
+            g,
+            mode=mode,
+            padding_mode=padding_mode,  # noqa: E731
+            align_corners=False,
+        )
         t = tol(dtype)
         # The grid gradient sums over channels and taps before the final rounding: a few units in the last place.
         compare(fn, x, grid, tols=dict(rtol=t["rtol"], atol=4 * t["atol"]))
@@ -296,8 +357,11 @@ def test_grid_sample_half_types(mode, dtype):
 def test_affine_grid_and_grid_sample_pipeline():
     theta = torch.tensor([[[0.9, -0.2, 0.1], [0.3, 1.1, -0.2]]], dtype=torch.float64)
     x = make((1, 2, 6, 6), torch.float64)
-    compare(lambda x, t: F.grid_sample(x, F.affine_grid(t, (1, 2, 5, 4), align_corners=False),
-                                       align_corners=False), x, theta)
+    compare(
+        lambda x, t: F.grid_sample(x, F.affine_grid(t, (1, 2, 5, 4), align_corners=False), align_corners=False),
+        x,
+        theta,
+    )
 
 
 def test_grid_sample_bad_arguments():

@@ -19,10 +19,13 @@ def test_autoload_with_only_import_torch():
 
 
 def test_autoload_can_be_disabled():
-    out = run_python("""
+    out = run_python(
+        """
         import torch
         print(hasattr(torch, "oxide"))
-    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -60,25 +63,31 @@ def test_environment_report():
 
 
 def test_device_count_and_memory_from_environment():
-    out = run_python("""
+    out = run_python(
+        """
         import torch
         print(torch.oxide.device_count(), torch.oxide.mem_get_info(2)[1])
-    """, env={"OXIDE_DEVICE_COUNT": "3", "OXIDE_DEVICE_MEMORY": "256MiB"})
+    """,
+        env={"OXIDE_DEVICE_COUNT": "3", "OXIDE_DEVICE_MEMORY": "256MiB"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["3", str(256 * 2**20)]
 
 
 def test_bad_configuration_is_a_clear_error():
-    out = run_python("""
+    out = run_python(
+        """
         import torch
         try:
             torch.oxide.init()
         except ValueError as e:
             print("ValueError:", e)
         print("count", torch.oxide.device_count())
-    """, env={"OXIDE_DEVICE_MEMORY": "lots"})
+    """,
+        env={"OXIDE_DEVICE_MEMORY": "lots"},
+    )
     assert out.returncode == 0, out.stderr
-    assert "ValueError: invalid value \"lots\" for OXIDE_DEVICE_MEMORY" in out.stdout
+    assert 'ValueError: invalid value "lots" for OXIDE_DEVICE_MEMORY' in out.stdout
     assert "count 0" in out.stdout
 
 
@@ -130,8 +139,11 @@ _BACKWARD_THREAD_SCRIPT = """
 """
 
 
-@pytest.mark.parametrize("env, expected", [({}, "False True"), ({"OXIDE_AUTOGRAD_DEVICE_THREAD": "1"}, "True False")],
-                         ids=["default-caller", "engine-device-thread"])
+@pytest.mark.parametrize(
+    "env, expected",
+    [({}, "False True"), ({"OXIDE_AUTOGRAD_DEVICE_THREAD": "1"}, "True False")],
+    ids=["default-caller", "engine-device-thread"],
+)
 def test_which_thread_runs_an_oxide_backward(env, expected):
     # Default: the importing thread runs oxide backward nodes itself (torch_oxide turns off
     # the engine's multithreading there); OXIDE_AUTOGRAD_DEVICE_THREAD=1 keeps PyTorch's
@@ -154,8 +166,11 @@ def test_threads_other_than_the_importer_keep_the_engine_thread():
         y = x * 3
         y.register_hook(lambda g: seen.append(threading.get_ident()))
         y.sum().backward()
-        result.update(mt=torch.autograd.is_multithreading_enabled(), own=seen[0] == threading.get_ident(),
-                      grad=x.grad.cpu().tolist())
+        result.update(
+            mt=torch.autograd.is_multithreading_enabled(),
+            own=seen[0] == threading.get_ident(),
+            grad=x.grad.cpu().tolist(),
+        )
 
     t = threading.Thread(target=work)
     t.start()

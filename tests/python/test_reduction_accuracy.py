@@ -212,7 +212,13 @@ def test_count_nonzero_of_floats_counts_nan_and_not_negative_zero():
 def test_empty_integer_reductions():
     x = torch.zeros(0, 5, dtype=torch.uint8)
     d = x.to("oxide")
-    for fn in (lambda t: t.sum(0), lambda t: t.prod(0), lambda t: t.sum(), lambda t: t.prod(), lambda t: torch.count_nonzero(t, 0)):
+    for fn in (
+        lambda t: t.sum(0),
+        lambda t: t.prod(0),
+        lambda t: t.sum(),
+        lambda t: t.prod(),
+        lambda t: torch.count_nonzero(t, 0),
+    ):
         want = fn(x)
         got = fn(d)
         assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
@@ -224,7 +230,11 @@ def test_empty_integer_reductions():
 def test_unique_of_one_byte_values_counts_instead_of_sorting(dtype):
     n = 1 << 22
     g = torch.Generator().manual_seed(3)
-    x = (torch.rand(n, generator=g) < 0.4) if dtype == torch.bool else torch.randint(-128, 128, (n,), generator=g).to(dtype)
+    x = (
+        (torch.rand(n, generator=g) < 0.4)
+        if dtype == torch.bool
+        else torch.randint(-128, 128, (n,), generator=g).to(dtype)
+    )
     for inverse, counts in [(False, False), (True, True), (False, True)]:
         extra, out = _peak_extra(lambda t: torch.unique(t, return_inverse=inverse, return_counts=counts), x)
         want = torch.unique(x, return_inverse=inverse, return_counts=counts)

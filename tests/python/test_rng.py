@@ -122,9 +122,18 @@ def test_functional_factories(native_only):
 
 @pytest.mark.parametrize(
     "dtype,lo,hi",
-    [(torch.uint8, 0, 255), (torch.int8, 0, 127), (torch.int16, 0, 2**15 - 1), (torch.int32, 0, 2**31 - 1),
-     (torch.int64, 0, 2**63 - 1), (torch.float32, 0, 2**24), (torch.float64, 0, 2**53), (torch.bool, 0, 1),
-     (torch.float16, 0, 2**11), (torch.bfloat16, 0, 2**8)],
+    [
+        (torch.uint8, 0, 255),
+        (torch.int8, 0, 127),
+        (torch.int16, 0, 2**15 - 1),
+        (torch.int32, 0, 2**31 - 1),
+        (torch.int64, 0, 2**63 - 1),
+        (torch.float32, 0, 2**24),
+        (torch.float64, 0, 2**53),
+        (torch.bool, 0, 1),
+        (torch.float16, 0, 2**11),
+        (torch.bfloat16, 0, 2**8),
+    ],
     ids=str,
 )
 def test_random_overloads_ranges(dtype, lo, hi, native_only):
@@ -174,7 +183,7 @@ def test_dropout_forward_backward(dtype):
     x = torch.randn(64, 32, dtype=dtype).to("oxide").requires_grad_()
     y = F.dropout(x, p=0.5, training=True)
     y.sum().backward()
-    kept = (y.detach().cpu() != 0)
+    kept = y.detach().cpu() != 0
     torch.testing.assert_close(x.grad.cpu(), kept.to(dtype) * 2.0)
     assert abs(kept.float().mean().item() - 0.5) < 0.06
 
@@ -233,18 +242,46 @@ def test_complex_random_fills(dtype):
 
 @pytest.mark.parametrize(
     "call,error,pattern",
-    [(lambda: torch.bernoulli(torch.tensor([1.5, -0.5], device="oxide")), RuntimeError, "p_in >= 0 && p_in <= 1"),
-     (lambda: torch.bernoulli(torch.tensor([float("nan")], device="oxide")), RuntimeError, "p_in >= 0 && p_in <= 1"),
-     (lambda: torch.bernoulli(torch.tensor([1, 0], device="oxide")), NotImplementedError, "not implemented for 'Long'"),
-     (lambda: torch.randperm(300, dtype=torch.int8, device="oxide"), RuntimeError, "without overflow"),
-     (lambda: torch.randperm(3000, dtype=torch.float16, device="oxide"), RuntimeError, "2049 for Half"),
-     (lambda: torch.randperm(4, dtype=torch.bool, device="oxide"), NotImplementedError, "not implemented for 'Bool'"),
-     (lambda: torch.randn(4, dtype=torch.int64, device="oxide"), NotImplementedError, "not implemented for 'Long'"),
-     (lambda: torch.empty(4, dtype=torch.int32, device="oxide").exponential_(), RuntimeError, "continuous probability"),
-     (lambda: torch.randperm(5, generator=torch.Generator("oxide")), RuntimeError, "Expected a 'cpu' device type for generator"),
-     (lambda: torch.multinomial(torch.ones(2**24 + 1, device="oxide"), 1), RuntimeError, "cannot exceed 2\\^24")],
-    ids=["p>1", "p-nan", "int-p", "randperm-int8", "randperm-half", "randperm-bool", "randn-int", "exponential-int",
-         "generator-device", "multinomial-categories"],
+    [
+        (lambda: torch.bernoulli(torch.tensor([1.5, -0.5], device="oxide")), RuntimeError, "p_in >= 0 && p_in <= 1"),
+        (lambda: torch.bernoulli(torch.tensor([float("nan")], device="oxide")), RuntimeError, "p_in >= 0 && p_in <= 1"),
+        (
+            lambda: torch.bernoulli(torch.tensor([1, 0], device="oxide")),
+            NotImplementedError,
+            "not implemented for 'Long'",
+        ),
+        (lambda: torch.randperm(300, dtype=torch.int8, device="oxide"), RuntimeError, "without overflow"),
+        (lambda: torch.randperm(3000, dtype=torch.float16, device="oxide"), RuntimeError, "2049 for Half"),
+        (
+            lambda: torch.randperm(4, dtype=torch.bool, device="oxide"),
+            NotImplementedError,
+            "not implemented for 'Bool'",
+        ),
+        (lambda: torch.randn(4, dtype=torch.int64, device="oxide"), NotImplementedError, "not implemented for 'Long'"),
+        (
+            lambda: torch.empty(4, dtype=torch.int32, device="oxide").exponential_(),
+            RuntimeError,
+            "continuous probability",
+        ),
+        (
+            lambda: torch.randperm(5, generator=torch.Generator("oxide")),
+            RuntimeError,
+            "Expected a 'cpu' device type for generator",
+        ),
+        (lambda: torch.multinomial(torch.ones(2**24 + 1, device="oxide"), 1), RuntimeError, "cannot exceed 2\\^24"),
+    ],
+    ids=[
+        "p>1",
+        "p-nan",
+        "int-p",
+        "randperm-int8",
+        "randperm-half",
+        "randperm-bool",
+        "randn-int",
+        "exponential-int",
+        "generator-device",
+        "multinomial-categories",
+    ],
 )
 def test_random_argument_errors_like_cpu(call, error, pattern):
     with pytest.raises(error, match=pattern):

@@ -90,7 +90,9 @@ def test_odd_sizes_l_ne_s_e_ne_ev(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("lq,lk", [(70, 45), (45, 70), (129, 129)])
 def test_causal(dtype, lq, lk):
-    compare(rand((1, 2, lq, 16), dtype, 3), rand((1, 2, lk, 16), dtype, 4), rand((1, 2, lk, 8), dtype, 5), is_causal=True)
+    compare(
+        rand((1, 2, lq, 16), dtype, 3), rand((1, 2, lk, 16), dtype, 4), rand((1, 2, lk, 8), dtype, 5), is_causal=True
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -105,8 +107,13 @@ def test_bool_mask_broadcast(dtype, mask_shape):
 @pytest.mark.parametrize("mask_shape", [(2, 1, 33, 70), (33, 70), (1, 3, 1, 70), (2, 3, 33, 70)])
 def test_float_mask_with_gradient(dtype, mask_shape):
     mask = rand(mask_shape, dtype, 10)
-    compare(rand((2, 3, 33, 16), dtype, 11), rand((2, 3, 70, 16), dtype, 12), rand((2, 3, 70, 12), dtype, 13),
-            mask=mask, grad_mask=True)
+    compare(
+        rand((2, 3, 33, 16), dtype, 11),
+        rand((2, 3, 70, 16), dtype, 12),
+        rand((2, 3, 70, 12), dtype, 13),
+        mask=mask,
+        grad_mask=True,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -116,21 +123,36 @@ def test_explicit_scale(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_grouped_query_attention(dtype):
-    compare(rand((2, 8, 40, 16), dtype, 17), rand((2, 2, 50, 16), dtype, 18), rand((2, 2, 50, 24), dtype, 19),
-            enable_gqa=True, is_causal=True)
+    compare(
+        rand((2, 8, 40, 16), dtype, 17),
+        rand((2, 2, 50, 16), dtype, 18),
+        rand((2, 2, 50, 24), dtype, 19),
+        enable_gqa=True,
+        is_causal=True,
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_transposed_inputs(dtype):
     # What attention modules pass: [B, L, H, E] buffers viewed as [B, H, L, E].
     t = lambda x: x.transpose(1, 2)  # noqa: E731
-    compare(rand((2, 37, 4, 16), dtype, 20), rand((2, 75, 4, 16), dtype, 21), rand((2, 75, 4, 16), dtype, 22),
-            transform=t, is_causal=True)
+    compare(
+        rand((2, 37, 4, 16), dtype, 20),
+        rand((2, 75, 4, 16), dtype, 21),
+        rand((2, 75, 4, 16), dtype, 22),
+        transform=t,
+        is_causal=True,
+    )
 
 
 def test_unbatched_inputs():
-    compare(rand((3, 20, 8), torch.float32, 23), rand((3, 25, 8), torch.float32, 24), rand((3, 25, 6), torch.float32, 25),
-            mask=rand((20, 25), torch.float32, 26), grad_mask=True)
+    compare(
+        rand((3, 20, 8), torch.float32, 23),
+        rand((3, 25, 8), torch.float32, 24),
+        rand((3, 25, 6), torch.float32, 25),
+        mask=rand((20, 25), torch.float32, 26),
+        grad_mask=True,
+    )
 
 
 @pytest.mark.parametrize("kind", ["bool", "float"])
@@ -141,7 +163,11 @@ def test_fully_masked_rows_give_zero(kind):
     mask[7, ::2] = False
     if kind == "float":
         mask = torch.zeros(10, 12).masked_fill(~mask, -math.inf)
-    q, k, v = rand((1, 2, 10, 8), torch.float32, 27), rand((1, 2, 12, 8), torch.float32, 28), rand((1, 2, 12, 8), torch.float32, 29)
+    q, k, v = (
+        rand((1, 2, 10, 8), torch.float32, 27),
+        rand((1, 2, 12, 8), torch.float32, 28),
+        rand((1, 2, 12, 8), torch.float32, 29),
+    )
     compare(q, k, v, mask=mask)
     out, grads = run("oxide", q, k, v, mask=mask)
     assert torch.all(out[:, :, 3].cpu() == 0)
@@ -172,7 +198,11 @@ def test_math_disabled_backend_choice_respected():
 
 
 def test_returned_logsumexp_matches_definition():
-    q, k, v = rand((2, 2, 9, 8), torch.float64, 36), rand((2, 2, 11, 8), torch.float64, 37), rand((2, 2, 11, 5), torch.float64, 38)
+    q, k, v = (
+        rand((2, 2, 9, 8), torch.float64, 36),
+        rand((2, 2, 11, 8), torch.float64, 37),
+        rand((2, 2, 11, 5), torch.float64, 38),
+    )
     res = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q.to("oxide"), k.to("oxide"), v.to("oxide"))
     out, lse = res[0], res[1]
     scores = q @ k.transpose(-1, -2) / math.sqrt(8)
@@ -214,7 +244,11 @@ def test_dropout_backward_consistent_with_forward():
     p, seed = 0.4, 7
     shape = (2, 2, 33, 70)
     keep = dropout_mask(p, seed, shape)
-    q, k, v = rand((2, 2, 33, 8), torch.float64, 40), rand((2, 2, 70, 8), torch.float64, 41), rand((2, 2, 70, 6), torch.float64, 42)
+    q, k, v = (
+        rand((2, 2, 33, 8), torch.float64, 40),
+        rand((2, 2, 70, 8), torch.float64, 41),
+        rand((2, 2, 70, 6), torch.float64, 42),
+    )
     # Same seed and shape: the same mask is drawn (the Philox counter starts where it did above).
     torch.manual_seed(seed)
     out, grads = run("oxide", q, k, v, dropout_p=p)
@@ -251,8 +285,9 @@ def test_long_sequence_memory_stays_linear():
     per_head_scores = L * S * 4
     # Output + logsumexp is about 1 MiB here; the math path would need several B*H*L*S buffers.
     assert peak < per_head_scores / 8, peak
-    ref = F.scaled_dot_product_attention(q[:, :, -64:].cpu(), k.cpu(), v.cpu(),
-                                         attn_mask=torch.ones(L, S, dtype=torch.bool).tril()[-64:])
+    ref = F.scaled_dot_product_attention(
+        q[:, :, -64:].cpu(), k.cpu(), v.cpu(), attn_mask=torch.ones(L, S, dtype=torch.bool).tril()[-64:]
+    )
     torch.testing.assert_close(out[:, :, -64:].cpu(), ref, rtol=1e-4, atol=1e-5)
 
 
@@ -269,7 +304,11 @@ def same_error(fn, *tensors, **kw):
 
 
 def test_errors_match_cpu():
-    q, k, v = rand((1, 2, 4, 8), torch.float32, 0), rand((1, 2, 3, 8), torch.float32, 1), rand((1, 2, 3, 8), torch.float32, 2)
+    q, k, v = (
+        rand((1, 2, 4, 8), torch.float32, 0),
+        rand((1, 2, 3, 8), torch.float32, 1),
+        rand((1, 2, 3, 8), torch.float32, 2),
+    )
     sdpa = F.scaled_dot_product_attention
     same_error(sdpa, q, k[..., :5], v)  # E mismatch
     same_error(sdpa, q.double(), k, v)  # mixed dtypes
@@ -282,5 +321,9 @@ def test_errors_match_cpu():
 
 def test_heads_mismatch_without_gqa_goes_through_math_like_cpu():
     # Hkv = 1 broadcasts in the math composite (no enable_gqa); oxide must agree, not use the kernel.
-    q, k, v = rand((1, 4, 6, 8), torch.float32, 50), rand((1, 1, 7, 8), torch.float32, 51), rand((1, 1, 7, 8), torch.float32, 52)
+    q, k, v = (
+        rand((1, 4, 6, 8), torch.float32, 50),
+        rand((1, 1, 7, 8), torch.float32, 51),
+        rand((1, 1, 7, 8), torch.float32, 52),
+    )
     compare(q, k, v)

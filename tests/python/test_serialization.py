@@ -23,8 +23,13 @@ def test_default_location_restores_same_device():
 
 @pytest.mark.parametrize(
     "location,expected",
-    [("cpu", "cpu"), ("oxide:1", "oxide:1"), (torch.device("oxide:0"), "oxide:0"), ({"oxide:1": "cpu"}, "cpu"),
-     ({"oxide:1": "oxide:0"}, "oxide:0")],
+    [
+        ("cpu", "cpu"),
+        ("oxide:1", "oxide:1"),
+        (torch.device("oxide:0"), "oxide:0"),
+        ({"oxide:1": "cpu"}, "cpu"),
+        ({"oxide:1": "oxide:0"}, "oxide:0"),
+    ],
     ids=["cpu", "oxide1", "device-object", "dict-to-cpu", "dict-to-oxide0"],
 )
 def test_map_location(location, expected):

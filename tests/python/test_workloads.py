@@ -67,9 +67,13 @@ def demo_model_and_data():
 
 def test_digits_cnn_demo_model():
     model, x, y = demo_model_and_data()
-    train_and_compare(model, lambda s: (x[64 * s:64 * s + 64], y[64 * s:64 * s + 64]),
-                      lambda m, xb, yb: F.cross_entropy(m(xb), yb),
-                      lambda p: torch.optim.Adam(p, lr=3e-3), steps=3)
+    train_and_compare(
+        model,
+        lambda s: (x[64 * s : 64 * s + 64], y[64 * s : 64 * s + 64]),
+        lambda m, xb, yb: F.cross_entropy(m(xb), yb),
+        lambda p: torch.optim.Adam(p, lr=3e-3),
+        steps=3,
+    )
 
 
 def test_resnet18_training_step():
@@ -78,21 +82,44 @@ def test_resnet18_training_step():
     model = torchvision.models.resnet18(num_classes=10)
     g = torch.Generator().manual_seed(1)
     batches = lambda s: (torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g))  # noqa: E731
-    train_and_compare(model, batches, lambda m, xb, yb: F.cross_entropy(m(xb), yb),
-                      lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), steps=1, rtol=1e-3, atol=1e-4)
+    train_and_compare(
+        model,
+        batches,
+        lambda m, xb, yb: F.cross_entropy(m(xb), yb),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+        steps=1,
+        rtol=1e-3,
+        atol=1e-4,
+    )
 
 
 def test_gpt2_training_step():
     transformers = pytest.importorskip("transformers", reason="transformers is installed by requirements.txt")
-    cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                  bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        vocab_size=256,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg)
     g = torch.Generator().manual_seed(2)
     batches = lambda s: (torch.randint(0, 256, (2, 24), generator=g),)  # noqa: E731
-    train_and_compare(model, batches, lambda m, ids: m(ids, labels=ids).loss,
-                      lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True), steps=2, rtol=1e-3, atol=1e-4)
+    train_and_compare(
+        model,
+        batches,
+        lambda m, ids: m(ids, labels=ids).loss,
+        lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True),
+        steps=2,
+        rtol=1e-3,
+        atol=1e-4,
+    )
 
 
 class SequenceModel(torch.nn.Module):
@@ -115,5 +142,10 @@ def test_lstm_gru_sequence_model_training_step():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(3)
     batches = lambda s: (torch.randint(0, 50, (4, 7), generator=g), torch.randint(0, 5, (4,), generator=g))  # noqa: E731
-    train_and_compare(SequenceModel(), batches, lambda m, ids, yb: F.cross_entropy(m(ids), yb),
-                      lambda p: torch.optim.Adam(p, lr=1e-2), steps=2)
+    train_and_compare(
+        SequenceModel(),
+        batches,
+        lambda m, ids, yb: F.cross_entropy(m(ids), yb),
+        lambda p: torch.optim.Adam(p, lr=1e-2),
+        steps=2,
+    )

@@ -29,9 +29,22 @@ pub enum DType {
 impl DType {
     /// All dtypes the ABI defines.
     pub const ALL: [DType; 16] = [
-        DType::U8, DType::I8, DType::I16, DType::I32, DType::I64, DType::F16, DType::F32,
-        DType::F64, DType::C32, DType::C64, DType::C128, DType::Bool, DType::BF16,
-        DType::U16, DType::U32, DType::U64,
+        DType::U8,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::C32,
+        DType::C64,
+        DType::C128,
+        DType::Bool,
+        DType::BF16,
+        DType::U16,
+        DType::U32,
+        DType::U64,
     ];
 
     /// The dtype with ABI code `code`.
@@ -194,13 +207,21 @@ pub trait Element: Copy + Send + Sync + 'static {
 /// (Rust's `as` would saturate instead).
 #[inline]
 fn f64_to_i32_x86(v: f64) -> i32 {
-    if v > -2147483649.0 && v < 2147483648.0 { v as i32 } else { i32::MIN }
+    if v > -2147483649.0 && v < 2147483648.0 {
+        v as i32
+    } else {
+        i32::MIN
+    }
 }
 
 /// Float -> int64 as [`f64_to_i32_x86`], with `i64::MIN` as the indefinite value.
 #[inline]
 fn f64_to_i64_x86(v: f64) -> i64 {
-    if (-9223372036854775808.0..9223372036854775808.0).contains(&v) { v as i64 } else { i64::MIN }
+    if (-9223372036854775808.0..9223372036854775808.0).contains(&v) {
+        v as i64
+    } else {
+        i64::MIN
+    }
 }
 
 // Types narrower than 64 bits convert through int32 and keep its low bits, as
@@ -309,19 +330,58 @@ impl Element for bool {
 macro_rules! with_real_dtype {
     ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
         match $dtype {
-            $crate::DType::U8 => { type $T = u8; $body }
-            $crate::DType::I8 => { type $T = i8; $body }
-            $crate::DType::I16 => { type $T = i16; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::U16 => { type $T = u16; $body }
-            $crate::DType::U32 => { type $T = u32; $body }
-            $crate::DType::U64 => { type $T = u64; $body }
-            $crate::DType::F16 => { type $T = $crate::half::f16; $body }
-            $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
-            $crate::DType::Bool => { type $T = bool; $body }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::Bool => {
+                type $T = bool;
+                $body
+            }
             d => return Err($crate::Error::UnsupportedDtype { op: $op, dtype: d }),
         }
     };
@@ -334,10 +394,26 @@ macro_rules! with_real_dtype {
 macro_rules! with_float_dtype {
     ($dtype:expr, $op:expr, |$T:ident, $C:ident| $body:expr) => {
         match $dtype {
-            $crate::DType::F32 => { type $T = f32; type $C = f32; $body }
-            $crate::DType::F64 => { type $T = f64; type $C = f64; $body }
-            $crate::DType::F16 => { type $T = $crate::half::f16; type $C = f32; $body }
-            $crate::DType::BF16 => { type $T = $crate::half::bf16; type $C = f32; $body }
+            $crate::DType::F32 => {
+                type $T = f32;
+                type $C = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                type $C = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                type $C = f32;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                type $C = f32;
+                $body
+            }
             d => return Err($crate::Error::UnsupportedDtype { op: $op, dtype: d }),
         }
     };
@@ -350,8 +426,14 @@ macro_rules! with_float_dtype {
 macro_rules! with_dtype {
     ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
         match $dtype {
-            $crate::DType::C64 => { type $T = $crate::ops::elementwise::complex::Complex<f32>; $body }
-            $crate::DType::C128 => { type $T = $crate::ops::elementwise::complex::Complex<f64>; $body }
+            $crate::DType::C64 => {
+                type $T = $crate::ops::elementwise::complex::Complex<f32>;
+                $body
+            }
+            $crate::DType::C128 => {
+                type $T = $crate::ops::elementwise::complex::Complex<f64>;
+                $body
+            }
             d => $crate::with_real_dtype!(d, $op, |$T| $body),
         }
     };

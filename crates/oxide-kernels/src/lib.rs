@@ -12,11 +12,26 @@
 macro_rules! with_element_bits {
     ($size:expr, $op:expr, |$T:ident| $body:expr) => {
         match $size {
-            1 => { type $T = u8; $body }
-            2 => { type $T = u16; $body }
-            4 => { type $T = u32; $body }
-            8 => { type $T = u64; $body }
-            16 => { type $T = u128; $body }
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = u16;
+                $body
+            }
+            4 => {
+                type $T = u32;
+                $body
+            }
+            8 => {
+                type $T = u64;
+                $body
+            }
+            16 => {
+                type $T = u128;
+                $body
+            }
             n => return Err($crate::error::Error::InvalidLayout { op: $op, reason: format!("element size {n}") }),
         }
     };
@@ -28,6 +43,6 @@ pub mod error;
 pub mod ops;
 
 pub use dtype::{DType, Element};
-pub use half;
-pub use error::{Error, Result};
 pub use engine::layout::Layout;
+pub use error::{Error, Result};
+pub use half;

@@ -97,7 +97,12 @@ pub struct CachingAllocator {
 
 impl CachingAllocator {
     pub(crate) fn new(memory: DeviceMemory) -> CachingAllocator {
-        CachingAllocator { memory, active: FxHashMap::default(), cached: BTreeSet::new(), stats: DeviceStats::default() }
+        CachingAllocator {
+            memory,
+            active: FxHashMap::default(),
+            cached: BTreeSet::new(),
+            stats: DeviceStats::default(),
+        }
     }
 
     /// The underlying device memory.
@@ -220,7 +225,9 @@ impl CachingAllocator {
     /// `resetPeakStats`: every peak becomes the current value.
     pub fn reset_peak_stats(&mut self) {
         let s = &mut self.stats;
-        for st in [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes] {
+        for st in
+            [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes]
+        {
             st.reset_peak();
         }
     }
@@ -228,7 +235,9 @@ impl CachingAllocator {
     /// `resetAccumulatedStats`: allocated/freed totals and event counters go to 0.
     pub fn reset_accumulated_stats(&mut self) {
         let s = &mut self.stats;
-        for st in [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes] {
+        for st in
+            [&mut s.allocation, &mut s.segment, &mut s.allocated_bytes, &mut s.reserved_bytes, &mut s.requested_bytes]
+        {
             st.reset_accumulated();
         }
         s.num_alloc_retries = 0;

@@ -93,7 +93,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_values() {
-        for (c, m) in [(Some("0"), None), (Some("x"), None), (Some("65"), None), (None, Some("lots")), (None, Some("10"))] {
+        for (c, m) in
+            [(Some("0"), None), (Some("x"), None), (Some("65"), None), (None, Some("lots")), (None, Some("10"))]
+        {
             let err = Config::parse(c, m).unwrap_err();
             assert!(matches!(err, Error::Config { .. }), "{err}");
         }

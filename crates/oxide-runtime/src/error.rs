@@ -17,10 +17,19 @@ pub enum Error {
         capacity.saturating_sub(*reserved),
         fragmentation_note(*largest_free_block)
     )]
-    OutOfMemory { device: usize, requested: usize, allocated: usize, reserved: usize, capacity: usize, largest_free_block: Option<usize> },
+    OutOfMemory {
+        device: usize,
+        requested: usize,
+        allocated: usize,
+        reserved: usize,
+        capacity: usize,
+        largest_free_block: Option<usize>,
+    },
 
     /// A pinned host allocation the operating system refused.
-    #[error("out of pinned host memory: tried to allocate {requested} bytes; {pinned} bytes of pinned host memory in use")]
+    #[error(
+        "out of pinned host memory: tried to allocate {requested} bytes; {pinned} bytes of pinned host memory in use"
+    )]
     HostOutOfMemory { requested: usize, pinned: usize },
 
     /// A pointer that is not the start of a live device allocation.

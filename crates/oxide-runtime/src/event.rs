@@ -77,11 +77,7 @@ impl Event {
         }
         self.synchronize();
         end.synchronize();
-        let ms = if b.at >= a.at {
-            (b.at - a.at).as_secs_f64() * 1e3
-        } else {
-            -((a.at - b.at).as_secs_f64() * 1e3)
-        };
+        let ms = if b.at >= a.at { (b.at - a.at).as_secs_f64() * 1e3 } else { -((a.at - b.at).as_secs_f64() * 1e3) };
         Ok(ms)
     }
 }

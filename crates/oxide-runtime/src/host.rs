@@ -50,7 +50,8 @@ impl HostMemory {
         if ptr == 0 {
             return Ok(());
         }
-        let bytes = self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr).ok_or(Error::InvalidPointer { ptr })?;
+        let bytes =
+            self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&ptr).ok_or(Error::InvalidPointer { ptr })?;
         self.bytes.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: ptr was returned by alloc with exactly this layout.
         unsafe { std::alloc::dealloc(ptr as *mut u8, Layout::from_size_align_unchecked(bytes, PAGE)) };

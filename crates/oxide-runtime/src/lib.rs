@@ -271,7 +271,13 @@ impl Runtime {
 
     fn check_host(&self, ptr: usize, bytes: usize, kind: MemcpyKind, src: usize, dst: usize) -> Result<()> {
         if let PointerKind::Device(_) = self.pointer_kind(ptr) {
-            return Err(Error::InvalidCopy { kind: kind.name(), bytes, src, dst, reason: "a host-side pointer is oxide device memory" });
+            return Err(Error::InvalidCopy {
+                kind: kind.name(),
+                bytes,
+                src,
+                dst,
+                reason: "a host-side pointer is oxide device memory",
+            });
         }
         Ok(())
     }
@@ -306,7 +312,13 @@ impl Runtime {
             }
         };
         if src.max(dst) - src.min(dst) < bytes {
-            return Err(Error::InvalidCopy { kind: kind.name(), bytes, src, dst, reason: "source and destination overlap" });
+            return Err(Error::InvalidCopy {
+                kind: kind.name(),
+                bytes,
+                src,
+                dst,
+                reason: "source and destination overlap",
+            });
         }
         // SAFETY: both ranges were checked above to be live, disjoint and `bytes` long
         // (host ranges are the caller's contract, as with cudaMemcpy).
@@ -366,7 +378,8 @@ mod tests {
 
         let err = rt.memcpy(d0, host.as_ptr() as usize, 4096, MemcpyKind::HostToDevice).unwrap_err();
         assert!(matches!(err, Error::InvalidCopy { .. }), "{err}");
-        let err = rt.memcpy(back.as_mut_ptr() as usize, host.as_ptr() as usize, 64, MemcpyKind::DeviceToHost).unwrap_err();
+        let err =
+            rt.memcpy(back.as_mut_ptr() as usize, host.as_ptr() as usize, 64, MemcpyKind::DeviceToHost).unwrap_err();
         assert!(matches!(err, Error::InvalidCopy { .. }), "{err}");
 
         rt.device(0).unwrap().allocator().free(d0).unwrap();
@@ -374,7 +387,10 @@ mod tests {
         rt.synchronize_device(0).unwrap();
         rt.empty_cache();
         let (free, total) = rt.device(1).unwrap().mem_get_info();
-        assert_eq!((free, total), (total - rt.device(1).unwrap().allocator().memory().used(), rt.device(1).unwrap().capacity()));
+        assert_eq!(
+            (free, total),
+            (total - rt.device(1).unwrap().allocator().memory().used(), rt.device(1).unwrap().capacity())
+        );
 
         let pinned = rt.host().malloc(128).unwrap();
         assert_eq!(rt.pointer_kind(pinned + 5), PointerKind::PinnedHost);

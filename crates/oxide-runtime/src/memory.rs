@@ -79,7 +79,9 @@ impl DeviceMemory {
         let mut span = capacity.saturating_mul(ADDRESS_SPACE_FACTOR).min(MAX_SPAN).max(capacity);
         loop {
             match Self::reserve_span(device, capacity, span) {
-                Err(Error::Reserve { .. }) if span / 2 >= capacity && span > capacity => span = (span / 2).max(capacity),
+                Err(Error::Reserve { .. }) if span / 2 >= capacity && span > capacity => {
+                    span = (span / 2).max(capacity)
+                }
                 other => return other,
             }
         }
@@ -117,7 +119,17 @@ impl DeviceMemory {
         unsafe { libc::madvise(base as *mut libc::c_void, span, libc::MADV_HUGEPAGE) };
         let mut free = BTreeMap::new();
         free.insert(0, span);
-        Ok(DeviceMemory { device, raw: raw as usize, mapped, base, span, capacity, free, live: BTreeMap::new(), used: 0 })
+        Ok(DeviceMemory {
+            device,
+            raw: raw as usize,
+            mapped,
+            base,
+            span,
+            capacity,
+            free,
+            live: BTreeMap::new(),
+            used: 0,
+        })
     }
 
     /// Index of the device this memory belongs to.

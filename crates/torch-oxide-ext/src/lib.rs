@@ -110,7 +110,8 @@ fn memory_stats<'py>(py: Python<'py>, index: i64) -> PyResult<Bound<'py, PyDict>
         ("active_bytes", s.allocated_bytes),
         ("requested_bytes", s.requested_bytes),
     ] {
-        for (field, v) in [("current", st.current), ("peak", st.peak), ("allocated", st.allocated), ("freed", st.freed)] {
+        for (field, v) in [("current", st.current), ("peak", st.peak), ("allocated", st.allocated), ("freed", st.freed)]
+        {
             out.set_item(format!("{name}.all.{field}"), v)?;
         }
     }
@@ -163,8 +164,9 @@ fn get_fallback_mode() -> &'static str {
 /// Sets the fallback mode. Raises ValueError for anything but "silent", "warn", "error".
 #[pyfunction]
 fn set_fallback_mode(mode: &str) -> PyResult<()> {
-    let m = fallback::Mode::parse(mode)
-        .ok_or_else(|| PyValueError::new_err(format!("invalid fallback mode {mode:?}: expected 'silent', 'warn' or 'error'")))?;
+    let m = fallback::Mode::parse(mode).ok_or_else(|| {
+        PyValueError::new_err(format!("invalid fallback mode {mode:?}: expected 'silent', 'warn' or 'error'"))
+    })?;
     fallback::set_mode(m);
     Ok(())
 }

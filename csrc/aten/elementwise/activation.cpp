@@ -79,9 +79,12 @@ void run(Iter& iter, OxidePointwiseOp id, const A&... s) {
 // for float16/bfloat16 the bound is first rounded to that type.
 c10::Scalar storage_rounded(const at::TensorIteratorBase& iter, const c10::Scalar& s) {
   switch (iter.dtype(0)) {
-    case at::kHalf: return c10::Scalar(static_cast<double>(s.to<c10::Half>()));
-    case at::kBFloat16: return c10::Scalar(static_cast<double>(s.to<c10::BFloat16>()));
-    default: return s;
+    case at::kHalf:
+      return c10::Scalar(static_cast<double>(s.to<c10::Half>()));
+    case at::kBFloat16:
+      return c10::Scalar(static_cast<double>(s.to<c10::BFloat16>()));
+    default:
+      return s;
   }
 }
 
@@ -106,9 +109,7 @@ void softplus_kernel(at::TensorIteratorBase& iter, S beta, S threshold) {
 void softplus_backward_kernel(at::TensorIteratorBase& iter, S beta, S threshold) {
   run(iter, OXIDE_POINTWISE_softplus_backward, beta, threshold);
 }
-void leaky_relu_kernel(at::TensorIteratorBase& iter, S negval) {
-  run(iter, OXIDE_POINTWISE_leaky_relu, negval);
-}
+void leaky_relu_kernel(at::TensorIteratorBase& iter, S negval) { run(iter, OXIDE_POINTWISE_leaky_relu, negval); }
 void leaky_relu_backward_kernel(at::TensorIteratorBase& iter, S negval) {
   run(iter, OXIDE_POINTWISE_leaky_relu_backward, negval);
 }
@@ -124,15 +125,9 @@ void softshrink_kernel(at::TensorIteratorBase& iter, S lambd) {
 void shrink_backward_kernel(at::TensorIteratorBase& iter, S lambd) {
   run(iter, OXIDE_POINTWISE_shrink_backward, storage_rounded(iter, lambd));
 }
-void smooth_l1_kernel(at::TensorIteratorBase& iter, double beta) {
-  run(iter, OXIDE_POINTWISE_smooth_l1, beta);
-}
-void huber_kernel(at::TensorIterator& iter, double delta) {
-  run(iter, OXIDE_POINTWISE_huber, delta);
-}
-void mse_backward_kernel(at::TensorIterator& iter, S norm) {
-  run(iter, OXIDE_POINTWISE_mse_backward, norm);
-}
+void smooth_l1_kernel(at::TensorIteratorBase& iter, double beta) { run(iter, OXIDE_POINTWISE_smooth_l1, beta); }
+void huber_kernel(at::TensorIterator& iter, double delta) { run(iter, OXIDE_POINTWISE_huber, delta); }
+void mse_backward_kernel(at::TensorIterator& iter, S norm) { run(iter, OXIDE_POINTWISE_mse_backward, norm); }
 void smooth_l1_backward_kernel(at::TensorIterator& iter, S norm, double beta) {
   run(iter, OXIDE_POINTWISE_smooth_l1_backward, norm, beta);
 }
@@ -141,10 +136,8 @@ void huber_backward_kernel(at::TensorIterator& iter, S norm, double delta) {
 }
 
 // Stubs without scalar arguments: `<op>_kernel` runs the Rust op `op`.
-#define OXIDE_PLAIN(op, Iter)             \
-  void op##_kernel(at::Iter& iter) {      \
-    pointwise(iter, OXIDE_POINTWISE_##op); \
-  }
+#define OXIDE_PLAIN(op, Iter) \
+  void op##_kernel(at::Iter& iter) { pointwise(iter, OXIDE_POINTWISE_##op); }
 OXIDE_PLAIN(silu, TensorIteratorBase)
 OXIDE_PLAIN(silu_backward, TensorIteratorBase)
 OXIDE_PLAIN(mish, TensorIteratorBase)
@@ -160,9 +153,7 @@ OXIDE_PLAIN(mse, TensorIteratorBase)
 
 // GELU: PyTorch's CPU impl calls the kCPU stub by name, so the impl is ours.
 struct Gelu : at::meta::structured_gelu {
-  void impl(T, c10::string_view approximate, T) {
-    gelu_kernel(*this, at::native::get_gelutype_enum(approximate));
-  }
+  void impl(T, c10::string_view approximate, T) { gelu_kernel(*this, at::native::get_gelutype_enum(approximate)); }
 };
 struct GeluBackward : at::meta::structured_gelu_backward {
   void impl(T, T, c10::string_view approximate, T) {
@@ -227,11 +218,7 @@ at::Tensor apply_reduction(const at::Tensor& loss, int64_t reduction) {
 }
 at::Tensor& bce_out(T input, T target, const std::optional<at::Tensor>& weight, int64_t reduction, at::Tensor& loss) {
   at::Tensor elementwise = reduction == at::Reduction::None ? loss : at::empty({0}, input.options());
-  auto iter = at::TensorIteratorConfig()
-                  .add_output(elementwise)
-                  .add_const_input(input)
-                  .add_const_input(target)
-                  .build();
+  auto iter = at::TensorIteratorConfig().add_output(elementwise).add_const_input(input).add_const_input(target).build();
   pointwise(iter, OXIDE_POINTWISE_binary_cross_entropy);
   if (weight.has_value() && weight->defined()) {
     elementwise.mul_(*weight);
@@ -268,8 +255,8 @@ at::Tensor bce_backward(T grad, T input, T target, const std::optional<at::Tenso
   return bce_backward_out(grad, input, target, weight, reduction, grad_input);
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(threshold_stub, &::oxide::threshold_kernel)
@@ -301,14 +288,15 @@ REGISTER_PRIVATEUSE1_DISPATCH(huber_stub, &::oxide::huber_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(mse_backward_stub, &::oxide::mse_backward_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(smooth_l1_backward_stub, &::oxide::smooth_l1_backward_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(huber_backward_stub, &::oxide::huber_backward_kernel)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::native;
   OXIDE_STRUCTURED(m, structured_threshold_out, "threshold", "threshold_", "threshold.out", S, S);
-  OXIDE_STRUCTURED(m, structured_threshold_backward_out, "threshold_backward", "", "threshold_backward.grad_input", T, S);
+  OXIDE_STRUCTURED(m, structured_threshold_backward_out, "threshold_backward", "", "threshold_backward.grad_input", T,
+                   S);
   OXIDE_STRUCTURED(m, Gelu, "gelu", "gelu_", "gelu.out", c10::string_view);
   OXIDE_STRUCTURED(m, GeluBackward, "gelu_backward", "", "gelu_backward.grad_input", T, c10::string_view);
   OXIDE_STRUCTURED(m, structured_silu_out, "silu", "silu_", "silu.out");
@@ -316,7 +304,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_mish_out, "mish", "mish_", "mish.out");
   OXIDE_IMPL(m, "mish_backward", TORCH_FN(at::native::mish_backward));
   OXIDE_STRUCTURED(m, structured_softplus_out, "softplus", "", "softplus.out", S, S);
-  OXIDE_STRUCTURED(m, structured_softplus_backward_out, "softplus_backward", "", "softplus_backward.grad_input", T, S, S);
+  OXIDE_STRUCTURED(m, structured_softplus_backward_out, "softplus_backward", "", "softplus_backward.grad_input", T, S,
+                   S);
   OXIDE_STRUCTURED(m, structured_elu_out, "elu", "elu_", "elu.out", S, S, S);
   OXIDE_STRUCTURED(m, structured_elu_backward_out, "elu_backward", "", "elu_backward.grad_input", S, S, S, bool, T);
   OXIDE_STRUCTURED(m, structured_leaky_relu_out, "leaky_relu", "leaky_relu_", "leaky_relu.out", S);
@@ -367,4 +356,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "binary_cross_entropy_backward.grad_input", TORCH_FN(bce_backward_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -95,8 +95,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       return dst;
     }
     // CPU's copy_ rejects any overlap except the identical view (TensorIterator's check).
-    const bool identical = self.data_ptr() == dst.data_ptr() && self.strides() == dst.strides() &&
-                           self.sizes() == dst.sizes();
+    const bool identical =
+        self.data_ptr() == dst.data_ptr() && self.strides() == dst.strides() && self.sizes() == dst.sizes();
     if (identical) {
       return dst;
     }
@@ -137,9 +137,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
-at::Scalar local_scalar_dense(const at::Tensor& self) {
-  return at::_local_scalar_dense(self.to(at::kCPU));
-}
+at::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(self.to(at::kCPU)); }
 
 // cat: the meta function checks shapes, dtypes and overlap and sizes the output.
 // When the output and every input are contiguous, of one dtype and on the
@@ -162,7 +160,8 @@ bool cat_contiguous(const at::ITensorListRef& tensors, int64_t dim, const at::Te
     parts.push_back(in_arg(t));
   }
   const auto outer = static_cast<size_t>(c10::multiply_integers(out.sizes().begin(), out.sizes().begin() + dim));
-  OXIDE_CHECK(oxide_cat_contiguous(launch_on(out), out.element_size(), outer, out_arg(out), parts.data(), parts.size()));
+  OXIDE_CHECK(
+      oxide_cat_contiguous(launch_on(out), out.element_size(), outer, out_arg(out), parts.data(), parts.size()));
   return true;
 }
 
@@ -202,7 +201,7 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_copy_from", TORCH_FN(copy_from));
@@ -225,4 +224,4 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
   OXIDE_IMPL(m, "_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
-} // namespace oxide
+}  // namespace oxide

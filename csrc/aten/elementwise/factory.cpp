@@ -43,13 +43,13 @@ void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c
   sequence(iter, OxideSequence{/*linspace=*/true, start.toDouble(), end.toDouble(), 0, 0, steps});
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(arange_stub, &::oxide::arange_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(linspace_stub, &::oxide::linspace_kernel)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 namespace {
@@ -63,12 +63,11 @@ at::Tensor& eye_out(int64_t n, int64_t m, at::Tensor& out) {
   return out;
 }
 
-at::Tensor& eye_n_out(int64_t n, at::Tensor& out) {
-  return eye_out(n, n, out);
-}
+at::Tensor& eye_n_out(int64_t n, at::Tensor& out) { return eye_out(n, n, out); }
 
 // logspace: base ** linspace computed in double, then rounded into `out`'s dtype as CPU does.
-at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, double base, at::Tensor& out) {
+at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, double base,
+                         at::Tensor& out) {
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   TORCH_CHECK(!out.is_complex(), "logspace: complex dtypes are not supported on oxide");
   TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"logspace_cpu\" not implemented for 'Bool'");
@@ -81,14 +80,19 @@ at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  OXIDE_IMPL(m, "arange.start_out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(&at::native::arange_out)));
-  OXIDE_IMPL(m, "linspace.out", TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, int64_t, at::Tensor&)>(&at::native::linspace_out)));
+  OXIDE_IMPL(
+      m, "arange.start_out",
+      TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(
+          &at::native::arange_out)));
+  OXIDE_IMPL(m, "linspace.out",
+             TORCH_FN(static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, int64_t, at::Tensor&)>(
+                 &at::native::linspace_out)));
   OXIDE_IMPL(m, "logspace.out", TORCH_FN(logspace_out));
   OXIDE_IMPL(m, "eye.m_out", TORCH_FN(eye_out));
   OXIDE_IMPL(m, "eye.out", TORCH_FN(eye_n_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -18,13 +18,12 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   // The scalar converted to self's dtype with Scalar::to<T>, which raises on
   // overflow exactly as CPU's fill_ does; the kernel then copies those bytes.
   alignas(16) unsigned char element[16] = {};
-  AT_DISPATCH_V2(
-      self.scalar_type(), "fill_", AT_WRAP([&] {
-        const scalar_t v = value.to<scalar_t>();
-        std::memcpy(element, &v, sizeof(scalar_t));
-      }),
-      AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), AT_EXPAND(AT_FLOAT8_TYPES), AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES),
-      at::kHalf, at::kBFloat16, at::kBool, at::kComplexHalf);
+  AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] {
+                   const scalar_t v = value.to<scalar_t>();
+                   std::memcpy(element, &v, sizeof(scalar_t));
+                 }),
+                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), AT_EXPAND(AT_FLOAT8_TYPES),
+                 AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES), at::kHalf, at::kBFloat16, at::kBool, at::kComplexHalf);
   if (self.numel() == 0) {
     return self;
   }
@@ -34,16 +33,14 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 }
 
 at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
-  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ",
-              value.dim(), " dimensions.");
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
   return self.fill_(value.item());  // self may be a CPU tensor filled from a 0-dim oxide value
 }
 
-at::Tensor& zero_(at::Tensor& self) {
-  return fill_scalar(self, 0);
-}
+at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "fill_.Scalar", TORCH_FN(fill_scalar));
@@ -51,4 +48,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "zero_", TORCH_FN(zero_));
 }
 
-} // namespace oxide
+}  // namespace oxide

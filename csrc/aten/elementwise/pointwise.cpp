@@ -141,7 +141,6 @@ void check_scalar_fits(const c10::Scalar& s, at::ScalarType t) {
   }
 }
 
-
 void pointwise(at::TensorIteratorBase& iter, OxidePointwiseOp op, const ScalarArgs& scalars,
                std::optional<at::ScalarType> compute) {
   // Empty iterators still reach the kernel, which rejects unsupported dtypes as CPU does.
@@ -158,8 +157,8 @@ void pointwise(at::TensorIteratorBase& iter, OxidePointwiseOp op, const ScalarAr
       }
     }
   }
-  OXIDE_CHECK(oxide_pointwise(launch_on(iter), op, &args.abi, common ? static_cast<int32_t>(*common) : -1,
-                              scalars.abi()));
+  OXIDE_CHECK(
+      oxide_pointwise(launch_on(iter), op, &args.abi, common ? static_cast<int32_t>(*common) : -1, scalars.abi()));
 }
 
 namespace {
@@ -186,7 +185,8 @@ bool complex_on_cpu(at::TensorIteratorBase& iter, OxidePointwiseOp id, const c10
   const std::string name = "aten::" + op + " (complex)";
   switch (oxide_fallback_record(name.c_str())) {
     case OXIDE_FALLBACK_ERROR:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", name, "' has no native oxide kernel, and "
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", name,
+                                  "' has no native oxide kernel, and "
                                   "OXIDE_FALLBACK=error forbids running it on the CPU fallback");
     case OXIDE_FALLBACK_WARN:
       TORCH_WARN("oxide: operator '", name, "' has no native oxide kernel and runs on the CPU fallback.");
@@ -297,10 +297,18 @@ void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::op
                 std::optional<double> neginf) {
   double hi = 0;
   switch (iter.dtype(0)) {
-    case at::kHalf: hi = static_cast<double>(std::numeric_limits<c10::Half>::max()); break;
-    case at::kBFloat16: hi = static_cast<double>(std::numeric_limits<c10::BFloat16>::max()); break;
-    case at::kFloat: hi = std::numeric_limits<float>::max(); break;
-    default: hi = std::numeric_limits<double>::max(); break;
+    case at::kHalf:
+      hi = static_cast<double>(std::numeric_limits<c10::Half>::max());
+      break;
+    case at::kBFloat16:
+      hi = static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+      break;
+    case at::kFloat:
+      hi = std::numeric_limits<float>::max();
+      break;
+    default:
+      hi = std::numeric_limits<double>::max();
+      break;
   }
   ScalarArgs a;
   a.set(0, nan.value_or(0.0));
@@ -309,16 +317,16 @@ void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::op
   pointwise(iter, OXIDE_POINTWISE_nan_to_num, a);
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 // The structured unary ops with a stub of their own name: this one list drives both the
 // DispatchStub (`<op>_stub`) and the three registrations (`op`, `op_`, `op.out`) of each.
-#define OXIDE_UNARY_OPS(X) \
-  X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(ceil) X(cos) X(cosh) X(erf) X(erfc) X(erfinv) \
-  X(exp) X(exp2) X(expm1) X(floor) X(frac) X(log) X(log10) X(log1p) X(log2) X(neg) X(reciprocal) \
-  X(round) X(rsqrt) X(sigmoid) X(sign) X(sgn) X(sin) X(sinc) X(sinh) X(sqrt) X(tan) X(tanh) X(trunc) \
-  X(lgamma) X(bitwise_not)
+#define OXIDE_UNARY_OPS(X)                                                                                           \
+  X(acos)                                                                                                            \
+  X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(ceil) X(cos) X(cosh) X(erf) X(erfc) X(erfinv) X(exp) X(exp2) X(expm1) \
+      X(floor) X(frac) X(log) X(log10) X(log1p) X(log2) X(neg) X(reciprocal) X(round) X(rsqrt) X(sigmoid) X(sign)    \
+          X(sgn) X(sin) X(sinc) X(sinh) X(sqrt) X(tan) X(tanh) X(trunc) X(lgamma) X(bitwise_not)
 
 namespace at::native {
 // Stubs: one line each, op = the Rust kernel's name (an OXIDE_POINTWISE_* id: a misspelt name does not compile).
@@ -380,7 +388,7 @@ REGISTER_PRIVATEUSE1_DISPATCH(clamp_min_scalar_stub, &::oxide::clamp_min_scalar)
 REGISTER_PRIVATEUSE1_DISPATCH(clamp_max_scalar_stub, &::oxide::clamp_max_scalar)
 REGISTER_PRIVATEUSE1_DISPATCH(round_decimals_stub, &::oxide::round_decimals)
 REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &::oxide::nan_to_num)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 namespace {
@@ -397,7 +405,7 @@ at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& ot
   return at::remainder(wrapped, other);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::native;
@@ -408,7 +416,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_signbit_out, "signbit", "", "signbit.out");
   OXIDE_STRUCTURED(m, structured_isposinf_out, "isposinf", "", "isposinf.out");
   OXIDE_STRUCTURED(m, structured_isneginf_out, "isneginf", "", "isneginf.out");
-  OXIDE_STRUCTURED(m, structured_round_decimals_out, "round.decimals", "round_.decimals", "round.decimals_out", int64_t);
+  OXIDE_STRUCTURED(m, structured_round_decimals_out, "round.decimals", "round_.decimals", "round.decimals_out",
+                   int64_t);
   OXIDE_IMPL(m, "abs.out", TORCH_FN(abs_out));
   OXIDE_IMPL(m, "logical_not.out", TORCH_FN(logical_not_out));
   OXIDE_IMPL(m, "nan_to_num.out", TORCH_FN(nan_to_num_out));
@@ -431,7 +440,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_remainder_out, "remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out", T);
   // floor_divide: PyTorch's native functions over div_floor_stub.
   OXIDE_IMPL(m, "floor_divide", TORCH_FN(static_cast<at::Tensor (*)(T, T)>(&at::native::floor_divide)));
-  OXIDE_IMPL(m, "floor_divide_.Tensor", TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
+  OXIDE_IMPL(m, "floor_divide_.Tensor",
+             TORCH_FN(static_cast<at::Tensor& (*)(at::Tensor&, T)>(&at::native::floor_divide_)));
   OXIDE_IMPL(m, "floor_divide.out", TORCH_FN(at::native::floor_divide_out));
   OXIDE_IMPL(m, "remainder.Scalar_Tensor", TORCH_FN(remainder_scalar_tensor));
   OXIDE_STRUCTURED(m, structured_fmod_out, "fmod.Tensor", "fmod_.Tensor", "fmod.Tensor_out", T);
@@ -448,15 +458,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_heaviside_out, "heaviside", "heaviside_", "heaviside.out", T);
   OXIDE_STRUCTURED(m, structured_sigmoid_backward_out, "sigmoid_backward", "", "sigmoid_backward.grad_input", T);
   OXIDE_STRUCTURED(m, structured_tanh_backward_out, "tanh_backward", "", "tanh_backward.grad_input", T);
-#define OXIDE_BITWISE(n)                                                                                   \
-  OXIDE_STRUCTURED(m, structured_##n##_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T)
-  OXIDE_BITWISE(bitwise_and); OXIDE_BITWISE(bitwise_or); OXIDE_BITWISE(bitwise_xor);
-  OXIDE_BITWISE(bitwise_left_shift); OXIDE_BITWISE(bitwise_right_shift);
+#define OXIDE_BITWISE(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T)
+  OXIDE_BITWISE(bitwise_and);
+  OXIDE_BITWISE(bitwise_or);
+  OXIDE_BITWISE(bitwise_xor);
+  OXIDE_BITWISE(bitwise_left_shift);
+  OXIDE_BITWISE(bitwise_right_shift);
 #undef OXIDE_BITWISE
-#define OXIDE_COMPARE(n)                                                                                   \
-  OXIDE_STRUCTURED(m, structured_##n##_Tensor_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T);      \
+#define OXIDE_COMPARE(n)                                                                              \
+  OXIDE_STRUCTURED(m, structured_##n##_Tensor_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T); \
   OXIDE_STRUCTURED(m, structured_##n##_Scalar_out, #n ".Scalar", #n "_.Scalar", #n ".Scalar_out", S)
-  OXIDE_COMPARE(eq); OXIDE_COMPARE(ne); OXIDE_COMPARE(lt); OXIDE_COMPARE(le); OXIDE_COMPARE(gt);
+  OXIDE_COMPARE(eq);
+  OXIDE_COMPARE(ne);
+  OXIDE_COMPARE(lt);
+  OXIDE_COMPARE(le);
+  OXIDE_COMPARE(gt);
   OXIDE_COMPARE(ge);
 #undef OXIDE_COMPARE
   OXIDE_IMPL(m, "__lshift__.Scalar", TORCH_FN(static_cast<at::Tensor (*)(T, S)>(&__lshift__)));
@@ -480,8 +496,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_clamp_Tensor_out, "clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out", OptT, OptT);
   OXIDE_STRUCTURED(m, structured_clamp_min_out, "clamp_min", "clamp_min_", "clamp_min.out", S);
   OXIDE_STRUCTURED(m, structured_clamp_max_out, "clamp_max", "clamp_max_", "clamp_max.out", S);
-  OXIDE_STRUCTURED(m, structured_clamp_min_Tensor_out, "clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out", T);
-  OXIDE_STRUCTURED(m, structured_clamp_max_Tensor_out, "clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out", T);
+  OXIDE_STRUCTURED(m, structured_clamp_min_Tensor_out, "clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out",
+                   T);
+  OXIDE_STRUCTURED(m, structured_clamp_max_Tensor_out, "clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out",
+                   T);
   OXIDE_STRUCTURED(m, structured_addcmul_out, "addcmul", "addcmul_", "addcmul.out", T, T, S);
   OXIDE_STRUCTURED(m, structured_addcdiv_out, "addcdiv", "addcdiv_", "addcdiv.out", T, T, S);
   OXIDE_STRUCTURED(m, structured_lerp_Scalar, "lerp.Scalar", "lerp_.Scalar", "lerp.Scalar_out", T, S);
@@ -490,4 +508,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "where.self_out", TORCH_FN(where_self_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -126,9 +126,7 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
-at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
-  return at::native::view(self, size);
-}
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
   return at::native::_reshape_alias(self, size, stride);
@@ -155,7 +153,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self.key_set()) && dense(from.key_set());
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "empty.memory_format", TORCH_FN(empty_memory_format));
@@ -175,4 +173,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -87,9 +87,11 @@ at::Tensor roll(const at::Tensor& self, at::IntArrayRef shifts, at::IntArrayRef 
 }
 
 at::Tensor take_impl(const at::Tensor& self, const at::Tensor& index) {
-  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ", index.scalar_type());
-  TORCH_CHECK(self.device() == index.device(), "take(): self and index must be on the same device. self.device() = ",
-              self.device(), ", index.device() = ", index.device());
+  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ",
+              index.scalar_type());
+  TORCH_CHECK(self.device() == index.device(),
+              "take(): self and index must be on the same device. self.device() = ", self.device(),
+              ", index.device() = ", index.device());
   TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0), "take(): tried to take from an empty tensor");
   Indices idx;
   idx.push_back(index);
@@ -103,7 +105,7 @@ at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, Tril, "tril", "tril_", "tril.out", int64_t);
@@ -114,4 +116,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "take.out", TORCH_FN(take_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -50,14 +50,16 @@ void index_put_kernel(at::TensorIterator& iter, at::IntArrayRef sizes, at::IntAr
 // The accumulate (and deterministic) path of index_put_ on accelerators:
 // positions are found with the native `index` over a tensor of linear
 // offsets, then added serially by the Rust kernel (repeated indices sum up).
-void index_put_with_sort(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices,
-                         const at::Tensor& value, bool accumulate, bool /*unsafe*/) {
-  TORCH_CHECK(value.scalar_type() == self.scalar_type(), "Index put requires the source and destination dtypes match, got ",
-              self.scalar_type(), " for the destination and ", value.scalar_type(), " for the source.");
+void index_put_with_sort(at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, const at::Tensor& value,
+                         bool accumulate, bool /*unsafe*/) {
+  TORCH_CHECK(value.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ", self.scalar_type(),
+              " for the destination and ", value.scalar_type(), " for the source.");
   const auto lin = at::arange(self.numel(), self.options().dtype(at::kLong)).view(self.sizes());
   const auto pos = at::index(lin, indices);
-  TORCH_CHECK_INDEX(value.numel() == 1 || at::is_expandable_to(value.sizes(), pos.sizes()), "shape mismatch: value tensor of shape ",
-                    value.sizes(), " cannot be broadcast to indexing result of shape ", pos.sizes());
+  TORCH_CHECK_INDEX(value.numel() == 1 || at::is_expandable_to(value.sizes(), pos.sizes()),
+                    "shape mismatch: value tensor of shape ", value.sizes(),
+                    " cannot be broadcast to indexing result of shape ", pos.sizes());
   if (pos.numel() == 0) {
     return;
   }
@@ -81,14 +83,14 @@ void index_put_with_sort(at::Tensor& self, const c10::List<std::optional<at::Ten
   }
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(index_stub, &::oxide::index_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(index_put_stub, &::oxide::index_put_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(index_put_with_sort_stub, &::oxide::index_put_with_sort)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 namespace {
@@ -116,7 +118,8 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32 or int64 for index");
-  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "index_select(): self and result must have the same scalar type");
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(),
+              "index_select(): self and result must have the same scalar type");
   TORCH_CHECK(!(self.dim() == 0 && index.numel() != 1), "index_select(): Index to scalar can have only 1 value, got ",
               index.numel(), " value(s)");
   TORCH_CHECK(self.dim() == 0 || index.numel() == 0 || self.size(dim) > 0,
@@ -152,8 +155,9 @@ at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const c
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());
   if (at::has_internal_overlap(self) == at::MemOverlap::Yes) {
-    TORCH_WARN("Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before "
-               "performing this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
+    TORCH_WARN(
+        "Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before "
+        "performing this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
   }
   at::assert_no_partial_overlap(self, mask);
   check_scalar_fits(value, self.scalar_type());
@@ -177,7 +181,7 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   return masked_fill_scalar(self, mask, value.item());
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "index.Tensor", TORCH_FN(index));
@@ -189,4 +193,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "masked_fill_.Tensor", TORCH_FN(masked_fill_tensor));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -34,9 +34,7 @@ namespace {
 using Indices = c10::List<std::optional<at::Tensor>>;
 
 // 0-dim tensors take part as one-element vectors (gather/scatter/index_* address dim 0 of them).
-at::Tensor as_vector(const at::Tensor& t) {
-  return t.dim() == 0 ? t.reshape({1}) : t;
-}
+at::Tensor as_vector(const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; }
 
 // Index tensors that address, for every position of `index`, the element of a
 // tensor with `index` substituted along `dim` (the gather/scatter addressing).
@@ -115,17 +113,20 @@ void scatter_src(const at::Tensor& out, const at::Tensor& self, int64_t dim, con
 }
 
 struct ScatterSrc : at::meta::structured_scatter_src {
-  void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src, const at::Tensor& out) {
+  void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+            const at::Tensor& out) {
     scatter_src(out, self, dim, index, src, false);
   }
 };
 struct ScatterValue : at::meta::structured_scatter_value {
-  void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value, const at::Tensor& out) {
+  void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const c10::Scalar& value,
+            const at::Tensor& out) {
     scatter_into(out, self, dim, index, at::scalar_tensor(value, self.options()), false);
   }
 };
 struct ScatterAdd : at::meta::structured_scatter_add {
-  void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src, const at::Tensor& out) {
+  void impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
+            const at::Tensor& out) {
     scatter_src(out, self, dim, index, src, true);
   }
 };
@@ -156,8 +157,8 @@ at::Tensor scaled(const at::Tensor& source, const c10::Scalar& alpha, const at::
 }
 
 template <class Base>
-at::Tensor index_add_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                                const at::Tensor& source, const c10::Scalar& alpha) {
+at::Tensor index_add_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                                const c10::Scalar& alpha) {
   structured::Wrapper<Base, structured::Kind::Functional, 1> op;
   auto pre = op.meta(self, dim, index, source, alpha);
   index_along(op.outputs_[0], self, pre.dim, index, scaled(source, alpha, self), true);
@@ -182,7 +183,8 @@ at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor&
   return out;
 }
 template <class Base>
-at::Tensor index_copy_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+at::Tensor index_copy_functional(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                                 const at::Tensor& source) {
   structured::Wrapper<Base, structured::Kind::Functional, 1> op;
   auto pre = op.meta(self, dim, index, source);
   index_along(op.outputs_[0], self, pre.dim, index, source, false);
@@ -250,8 +252,8 @@ void scatter_reduce_run(const at::Tensor& self_, int64_t dim, const at::Tensor& 
   const auto index = as_vector(index_);
   const auto src = scalar ? src_ : as_vector(src_);
   dim = at::maybe_wrap_dim(dim, self.dim());
-  OXIDE_CHECK(oxide_scatter_reduce(launch_on(self), static_cast<int32_t>(reduce), static_cast<size_t>(dim), inout_arg(self),
-                                   in_arg(src), in_arg(index)));
+  OXIDE_CHECK(oxide_scatter_reduce(launch_on(self), static_cast<int32_t>(reduce), static_cast<size_t>(dim),
+                                   inout_arg(self), in_arg(src), in_arg(index)));
 }
 
 void scatter_reduce_kernel(const at::Tensor& self, const int64_t dim, const at::Tensor& index, const at::Tensor& src,
@@ -298,15 +300,15 @@ at::Tensor& masked_scatter_inplace(at::Tensor& self, const at::Tensor& mask, con
   return self;
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(scatter_reduce_stub, &::oxide::scatter_reduce_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(scatter_reduce_two_stub, &::oxide::scatter_reduce_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(scatter_scalar_reduce_stub, &::oxide::scatter_scalar_reduce_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(masked_scatter_stub, &::oxide::masked_scatter_kernel)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 
@@ -337,4 +339,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "masked_scatter_", TORCH_FN(masked_scatter_inplace));
 }
 
-} // namespace oxide
+}  // namespace oxide

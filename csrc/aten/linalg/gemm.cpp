@@ -23,8 +23,8 @@ namespace {
 // c = alpha * a @ b + beta * c for 2-d or 3-d operands of one dtype.
 // A conjugate or negative bit is materialised first; the kernel reads raw memory.
 void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, double beta, double alpha) {
-  TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ",
-              a_in.scalar_type(), " != ", b_in.scalar_type());
+  TORCH_CHECK(a_in.scalar_type() == b_in.scalar_type(),
+              "expected m1 and m2 to have the same dtype, but got: ", a_in.scalar_type(), " != ", b_in.scalar_type());
   const auto a = a_in.resolve_conj().resolve_neg();
   const auto b = b_in.resolve_conj().resolve_neg();
   const bool batched = c.dim() == 3;
@@ -92,14 +92,14 @@ struct Addmv : at::meta::structured_addmv {
 };
 
 void check_dot(const at::Tensor& self, const at::Tensor& other, const char* name) {
-  TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ", self.dim(), "D and ",
-              other.dim(), "D tensors");
+  TORCH_CHECK(self.dim() == 1 && other.dim() == 1, "1D tensors expected, but got ", self.dim(), "D and ", other.dim(),
+              "D tensors");
   TORCH_CHECK(self.scalar_type() == other.scalar_type(), name,
               " : expected both vectors to have same dtype, but found ", self.scalar_type(), " and ",
               other.scalar_type());
-  TORCH_CHECK(self.numel() == other.numel(), "inconsistent tensor size, expected tensor [", self.numel(),
-              "] and src [", other.numel(), "] to have the same number of elements, but got ", self.numel(),
-              " and ", other.numel(), " elements respectively");
+  TORCH_CHECK(self.numel() == other.numel(), "inconsistent tensor size, expected tensor [", self.numel(), "] and src [",
+              other.numel(), "] to have the same number of elements, but got ", self.numel(), " and ", other.numel(),
+              " elements respectively");
 }
 
 at::Tensor dot_impl(const at::Tensor& self, const at::Tensor& other) {
@@ -114,7 +114,7 @@ at::Tensor vdot(const at::Tensor& self, const at::Tensor& other) {
   return self.is_complex() ? dot_impl(self.conj(), other) : dot_impl(self, other);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using T = const at::Tensor&;
@@ -131,4 +131,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "addbmm.out", TORCH_FN(at::native::addbmm_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -67,23 +67,22 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (!at::globalContext().userEnabledOverrideableSDP()) {
     return math;
   }
-  auto p = sdp::normalize_unbatched_input(sdp::sdp_params{query, key, value, attn_mask, dropout_p, is_causal, enable_gqa});
+  auto p =
+      sdp::normalize_unbatched_input(sdp::sdp_params{query, key, value, attn_mask, dropout_p, is_causal, enable_gqa});
   constexpr std::array<at::ScalarType, 4> dtypes{at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
-  const bool ok = sdp::has_only_dense_inputs(p) && p.query.layout() == at::kStrided &&
-                  p.key.layout() == at::kStrided && p.value.layout() == at::kStrided &&
-                  p.key.device() == p.query.device() && p.value.device() == p.query.device() &&
-                  sdp::check_tensor_shapes(p, false) && sdp::check_tensor_dtype(p, dtypes, false) &&
+  const bool ok = sdp::has_only_dense_inputs(p) && p.query.layout() == at::kStrided && p.key.layout() == at::kStrided &&
+                  p.value.layout() == at::kStrided && p.key.device() == p.query.device() &&
+                  p.value.device() == p.query.device() && sdp::check_tensor_shapes(p, false) &&
+                  sdp::check_tensor_dtype(p, dtypes, false) &&
                   sdp::check_batch_size_and_num_heads_dense</*supports_gqa=*/true>(p, false) &&
                   sdp::check_nonzero_sequence_lengths_dense(p, false) && p.query.size(-1) > 0 &&
-                  p.query.size(-1) == p.key.size(-1) && p.key.size(-2) == p.value.size(-2) &&
-                  mask_supported(p) && !(is_causal && attn_mask.has_value());
+                  p.query.size(-1) == p.key.size(-1) && p.key.size(-2) == p.value.size(-2) && mask_supported(p) &&
+                  !(is_causal && attn_mask.has_value());
   return ok ? static_cast<int64_t>(sdp::SDPBackend::overrideable) : math;
 }
 
 // Inputs of one call normalised to 4-d: 3-d (unbatched) operands get a batch of 1.
-at::Tensor batched(const at::Tensor& t, bool unbatched) {
-  return unbatched && t.defined() ? t.unsqueeze(0) : t;
-}
+at::Tensor batched(const at::Tensor& t, bool unbatched) { return unbatched && t.defined() ? t.unsqueeze(0) : t; }
 
 struct Problem {
   OxideAttention desc{};
@@ -128,9 +127,7 @@ Problem describe(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 }
 
 // logsumexp is kept in the compute type: float, or double for double inputs.
-c10::ScalarType lse_type(c10::ScalarType t) {
-  return t == at::kDouble ? at::kDouble : at::kFloat;
-}
+c10::ScalarType lse_type(c10::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
 fused_attention(const at::Tensor& query_, const at::Tensor& key_, const at::Tensor& value_,
@@ -144,9 +141,8 @@ fused_attention(const at::Tensor& query_, const at::Tensor& key_, const at::Tens
   const int64_t B = q.size(0), Hq = q.size(1), L = q.size(2), Ev = v.size(3);
   // The output follows the query's layout when it is a transposed [B, L, H, E]
   // buffer (what attention modules pass), as PyTorch's meta function does.
-  at::Tensor out = q.stride(1) < q.stride(2) && q.stride(2) > 0
-                       ? at::empty({B, L, Hq, Ev}, q.options()).transpose(1, 2)
-                       : at::empty({B, Hq, L, Ev}, q.options());
+  at::Tensor out = q.stride(1) < q.stride(2) && q.stride(2) > 0 ? at::empty({B, L, Hq, Ev}, q.options()).transpose(1, 2)
+                                                                : at::empty({B, Hq, L, Ev}, q.options());
   const auto lse = at::empty({B, Hq, L}, q.options().dtype(lse_type(q.scalar_type())));
   int64_t seed = 0, offset = 0;
   if (dropout_p > 0.0) {
@@ -200,8 +196,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
   // dims are then summed (sum_to), as autograd would for an expanded input.
   at::Tensor gb_full = want_bias ? at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options()) : at::Tensor();
   OXIDE_CHECK(oxide_attention_backward(launch_on(q), out_arg(gq), out_arg(gk), out_arg(gv), out_arg(gb_full),
-                                       in_arg(grad_out), in_arg(out), in_arg(logsumexp), in_arg(q), in_arg(k), in_arg(v),
-                                       in_arg(p.bias), &p.desc));
+                                       in_arg(grad_out), in_arg(out), in_arg(logsumexp), in_arg(q), in_arg(k),
+                                       in_arg(v), in_arg(p.bias), &p.desc));
   at::Tensor gb;
   if (want_bias) {
     gb = gb_full.sizes() == attn_bias.sizes() ? gb_full : at::sum_to(gb_full, attn_bias.sizes());
@@ -210,12 +206,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
   return {unbatch(gq), unbatch(gk), unbatch(gv), gb};
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &oxide::fused_sdp_choice)
-} // namespace at::native
+}  // namespace at::native
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", TORCH_FN(oxide::fused_attention));

@@ -19,4 +19,4 @@ void into_contiguous(const at::Tensor& out, F&& kernel) {
   }
 }
 
-} // namespace oxide
+}  // namespace oxide

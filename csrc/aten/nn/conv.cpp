@@ -74,22 +74,21 @@ OxideConv describe(const at::Tensor& input, const at::Tensor& weight, const at::
 }
 
 // The kernels read contiguous memory without a negative bit.
-at::Tensor dense(const at::Tensor& t) {
-  return t.resolve_neg().contiguous();
-}
+at::Tensor dense(const at::Tensor& t) { return t.resolve_neg().contiguous(); }
 
-at::Tensor convolution(const at::Tensor& input_in, const at::Tensor& weight_in, const std::optional<at::Tensor>& bias_in,
-                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
-                       at::IntArrayRef output_padding, int64_t groups) {
+at::Tensor convolution(const at::Tensor& input_in, const at::Tensor& weight_in,
+                       const std::optional<at::Tensor>& bias_in, at::IntArrayRef stride, at::IntArrayRef padding,
+                       at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups) {
   const auto input = dense(input_in);
   const auto weight = dense(weight_in);
   const auto bias = bias_in.has_value() && bias_in->defined() ? dense(*bias_in) : at::Tensor();
   TORCH_CHECK(input.dim() == weight.dim() && input.dim() >= 3, "convolution on oxide expects input and weight of ",
               "equal dimension (3 to 5), got ", input.sizes(), " and ", weight.sizes());
   // A transposed convolution's output is the input its adjoint convolution would take.
-  const auto sizes = transposed ? at::native::conv_input_size(input.sizes(), weight.sizes(), padding, output_padding,
-                                                              stride, dilation, groups)
-                                : at::native::conv_output_size(input.sizes(), weight.sizes(), padding, stride, dilation);
+  const auto sizes = transposed
+                         ? at::native::conv_input_size(input.sizes(), weight.sizes(), padding, output_padding, stride,
+                                                       dilation, groups)
+                         : at::native::conv_output_size(input.sizes(), weight.sizes(), padding, stride, dilation);
   auto output = at::empty(sizes, input.options());
   const auto c = describe(input, weight, output, stride, padding, dilation, transposed, groups);
   if (transposed) {
@@ -97,22 +96,24 @@ at::Tensor convolution(const at::Tensor& input_in, const at::Tensor& weight_in, 
     // padding would add output positions no input position reaches.
     for (size_t d = 0; d < output_padding.size(); ++d) {
       TORCH_CHECK(output_padding[d] < stride[d] || output_padding[d] < dilation[d],
-                  "output padding must be smaller than either stride or dilation, got output_padding ",
-                  output_padding, ", stride ", stride, " and dilation ", dilation);
+                  "output padding must be smaller than either stride or dilation, got output_padding ", output_padding,
+                  ", stride ", stride, " and dilation ", dilation);
     }
   }
-  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == c.out_channels &&
-                                  bias.scalar_type() == input.scalar_type()),
+  TORCH_CHECK(!bias.defined() ||
+                  (bias.dim() == 1 && bias.size(0) == c.out_channels && bias.scalar_type() == input.scalar_type()),
               "convolution expects a bias of shape [", c.out_channels, "] and dtype ", input.scalar_type(), ", got ",
               bias.sizes(), " and ", bias.scalar_type());
   OXIDE_CHECK(oxide_convolution(launch_on(output), out_arg(output), in_arg(input), in_arg(weight), in_arg(bias), &c));
   return output;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
-    const at::Tensor& grad_output_in, const at::Tensor& input_in, const at::Tensor& weight_in, at::IntArrayRef stride,
-    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef /*output_padding*/,
-    int64_t groups, std::array<bool, 3> output_mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(const at::Tensor& grad_output_in,
+                                                                    const at::Tensor& input_in,
+                                                                    const at::Tensor& weight_in, at::IntArrayRef stride,
+                                                                    at::IntArrayRef padding, at::IntArrayRef dilation,
+                                                                    bool transposed, at::IntArrayRef /*output_padding*/,
+                                                                    int64_t groups, std::array<bool, 3> output_mask) {
   const auto grad_output = dense(grad_output_in);
   // The input is read only for the weight gradient and the weight only for the input gradient.
   const auto input = output_mask[1] ? dense(input_in) : input_in;
@@ -129,18 +130,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     grad_bias = at::empty({c.out_channels}, grad_output.options());
   }
   // Unread operands are absent: they need not be dense.
-  OXIDE_CHECK(oxide_convolution_backward(launch_on(grad_output), out_arg(grad_input), out_arg(grad_weight),
-                                         out_arg(grad_bias), in_arg(grad_output),
-                                         in_arg(output_mask[1] ? input : at::Tensor()),
-                                         in_arg(output_mask[0] ? weight : at::Tensor()), &c));
+  OXIDE_CHECK(oxide_convolution_backward(
+      launch_on(grad_output), out_arg(grad_input), out_arg(grad_weight), out_arg(grad_bias), in_arg(grad_output),
+      in_arg(output_mask[1] ? input : at::Tensor()), in_arg(output_mask[0] ? weight : at::Tensor()), &c));
   return {grad_input, grad_weight, grad_bias};
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "convolution_overrideable", TORCH_FN(convolution));
   OXIDE_IMPL(m, "convolution_backward_overrideable", TORCH_FN(convolution_backward));
 }
 
-} // namespace oxide
+}  // namespace oxide

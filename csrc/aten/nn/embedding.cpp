@@ -35,9 +35,7 @@ void check_index_type(const at::Tensor& t, const char* name, int pos) {
               " instead (while checking arguments for embedding_bag)");
 }
 
-at::Tensor longs(const at::Tensor& t) {
-  return t.to(at::kLong).contiguous();
-}
+at::Tensor longs(const at::Tensor& t) { return t.to(at::kLong).contiguous(); }
 
 Four embedding_bag(T weight_, T indices_, T offsets_, bool /*scale_grad_by_freq*/, int64_t mode, bool /*sparse*/,
                    OptT per_sample_weights, bool include_last_offset, int64_t padding_idx) {
@@ -47,18 +45,21 @@ Four embedding_bag(T weight_, T indices_, T offsets_, bool /*scale_grad_by_freq*
   TORCH_CHECK(weight_.dim() == 2, "weight has to be a 2D Tensor, but got Tensor of dimension ", weight_.dim());
   TORCH_CHECK(at::isFloatingType(weight_.scalar_type()) && !at::isFloat8Type(weight_.scalar_type()),
               "Expected tensor for argument #1 'weight' to have one of the following scalar types: Half, BFloat16, "
-              "Float, Double; but got ", weight_.toString(), " instead (while checking arguments for embedding_bag)");
+              "Float, Double; but got ",
+              weight_.toString(), " instead (while checking arguments for embedding_bag)");
   TORCH_CHECK(mode >= 0 && mode <= 2, "`mode` must be sum, mean, or max.");
-  TORCH_CHECK(!include_last_offset || offsets_.size(0) >= 1, "include_last_offset: number of offset should be at least 1");
+  TORCH_CHECK(!include_last_offset || offsets_.size(0) >= 1,
+              "include_last_offset: number of offset should be at least 1");
   const bool has_psw = per_sample_weights.has_value() && per_sample_weights->defined();
   if (has_psw) {
     TORCH_CHECK(mode == 0, "embedding_bag: per_sample_weights only supported with mode='sum'");
     TORCH_CHECK(per_sample_weights->scalar_type() == weight_.scalar_type(),
                 "Expected tensor for argument #1 'weight' to have the same type as tensor for argument #1 "
-                "'per_sample_weights'; but type ", weight_.toString(), " does not equal ",
-                per_sample_weights->toString(), " (while checking arguments for embedding_bag)");
-    TORCH_CHECK(per_sample_weights->dim() == 1, "per_sample_weights has to be a 1D Tensor, but got Tensor of dimension ",
-                per_sample_weights->dim());
+                "'per_sample_weights'; but type ",
+                weight_.toString(), " does not equal ", per_sample_weights->toString(),
+                " (while checking arguments for embedding_bag)");
+    TORCH_CHECK(per_sample_weights->dim() == 1,
+                "per_sample_weights has to be a 1D Tensor, but got Tensor of dimension ", per_sample_weights->dim());
     TORCH_CHECK(per_sample_weights->numel() == indices_.numel(),
                 "Expected per_sample_weights.numel() == indices.numel() to be true, but got false.");
   }
@@ -102,8 +103,8 @@ at::Tensor dense_backward(T grad_, T indices_, T offset2bag_, T bag_size_, T max
   TORCH_CHECK(mode != 2 || max_indices.numel() == grad.numel(), "embedding_bag backward: max_indices of shape ",
               max_indices_.sizes(), " for a gradient of shape ", grad.sizes());
   const auto psw = has_psw ? per_sample_weights->to(grad.scalar_type()).contiguous() : at::Tensor();
-  TORCH_CHECK(!has_psw || psw.numel() == indices.numel(), "embedding_bag backward: per_sample_weights has ", psw.numel(),
-              " entries for ", indices.numel(), " indices");
+  TORCH_CHECK(!has_psw || psw.numel() == indices.numel(), "embedding_bag backward: per_sample_weights has ",
+              psw.numel(), " entries for ", indices.numel(), " indices");
   const int64_t nw = num_weights.guard_int(__FILE__, __LINE__);
   auto grad_weight = at::empty({nw, grad.size(1)}, grad.options());
   OXIDE_CHECK(oxide_embedding_bag_backward(launch_on(grad), out_arg(grad_weight), in_arg(grad), in_arg(indices),
@@ -143,12 +144,12 @@ at::Tensor per_sample_weights_backward(T grad_, T weight_, T indices_, T /*offse
   TORCH_CHECK(offset2bag.numel() == indices.numel(), "embedding_bag backward: offset2bag has ", offset2bag.numel(),
               " entries for ", indices.numel(), " indices");
   auto out = at::empty({indices.numel()}, grad.options());
-  OXIDE_CHECK(oxide_embedding_bag_per_sample_weights_backward(launch_on(grad), out_arg(out), in_arg(grad), in_arg(weight),
-                                                             in_arg(indices), in_arg(offset2bag), padding_idx));
+  OXIDE_CHECK(oxide_embedding_bag_per_sample_weights_backward(
+      launch_on(grad), out_arg(out), in_arg(grad), in_arg(weight), in_arg(indices), in_arg(offset2bag), padding_idx));
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_embedding_bag", TORCH_FN(embedding_bag));
@@ -160,4 +161,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "embedding_dense_backward", TORCH_FN(embedding_dense_backward));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -37,10 +37,8 @@ void run(const at::Tensor& src, const at::Tensor& dst, const OxideUnfold& u, boo
 
 // The window; batch, channels and image extents come from the image operand.
 OxideUnfold geometry(IA kernel_size, IA dilation, IA padding, IA stride) {
-  return OxideUnfold{{kernel_size[0], kernel_size[1]},
-                     {stride[0], stride[1]},
-                     {padding[0], padding[1]},
-                     {dilation[0], dilation[1]}};
+  return OxideUnfold{
+      {kernel_size[0], kernel_size[1]}, {stride[0], stride[1]}, {padding[0], padding[1]}, {dilation[0], dilation[1]}};
 }
 
 at::Tensor& im2col_out(const at::Tensor& self, IA kernel_size, IA dilation, IA padding, IA stride, at::Tensor& out) {
@@ -80,8 +78,7 @@ at::Tensor& col2im_out(const at::Tensor& self, IA output_size, IA kernel_size, I
     shape.erase(shape.begin());
   }
   at::native::resize_output(out, shape);
-  run(input, batched ? out : out.unsqueeze(0),
-      geometry(kernel_size, dilation, padding, stride), true);
+  run(input, batched ? out : out.unsqueeze(0), geometry(kernel_size, dilation, padding, stride), true);
   return out;
 }
 
@@ -90,7 +87,7 @@ at::Tensor col2im(const at::Tensor& self, IA output_size, IA kernel_size, IA dil
   return col2im_out(self, output_size, kernel_size, dilation, padding, stride, out);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "im2col", TORCH_FN(im2col));
@@ -99,4 +96,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "col2im.out", TORCH_FN(col2im_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

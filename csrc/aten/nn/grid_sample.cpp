@@ -16,10 +16,10 @@ namespace {
 using T = const at::Tensor&;
 
 void check_dtypes(const at::Tensor& input, const at::Tensor& grid, const char* name) {
-  TORCH_CHECK(input.scalar_type() == grid.scalar_type(), "expected scalar type ", input.scalar_type(),
-              " but found ", grid.scalar_type());
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()) && !at::isFloat8Type(input.scalar_type()),
-                              "\"", name, "\" not implemented for '", input.scalar_type(), "'");
+  TORCH_CHECK(input.scalar_type() == grid.scalar_type(), "expected scalar type ", input.scalar_type(), " but found ",
+              grid.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()) && !at::isFloat8Type(input.scalar_type()), "\"",
+                              name, "\" not implemented for '", input.scalar_type(), "'");
 }
 
 at::Tensor grid_sampler_2d(T input_, T grid_, int64_t interpolation, int64_t padding, bool align_corners) {
@@ -32,8 +32,8 @@ at::Tensor grid_sampler_2d(T input_, T grid_, int64_t interpolation, int64_t pad
   if (output.numel() == 0) {
     return output;
   }
-  OXIDE_CHECK(oxide_grid_sample_2d(launch_on(input), out_arg(output), in_arg(input), in_arg(grid), interpolation, padding,
-                                   align_corners));
+  OXIDE_CHECK(oxide_grid_sample_2d(launch_on(input), out_arg(output), in_arg(input), in_arg(grid), interpolation,
+                                   padding, align_corners));
   return output;
 }
 
@@ -59,11 +59,11 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_backward(T grad_output_, T in
   return {grad_input, grad_grid};
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "grid_sampler_2d", TORCH_FN(grid_sampler_2d));
   OXIDE_IMPL(m, "grid_sampler_2d_backward", TORCH_FN(grid_sampler_2d_backward));
 }
 
-} // namespace oxide
+}  // namespace oxide

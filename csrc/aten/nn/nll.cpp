@@ -37,8 +37,8 @@ std::optional<at::Tensor> weights(const at::Tensor& input, const at::Tensor* wei
   if (weight == nullptr || !weight->defined()) {
     return std::nullopt;
   }
-  TORCH_CHECK(weight->scalar_type() == input.scalar_type(), "expected scalar type ", input.scalar_type(),
-              " but found ", weight->scalar_type());
+  TORCH_CHECK(weight->scalar_type() == input.scalar_type(), "expected scalar type ", input.scalar_type(), " but found ",
+              weight->scalar_type());
   return weight->contiguous();
 }
 
@@ -84,19 +84,19 @@ struct NllLossBackward : at::meta::structured_nll_loss_backward {
 
 // nll_loss2d is not structured: its shape checks, as CPU makes them.
 void check_2d(T self, T target, OptT weight) {
-  TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of dimension: ",
-              target.dim());
-  TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of dimension: ",
-              self.dim());
+  TORCH_CHECK(target.dim() == 3,
+              "only batches of spatial targets supported (3D tensors) but got targets of dimension: ", target.dim());
+  TORCH_CHECK(self.dim() == 4,
+              "only batches of spatial inputs supported (4D tensors), but got input of dimension: ", self.dim());
   TORCH_CHECK(!weight.has_value() || !weight->defined() || weight->numel() == self.size(1),
               "weight tensor should be defined either for all or no classes");
   TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) && self.size(3) == target.size(2),
-              "input and target batch or spatial sizes don't match: target ", target.sizes(), ", input ",
-              self.sizes());
+              "input and target batch or spatial sizes don't match: target ", target.sizes(), ", input ", self.sizes());
 }
 
 std::tuple<at::Tensor&, at::Tensor&> nll_loss2d_out(T self, T target, OptT weight, int64_t reduction,
-                                                    int64_t ignore_index, at::Tensor& output, at::Tensor& total_weight) {
+                                                    int64_t ignore_index, at::Tensor& output,
+                                                    at::Tensor& total_weight) {
   check_2d(self, target, weight);
   if (reduction == 0) {
     at::native::resize_output(output, target.sizes());
@@ -127,19 +127,19 @@ at::Tensor nll_loss2d_backward(T grad_output, T self, T target, OptT weight, int
   return nll_loss2d_backward_out(grad_output, self, target, weight, reduction, ignore_index, total_weight, grad_input);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "nll_loss_forward", TORCH_FN((structured::functional2<NllLoss, T, T, OptT, int64_t, int64_t>)));
   OXIDE_IMPL(m, "nll_loss_forward.output", TORCH_FN((structured::out2<NllLoss, T, T, OptT, int64_t, int64_t>)));
   OXIDE_IMPL(m, "nll_loss_backward",
-         TORCH_FN((structured::functional<NllLossBackward, T, T, T, OptT, int64_t, int64_t, T>)));
+             TORCH_FN((structured::functional<NllLossBackward, T, T, T, OptT, int64_t, int64_t, T>)));
   OXIDE_IMPL(m, "nll_loss_backward.grad_input",
-         TORCH_FN((structured::out<NllLossBackward, T, T, T, OptT, int64_t, int64_t, T>)));
+             TORCH_FN((structured::out<NllLossBackward, T, T, T, OptT, int64_t, int64_t, T>)));
   OXIDE_IMPL(m, "nll_loss2d_forward", TORCH_FN(nll_loss2d));
   OXIDE_IMPL(m, "nll_loss2d_forward.output", TORCH_FN(nll_loss2d_out));
   OXIDE_IMPL(m, "nll_loss2d_backward", TORCH_FN(nll_loss2d_backward));
   OXIDE_IMPL(m, "nll_loss2d_backward.grad_input", TORCH_FN(nll_loss2d_backward_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

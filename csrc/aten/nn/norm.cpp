@@ -38,9 +38,7 @@ at::ScalarType param_dtype(const at::Tensor& input, std::initializer_list<const 
 }
 
 // A parameter as the kernels read it: contiguous, of `dtype` (undefined stays undefined).
-at::Tensor as_param(const at::Tensor& p, at::ScalarType dtype) {
-  return p.defined() ? p.to(dtype).contiguous() : p;
-}
+at::Tensor as_param(const at::Tensor& p, at::ScalarType dtype) { return p.defined() ? p.to(dtype).contiguous() : p; }
 
 struct NCS {
   size_t n, c, s;
@@ -64,8 +62,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm(T input, OptT weight_o
     TORCH_CHECK(rm.defined() && rv.defined(), "running_mean and running_var must be defined in evaluation mode");
   }
   for (const auto* r : {&rm, &rv}) {
-    TORCH_CHECK(!r->defined() || (r->numel() == static_cast<int64_t>(c) && r->is_contiguous() && r->scalar_type() == pdt),
-                "batch_norm: running statistics must be contiguous ", pdt, " tensors of ", c, " elements");
+    TORCH_CHECK(
+        !r->defined() || (r->numel() == static_cast<int64_t>(c) && r->is_contiguous() && r->scalar_type() == pdt),
+        "batch_norm: running statistics must be contiguous ", pdt, " tensors of ", c, " elements");
   }
   const auto w = as_param(get(weight_opt), pdt);
   const auto b = as_param(get(bias_opt), pdt);
@@ -117,16 +116,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward(T grad_out, T
   const auto si = as_param(get(save_invstd_opt), pdt);
   const auto rmc = as_param(rm, pdt);
   const auto rvc = as_param(rv, pdt);
-  TORCH_CHECK(!train || (sm.defined() && si.defined()), "batch_norm backward in training mode needs the saved statistics");
-  TORCH_CHECK(train || (rmc.defined() && rvc.defined()), "batch_norm backward in evaluation mode needs running statistics");
+  TORCH_CHECK(!train || (sm.defined() && si.defined()),
+              "batch_norm backward in training mode needs the saved statistics");
+  TORCH_CHECK(train || (rmc.defined() && rvc.defined()),
+              "batch_norm backward in evaluation mode needs running statistics");
   at::Tensor dx = mask[0] ? at::empty_like(x) : at::Tensor();
   at::Tensor dw = mask[1] ? at::empty({static_cast<int64_t>(c)}, x.options().dtype(pdt)) : at::Tensor();
   at::Tensor db = mask[2] ? at::empty({static_cast<int64_t>(c)}, x.options().dtype(pdt)) : at::Tensor();
   // Training reads the saved statistics, evaluation the running ones (the others may be empty).
   OXIDE_CHECK(oxide_batch_norm_backward(launch_on(x), out_arg(dx), out_arg(dw), out_arg(db), in_arg(g), in_arg(x),
-                                        in_arg(w), in_arg(train ? at::Tensor() : rmc), in_arg(train ? at::Tensor() : rvc),
-                                        in_arg(train ? sm : at::Tensor()), in_arg(train ? si : at::Tensor()), train,
-                                        eps));
+                                        in_arg(w), in_arg(train ? at::Tensor() : rmc),
+                                        in_arg(train ? at::Tensor() : rvc), in_arg(train ? sm : at::Tensor()),
+                                        in_arg(train ? si : at::Tensor()), train, eps));
   if (dx.defined()) {
     dx = dx.contiguous(input.suggest_memory_format());
   }
@@ -185,14 +186,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(T grad_out, T
 }
 
 void check_group_norm(T input, int64_t N, int64_t C, int64_t HxW, int64_t group) {
-  TORCH_CHECK(group > 0 && C % group == 0, "Expected number of channels in input to be divisible by num_groups, but got input of shape ",
+  TORCH_CHECK(group > 0 && C % group == 0,
+              "Expected number of channels in input to be divisible by num_groups, but got input of shape ",
               input.sizes(), " and num_groups=", group);
   TORCH_CHECK(input.numel() == N * C * HxW, "Expected the input to have N*C*HxW = ", N * C * HxW, " elements, got ",
               input.numel());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm(T input, OptT weight_opt, OptT bias_opt, int64_t N,
-                                                          int64_t C, int64_t HxW, int64_t group, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm(T input, OptT weight_opt, OptT bias_opt, int64_t N, int64_t C,
+                                                          int64_t HxW, int64_t group, double eps) {
   check_group_norm(input, N, C, HxW, group);
   const auto& weight = get(weight_opt);
   const auto& bias = get(bias_opt);
@@ -230,7 +232,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(T grad_out, T
   return {dx, dw, db};
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "native_batch_norm", TORCH_FN(batch_norm));
@@ -244,4 +246,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "native_group_norm_backward", TORCH_FN(group_norm_backward));
 }
 
-} // namespace oxide
+}  // namespace oxide

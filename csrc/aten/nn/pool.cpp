@@ -280,7 +280,7 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool3d_out(const at::Tensor& input, c10
   const Triple in{a.itime, a.iheight, a.iwidth};
   for (int k = 0; k < 3; ++k) {
     out[k] = at::native::pooling_output_shape<int64_t>(in[k], a.w.kernel[k], a.w.padding[k], a.w.stride[k],
-                                                        a.w.dilation[k], ceil_mode);
+                                                       a.w.dilation[k], ceil_mode);
   }
   max_pool3d_shape_check(input, a, out, "max_pool3d_with_indices_out_cpu_template()");
   std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end() - 3);
@@ -309,11 +309,11 @@ at::Tensor& max_pool3d_backward_out(const at::Tensor& grad_output, const at::Ten
   TORCH_CHECK(grad_output.dim() == input.dim(), "max_pool3d_with_indices_backward(): expected grad_output of ",
               input.dim(), " dims, got ", grad_output.sizes());
   const auto& w = a.w;
-  at::native::pool3d_backward_shape_check(
-      input, grad_output, indices, a.nslices, w.kernel[0], w.kernel[1], w.kernel[2], w.stride[0], w.stride[1],
-      w.stride[2], w.padding[0], w.padding[1], w.padding[2], w.dilation[0], w.dilation[1], w.dilation[2], a.itime,
-      a.iheight, a.iwidth, grad_output.size(-3), grad_output.size(-2), grad_output.size(-1),
-      "max_pool3d_with_indices_backward_out_cpu_template()");
+  at::native::pool3d_backward_shape_check(input, grad_output, indices, a.nslices, w.kernel[0], w.kernel[1], w.kernel[2],
+                                          w.stride[0], w.stride[1], w.stride[2], w.padding[0], w.padding[1],
+                                          w.padding[2], w.dilation[0], w.dilation[1], w.dilation[2], a.itime, a.iheight,
+                                          a.iwidth, grad_output.size(-3), grad_output.size(-2), grad_output.size(-1),
+                                          "max_pool3d_with_indices_backward_out_cpu_template()");
   grad_input.resize_(input.sizes(), input.dim() == 5 ? input.suggest_memory_format() : at::MemoryFormat::Contiguous);
   max_pool_backward(grad_input, grad_output, indices, 3);
   return grad_input;
@@ -332,8 +332,8 @@ at::Tensor max_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& 
 template <int N>
 at::Tensor& adaptive_avg_pool_out(const at::Tensor& input, c10::IntArrayRef output_size, at::Tensor& output) {
   const char* fn = N == 2 ? "adaptive_avg_pool2d()" : "adaptive_avg_pool3d()";
-  TORCH_CHECK(static_cast<int>(output_size.size()) == N, N == 2 ? "adaptive_avg_pool2d: output_size must be 2"
-                                                                : "adaptive_avg_pool3d: output_size must be 3");
+  TORCH_CHECK(static_cast<int>(output_size.size()) == N,
+              N == 2 ? "adaptive_avg_pool2d: output_size must be 2" : "adaptive_avg_pool3d: output_size must be 3");
   TORCH_CHECK(input.dim() == N + 1 || input.dim() == N + 2, fn, ": Expected ", N + 1, "D or ", N + 2,
               "D tensor, but got ", input.sizes());
   at::native::check_non_empty_dims(input, input.dim() == N + 2 ? 1 : 0, fn, "input");
@@ -369,8 +369,8 @@ at::Tensor& adaptive_avg_pool_backward_out(const at::Tensor& grad_output, const 
               grad_output.sizes());
   TORCH_CHECK(input.dtype() == grad_output.dtype(), "expected dtype ", input.dtype(),
               " for `grad_output` but got dtype ", grad_output.dtype());
-  TORCH_CHECK(input.dtype() == grad_input.dtype(), "expected dtype ", input.dtype(),
-              " for `grad_input` but got dtype ", grad_input.dtype());
+  TORCH_CHECK(input.dtype() == grad_input.dtype(), "expected dtype ", input.dtype(), " for `grad_input` but got dtype ",
+              grad_input.dtype());
   check_floating(input, fn);
   const auto format = N == 2 && input.dim() == 4 ? input.suggest_memory_format() : at::MemoryFormat::Contiguous;
   grad_input.resize_(input.sizes(), format);
@@ -384,7 +384,7 @@ at::Tensor adaptive_avg_pool_backward(const at::Tensor& grad_output, const at::T
   return adaptive_avg_pool_backward_out<N>(grad_output, input, grad_input);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   namespace s = structured;
@@ -394,9 +394,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "max_pool2d_with_indices", TORCH_FN((s::functional2<MaxPool2d, T, IA, IA, IA, IA, bool>)));
   OXIDE_IMPL(m, "max_pool2d_with_indices.out", TORCH_FN((s::out2<MaxPool2d, T, IA, IA, IA, IA, bool>)));
   OXIDE_IMPL(m, "max_pool2d_with_indices_backward",
-         TORCH_FN((s::functional<MaxPool2dBackward, T, T, IA, IA, IA, IA, bool, T>)));
+             TORCH_FN((s::functional<MaxPool2dBackward, T, T, IA, IA, IA, IA, bool, T>)));
   OXIDE_IMPL(m, "max_pool2d_with_indices_backward.grad_input",
-         TORCH_FN((s::out<MaxPool2dBackward, T, T, IA, IA, IA, IA, bool, T>)));
+             TORCH_FN((s::out<MaxPool2dBackward, T, T, IA, IA, IA, IA, bool, T>)));
   OXIDE_IMPL(m, "max_pool3d_with_indices", TORCH_FN(max_pool3d));
   OXIDE_IMPL(m, "max_pool3d_with_indices.out", TORCH_FN(max_pool3d_out));
   OXIDE_IMPL(m, "max_pool3d_with_indices_backward", TORCH_FN(max_pool3d_backward));
@@ -404,12 +404,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
   OXIDE_IMPL(m, "avg_pool2d", TORCH_FN((s::functional<AvgPool2d, T, IA, IA, IA, bool, bool, OptI>)));
   OXIDE_IMPL(m, "avg_pool2d.out", TORCH_FN((s::out<AvgPool2d, T, IA, IA, IA, bool, bool, OptI>)));
-  OXIDE_IMPL(m, "avg_pool2d_backward", TORCH_FN((s::functional<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
-  OXIDE_IMPL(m, "avg_pool2d_backward.grad_input", TORCH_FN((s::out<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool2d_backward",
+             TORCH_FN((s::functional<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool2d_backward.grad_input",
+             TORCH_FN((s::out<AvgPool2dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
   OXIDE_IMPL(m, "avg_pool3d", TORCH_FN((s::functional<AvgPool3d, T, IA, IA, IA, bool, bool, OptI>)));
   OXIDE_IMPL(m, "avg_pool3d.out", TORCH_FN((s::out<AvgPool3d, T, IA, IA, IA, bool, bool, OptI>)));
-  OXIDE_IMPL(m, "avg_pool3d_backward", TORCH_FN((s::functional<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
-  OXIDE_IMPL(m, "avg_pool3d_backward.grad_input", TORCH_FN((s::out<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool3d_backward",
+             TORCH_FN((s::functional<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
+  OXIDE_IMPL(m, "avg_pool3d_backward.grad_input",
+             TORCH_FN((s::out<AvgPool3dBackward, T, T, IA, IA, IA, bool, bool, OptI>)));
 
   OXIDE_IMPL(m, "_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool<2>));
   OXIDE_IMPL(m, "adaptive_avg_pool2d.out", TORCH_FN(adaptive_avg_pool_out<2>));
@@ -429,4 +433,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "adaptive_max_pool3d_backward.grad_input", TORCH_FN((s::out<AdaptiveMaxPool3dBackward, T, T, T>)));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -41,8 +41,7 @@ struct Axis {
   int64_t in;
   std::vector<std::vector<int64_t>> src;
   std::vector<std::vector<double>> w;
-  Axis(int64_t dim_, int64_t in_, size_t taps, bool weighted)
-      : dim(dim_), in(in_), src(taps), w(weighted ? taps : 0) {}
+  Axis(int64_t dim_, int64_t in_, size_t taps, bool weighted) : dim(dim_), in(in_), src(taps), w(weighted ? taps : 0) {}
   int64_t out() const { return static_cast<int64_t>(src[0].size()); }
   bool weighted() const { return !w.empty(); }
 };
@@ -59,9 +58,7 @@ at::Tensor weight_tensor(const std::vector<double>& w, const at::Tensor& like, i
 }
 
 // Half types compute in float, as CPU's kernels do.
-at::Tensor widened(const at::Tensor& x) {
-  return at::isReducedFloatingType(x.scalar_type()) ? x.to(at::kFloat) : x;
-}
+at::Tensor widened(const at::Tensor& x) { return at::isReducedFloatingType(x.scalar_type()) ? x.to(at::kFloat) : x; }
 
 at::Tensor resample_forward(const at::Tensor& input, const std::vector<Axis>& axes) {
   at::Tensor x = widened(input);
@@ -80,7 +77,8 @@ at::Tensor resample_forward(const at::Tensor& input, const std::vector<Axis>& ax
   return x.to(input.scalar_type()).contiguous(input.suggest_memory_format());
 }
 
-at::Tensor resample_backward(const at::Tensor& grad_output, c10::IntArrayRef input_size, const std::vector<Axis>& axes) {
+at::Tensor resample_backward(const at::Tensor& grad_output, c10::IntArrayRef input_size,
+                             const std::vector<Axis>& axes) {
   at::Tensor g = widened(grad_output);
   for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
     const auto& a = *it;
@@ -92,7 +90,8 @@ at::Tensor resample_backward(const at::Tensor& grad_output, c10::IntArrayRef inp
     }
     g = acc;
   }
-  TORCH_CHECK(g.sizes() == input_size, "resample backward: expected a gradient of size ", input_size, ", got ", g.sizes());
+  TORCH_CHECK(g.sizes() == input_size, "resample backward: expected a gradient of size ", input_size, ", got ",
+              g.sizes());
   return g.to(grad_output.scalar_type());
 }
 
@@ -271,9 +270,7 @@ at::Tensor interp_backward(T grad, IA output_size, IA input_size, bool align_cor
                                           input_size, output_size, align_corners, scales));
 }
 
-at::Tensor linear1d(T self, IA os, bool ac, OptD s) {
-  return interp_forward<1, false>(self, os, ac, {s});
-}
+at::Tensor linear1d(T self, IA os, bool ac, OptD s) { return interp_forward<1, false>(self, os, ac, {s}); }
 at::Tensor& linear1d_out(T self, IA os, bool ac, OptD s, at::Tensor& out) {
   const auto r = linear1d(self, os, ac, s);
   at::native::resize_output(out, r.sizes());
@@ -358,7 +355,8 @@ std::vector<Axis> bilinear_axes(bool dbl, IA input_size, IA output_size, bool al
 }
 at::Tensor bilinear2d(T self, IA output_size, bool align_corners, OptD sh, OptD sw) {
   at::native::upsample_2d_common_check(self.sizes(), output_size);
-  return resample_forward(self, bilinear_axes(self.scalar_type() == at::kDouble, self.sizes(), output_size, align_corners, sh, sw));
+  return resample_forward(
+      self, bilinear_axes(self.scalar_type() == at::kDouble, self.sizes(), output_size, align_corners, sh, sw));
 }
 at::Tensor& bilinear2d_out(T self, IA output_size, bool align_corners, OptD sh, OptD sw, at::Tensor& out) {
   const auto r = bilinear2d(self, output_size, align_corners, sh, sw);
@@ -366,8 +364,9 @@ at::Tensor& bilinear2d_out(T self, IA output_size, bool align_corners, OptD sh, 
   return out.copy_(r);
 }
 at::Tensor bilinear2d_backward(T grad, IA output_size, IA input_size, bool align_corners, OptD sh, OptD sw) {
-  return resample_backward(grad, input_size,
-                           bilinear_axes(grad.scalar_type() == at::kDouble, input_size, output_size, align_corners, sh, sw));
+  return resample_backward(
+      grad, input_size,
+      bilinear_axes(grad.scalar_type() == at::kDouble, input_size, output_size, align_corners, sh, sw));
 }
 at::Tensor& bilinear2d_backward_out(T grad, IA output_size, IA input_size, bool align_corners, OptD sh, OptD sw,
                                     at::Tensor& gi) {
@@ -376,13 +375,13 @@ at::Tensor& bilinear2d_backward_out(T grad, IA output_size, IA input_size, bool 
   return gi.copy_(r);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-#define OXIDE_PAD(name, K, R)                                                          \
-  OXIDE_IMPL(m, #name, TORCH_FN((pad<K, R>)));                                               \
-  OXIDE_IMPL(m, #name ".out", TORCH_FN((pad_out<K, R>)));                                    \
-  OXIDE_IMPL(m, #name "_backward", TORCH_FN((pad_backward<K, R>)));                          \
+#define OXIDE_PAD(name, K, R)                                       \
+  OXIDE_IMPL(m, #name, TORCH_FN((pad<K, R>)));                      \
+  OXIDE_IMPL(m, #name ".out", TORCH_FN((pad_out<K, R>)));           \
+  OXIDE_IMPL(m, #name "_backward", TORCH_FN((pad_backward<K, R>))); \
   OXIDE_IMPL(m, #name "_backward.grad_input", TORCH_FN((pad_backward_out<K, R>)))
   OXIDE_PAD(reflection_pad1d, 1, true);
   OXIDE_PAD(reflection_pad2d, 2, true);
@@ -417,4 +416,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "upsample_bicubic2d_backward.grad_input", TORCH_FN(bicubic2d_backward_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -106,7 +106,7 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(T igates, T hgates, T hx, OptT b_ih,
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_backward(T grad_hy, T workspace,
-                                                                                        bool has_bias) {
+                                                                                         bool has_bias) {
   const char* op = "_thnn_fused_gru_cell_backward";
   TORCH_CHECK(workspace.dim() == 2 && workspace.size(1) % 5 == 0, op, ": expected a [B, 5H] workspace, got ",
               workspace.sizes());
@@ -126,7 +126,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
   return {grad_input_gates, grad_hidden_gates, grad_hx, gib, ghb};
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_thnn_fused_lstm_cell", TORCH_FN(lstm_cell));
@@ -135,4 +135,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_thnn_fused_gru_cell_backward", TORCH_FN(gru_cell_backward));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -79,8 +79,8 @@ void check_args(const char* op, const at::Tensor& x, at::TensorList hx, const st
   for (const auto& h : hx) {
     TORCH_CHECK(h.dim() == 3 && h.size(0) == num_layers * dirs && h.size(1) == B && h.size(2) == H, op,
                 ": expected hidden state of shape [", num_layers * dirs, ", ", B, ", ", H, "], got ", h.sizes());
-    TORCH_CHECK(h.device() == x.device(), op, ": input and hidden state must be on the same device, got ",
-                x.device(), " and ", h.device());
+    TORCH_CHECK(h.device() == x.device(), op, ": input and hidden state must be on the same device, got ", x.device(),
+                " and ", h.device());
     TORCH_CHECK(h.scalar_type() == x.scalar_type(), op, ": input and hidden state must have the same dtype, got ",
                 x.scalar_type(), " and ", h.scalar_type());
   }
@@ -136,8 +136,11 @@ Steps run_steps(Cell cell, const at::Tensor& x, at::Tensor h, at::Tensor c, cons
   }
   const auto igates = project(x, w.w_ih, bias_ih);
   const auto w_hh_t = w.w_hh.t();
-  Steps st{std::vector<at::Tensor>(T), std::vector<at::Tensor>(keep && lstm ? T : 0),
-           std::vector<at::Tensor>(keep ? T : 0), {}, {}};
+  Steps st{std::vector<at::Tensor>(T),
+           std::vector<at::Tensor>(keep && lstm ? T : 0),
+           std::vector<at::Tensor>(keep ? T : 0),
+           {},
+           {}};
   for (int64_t s = 0; s < T; ++s) {
     const int64_t t = reverse ? T - 1 - s : s;
     at::Tensor workspace;
@@ -164,8 +167,8 @@ Steps run_steps(Cell cell, const at::Tensor& x, at::Tensor h, at::Tensor c, cons
 // and the final state(s). Runs where LayerFunction does not (see
 // `run_direction`) and rebuilds a differentiable graph for its double backward.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction_composite(Cell cell, const at::Tensor& x,
-                                                                      const at::Tensor& h, const at::Tensor& c,
-                                                                      const Weights& w, bool reverse) {
+                                                                       const at::Tensor& h, const at::Tensor& c,
+                                                                       const Weights& w, bool reverse) {
   auto st = run_steps(cell, x, h, c, w, reverse, /*keep=*/false);
   return {at::stack(st.hs, 0), st.h, st.c};
 }
@@ -186,10 +189,9 @@ using torch::autograd::variable_list;
 // the weights (placeholder biases without bias), then `lstm`, `has_bias` and
 // `reverse`. Outputs: (out [T, B, H], h_n [B, H]) plus c_n for LSTM.
 struct LayerFunction : torch::autograd::Function<LayerFunction> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h0,
-                               const at::Tensor& c0_in, const at::Tensor& w_ih, const at::Tensor& w_hh,
-                               const at::Tensor& b_ih_in, const at::Tensor& b_hh_in, bool lstm, bool has_bias,
-                               bool reverse) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h0, const at::Tensor& c0_in,
+                               const at::Tensor& w_ih, const at::Tensor& w_hh, const at::Tensor& b_ih_in,
+                               const at::Tensor& b_hh_in, bool lstm, bool has_bias, bool reverse) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     // Absent operands arrive as placeholders (see `run_direction`).
     const at::Tensor c0 = lstm ? c0_in : at::Tensor();
@@ -203,8 +205,8 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
     // state each step's recurrent product read (h0 first, in forward order), not
     // `out` or h_n: like the composite's graph, the backward then does not
     // depend on outputs the caller may modify in place.
-    variable_list saved{x, h0, c0, w_ih, w_hh, b_ih, b_hh, lstm ? at::stack(st.cs, 0) : at::Tensor(),
-                        at::stack(st.ws, 0)};
+    variable_list saved{
+        x, h0, c0, w_ih, w_hh, b_ih, b_hh, lstm ? at::stack(st.cs, 0) : at::Tensor(), at::stack(st.ws, 0)};
     for (int64_t s = 0; s + 1 < T; ++s) {
       saved.push_back(hs[reverse ? T - 1 - s : s]);
     }
@@ -327,7 +329,7 @@ struct LayerFunction : torch::autograd::Function<LayerFunction> {
 // One direction of one layer: a single autograd node when a gradient is
 // wanted, else the composite (nothing to save).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at::Tensor& x, const at::Tensor& h,
-                                                            const at::Tensor& c, const Weights& w, bool reverse) {
+                                                             const at::Tensor& c, const Weights& w, bool reverse) {
   bool wants_grad = false, forward_ad = false;
   if (at::GradMode::is_enabled()) {
     for (const auto* t : {&x, &h, &c, &w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) {
@@ -344,8 +346,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at
   const auto included = c10::impl::tls_local_dispatch_key_set().included_;
   const bool functorch = included.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode) ||
                          included.has(c10::DispatchKey::FuncTorchDynamicLayerBackMode);
-  if (!wants_grad || forward_ad || functorch ||
-      at::autocast::is_autocast_enabled(c10::DeviceType::PrivateUse1)) {
+  if (!wants_grad || forward_ad || functorch || at::autocast::is_autocast_enabled(c10::DeviceType::PrivateUse1)) {
     return run_direction_composite(cell, x, h, c, w, reverse);
   }
   const bool lstm = cell == Cell::LSTM;
@@ -353,17 +354,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_direction(Cell cell, const at
   // Function::apply records every tensor argument's device and dtype, so an
   // absent one (GRU's cell state, biases) travels as an empty placeholder.
   const auto absent = [&](const at::Tensor& t) { return t.defined() ? t : at::empty({0}, x.options()); };
-  auto r = LayerFunction::apply(x, h, absent(c), w.w_ih, w.w_hh, absent(w.b_ih), absent(w.b_hh), lstm, has_bias,
-                                reverse);
+  auto r =
+      LayerFunction::apply(x, h, absent(c), w.w_ih, w.w_hh, absent(w.b_ih), absent(w.b_hh), lstm, has_bias, reverse);
   return {r[0], r[1], lstm ? r[2] : at::Tensor()};
 }
 
 // The stacked layers: returns (output, h_n, c_n), c_n undefined for GRU.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> run_layers(Cell cell, const char* op, const at::Tensor& input,
-                                                         const at::Tensor& h0, const at::Tensor& c0,
-                                                         at::TensorList params, bool has_biases, int64_t num_layers,
-                                                         double dropout, bool train, bool bidirectional,
-                                                         bool batch_first) {
+                                                          const at::Tensor& h0, const at::Tensor& c0,
+                                                          at::TensorList params, bool has_biases, int64_t num_layers,
+                                                          double dropout, bool train, bool bidirectional,
+                                                          bool batch_first) {
   const int64_t gates = cell == Cell::LSTM ? 4 : 3;
   const int64_t dirs = bidirectional ? 2 : 1;
   TORCH_CHECK(input.dim() == 3, op, ": expected a 3-D input (", batch_first ? "[B, T, I]" : "[T, B, I]", "), got ",
@@ -418,8 +419,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm(const at::Tensor& input, at:
               has_biases ? " with biases" : " without biases", ", got ", params.size());
   TORCH_CHECK(hx[0].sizes() == hx[1].sizes(), op, ": h0 and c0 must have the same shape, got ", hx[0].sizes(), " and ",
               hx[1].sizes());
-  return run_layers(Cell::LSTM, op, input, hx[0], hx[1], params, has_biases, num_layers, dropout, train,
-                    bidirectional, batch_first);
+  return run_layers(Cell::LSTM, op, input, hx[0], hx[1], params, has_biases, num_layers, dropout, train, bidirectional,
+                    batch_first);
 }
 
 std::tuple<at::Tensor, at::Tensor> gru(const at::Tensor& input, const at::Tensor& hx, at::TensorList params,
@@ -431,12 +432,12 @@ std::tuple<at::Tensor, at::Tensor> gru(const at::Tensor& input, const at::Tensor
   TORCH_CHECK(groups > 0 && params.size() == static_cast<size_t>(groups) * per, op, ": expected ", groups * per,
               " parameter tensors for ", num_layers, " layer(s)", bidirectional ? ", bidirectional" : "",
               has_biases ? " with biases" : " without biases", ", got ", params.size());
-  auto [output, h_n, c_n] = run_layers(Cell::GRU, op, input, hx, at::Tensor(), params, has_biases, num_layers,
-                                       dropout, train, bidirectional, batch_first);
+  auto [output, h_n, c_n] = run_layers(Cell::GRU, op, input, hx, at::Tensor(), params, has_biases, num_layers, dropout,
+                                       train, bidirectional, batch_first);
   return {output, h_n};
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   OXIDE_IMPL(m, "lstm.input", TORCH_FN(lstm));
@@ -448,4 +449,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "gru.input", TORCH_FN(gru));
 }
 
-} // namespace oxide
+}  // namespace oxide

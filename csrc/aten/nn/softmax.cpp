@@ -22,14 +22,16 @@ using T = const at::Tensor&;
 
 void softmax_forward(T input, int64_t dim, T out, bool log) {
   const auto x = input.contiguous();
-  into_contiguous(out, [&](const at::Tensor& y) { OXIDE_CHECK(oxide_softmax(launch_on(y), out_arg(y), in_arg(x), dim, log)); });
+  into_contiguous(
+      out, [&](const at::Tensor& y) { OXIDE_CHECK(oxide_softmax(launch_on(y), out_arg(y), in_arg(x), dim, log)); });
 }
 
 void softmax_backward(T grad, T output, int64_t dim, T grad_input, bool log) {
   const auto g = grad.contiguous();
   const auto y = output.contiguous();
-  TORCH_CHECK(g.scalar_type() == y.scalar_type(), "softmax backward: grad_output and output must have the same dtype, got ",
-              g.scalar_type(), " and ", y.scalar_type());
+  TORCH_CHECK(g.scalar_type() == y.scalar_type(),
+              "softmax backward: grad_output and output must have the same dtype, got ", g.scalar_type(), " and ",
+              y.scalar_type());
   into_contiguous(grad_input, [&](const at::Tensor& gi) {
     OXIDE_CHECK(oxide_softmax_backward(launch_on(gi), out_arg(gi), in_arg(g), in_arg(y), dim, log));
   });
@@ -52,7 +54,7 @@ struct LogSoftmaxBackward : at::meta::structured__log_softmax_backward_data {
   }
 };
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, Softmax, "_softmax", "", "_softmax.out", int64_t, bool);
@@ -63,4 +65,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                    int64_t, at::ScalarType);
 }
 
-} // namespace oxide
+}  // namespace oxide

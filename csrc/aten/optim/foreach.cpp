@@ -43,9 +43,7 @@ using at::TensorList;
 
 // A scalar the fast path can pass as a float: real and not boolean (the per-tensor
 // operators promote those differently, so they take the slow path).
-bool plain(const Scalar& s) {
-  return s.isFloatingPoint() || s.isIntegral(false);
-}
+bool plain(const Scalar& s) { return s.isFloatingPoint() || s.isIntegral(false); }
 
 bool plain(ArrayRef<Scalar> scalars) {
   for (const auto& s : scalars) {
@@ -59,8 +57,8 @@ bool plain(ArrayRef<Scalar> scalars) {
 // Whether entry `i` of every list qualifies for the fast path (see the file comment).
 bool fast_entry(const Tensor& self, std::initializer_list<TensorList> others, size_t i) {
   const auto dt = self.scalar_type();
-  if (!self.defined() || !self.is_privateuseone() || (dt != at::kFloat && dt != at::kDouble) ||
-      !self.is_contiguous() || self.is_neg() || self.is_conj()) {
+  if (!self.defined() || !self.is_privateuseone() || (dt != at::kFloat && dt != at::kDouble) || !self.is_contiguous() ||
+      self.is_neg() || self.is_conj()) {
     return false;
   }
   for (const auto& list : others) {
@@ -195,8 +193,7 @@ void binary_scalar(OxidePointwiseOp op, TensorList out, TensorList self, ScalarO
 void binary_list(OxidePointwiseOp op, TensorList out, TensorList self, TensorList other, const ScalarArgs& param) {
   Launch k(op, self[0]);
   for (size_t i = 0; i < self.size(); ++i) {
-    k.run(out[i], {self[i].const_data_ptr(), other[i].const_data_ptr()}, self[i].numel(), self[i].scalar_type(),
-          param);
+    k.run(out[i], {self[i].const_data_ptr(), other[i].const_data_ptr()}, self[i].numel(), self[i].scalar_type(), param);
   }
 }
 
@@ -415,7 +412,7 @@ void reciprocal_(TensorList self) {
   unary(OXIDE_POINTWISE_reciprocal, self, self);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_foreach_add_.Scalar", TORCH_FN(add_scalar_));
@@ -443,4 +440,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_foreach_reciprocal_", TORCH_FN(reciprocal_));
 }
 
-} // namespace oxide
+}  // namespace oxide

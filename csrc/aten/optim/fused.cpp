@@ -50,7 +50,7 @@ struct Operand {
   }
   // The kernel's operand (absent when undefined); it may read and write it.
   OxideTensor arg() const { return inout_arg(data); }
-  at::Tensor original; // shares the caller's storage
+  at::Tensor original;  // shares the caller's storage
   at::Tensor data;
 };
 
@@ -67,8 +67,17 @@ void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, 
   }
   const auto scale = scalar_of(grad_scale);
   for (size_t i = 0; i < params.size(); ++i) {
-    OxideAdam h{lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, decoupled, state_steps[i].item<double>(),
-                scale.value_or(1.0), scale.has_value()};
+    OxideAdam h{lr,
+                beta1,
+                beta2,
+                weight_decay,
+                eps,
+                amsgrad,
+                maximize,
+                decoupled,
+                state_steps[i].item<double>(),
+                scale.value_or(1.0),
+                scale.has_value()};
     Operand p(params[i]), m(exp_avgs[i]), v(exp_avg_sqs[i]);
     Operand vmax(amsgrad ? max_exp_avg_sqs[i] : at::Tensor());
     // With a grad scale the kernel leaves the unscaled gradient in it, as CPU's and CUDA's fused steps do.
@@ -88,14 +97,14 @@ template <bool Decoupled>
 void adam_op(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
              at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
              double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale, OptT found_inf) {
-  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
-       amsgrad, maximize, grad_scale, found_inf, Decoupled);
+  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad,
+       maximize, grad_scale, found_inf, Decoupled);
 }
 template <bool Decoupled>
-void adam_op_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                       at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList state_steps,
-                       const at::Tensor& lr, double beta1, double beta2, double weight_decay, double eps, bool amsgrad,
-                       bool maximize, OptT grad_scale, OptT found_inf) {
+void adam_op_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                       at::TensorList max_exp_avg_sqs, at::TensorList state_steps, const at::Tensor& lr, double beta1,
+                       double beta2, double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale,
+                       OptT found_inf) {
   adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr.item<double>(), beta1, beta2,
        weight_decay, eps, amsgrad, maximize, grad_scale, found_inf, Decoupled);
 }
@@ -110,7 +119,14 @@ void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_bu
   }
   const auto scale = scalar_of(grad_scale);
   for (size_t i = 0; i < params.size(); ++i) {
-    OxideSgd h{lr, weight_decay, momentum, dampening, nesterov, maximize, is_first_step, scale.value_or(1.0),
+    OxideSgd h{lr,
+               weight_decay,
+               momentum,
+               dampening,
+               nesterov,
+               maximize,
+               is_first_step,
+               scale.value_or(1.0),
                scale.has_value()};
     Operand p(params[i]);
     Operand buf(momentum != 0 ? momentum_buffers[i] : at::Tensor());
@@ -131,7 +147,7 @@ void sgd_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList m
       is_first_step, grad_scale, found_inf);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_fused_adam_", TORCH_FN(adam_op<false>));
@@ -142,4 +158,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_fused_sgd_.tensor_lr", TORCH_FN(sgd_tensor_lr));
 }
 
-} // namespace oxide
+}  // namespace oxide

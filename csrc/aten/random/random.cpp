@@ -31,9 +31,7 @@
 namespace oxide {
 namespace {
 
-int32_t dtype_code(c10::ScalarType t) {
-  return static_cast<int32_t>(t);
-}
+int32_t dtype_code(c10::ScalarType t) { return static_cast<int32_t>(t); }
 
 // One sample per element of a strided operand of `self`'s dtype (sizes/strides in elements).
 void sample(const at::TensorBase& self, c10::IntArrayRef sizes, c10::IntArrayRef strides, void* data,
@@ -44,8 +42,8 @@ void sample(const at::TensorBase& self, c10::IntArrayRef sizes, c10::IntArrayRef
   }
   const c10::DeviceGuard guard(self.device());
   const OxidePhilox state = philox_reserve(gen, self.device(), static_cast<uint64_t>(numel));
-  const OxideTensor dst{data, dtype_code(self.scalar_type()), sizes.size(), sizes.data(), strides.data(),
-                        OXIDE_ACCESS_WRITE};
+  const OxideTensor dst{
+      data, dtype_code(self.scalar_type()), sizes.size(), sizes.data(), strides.data(), OXIDE_ACCESS_WRITE};
   OXIDE_CHECK(oxide_random_sample(launch_on(at::Tensor(self)), dst, dist, state));
 }
 
@@ -69,9 +67,7 @@ void check_floating(c10::ScalarType t, const char* kernel) {
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t), "\"", kernel, "\" not implemented for '", c10::toString(t), "'");
 }
 
-OxideDistribution dist(int32_t kind, double a = 0, double b = 0) {
-  return OxideDistribution{kind, a, b, 0, 0};
-}
+OxideDistribution dist(int32_t kind, double a = 0, double b = 0) { return OxideDistribution{kind, a, b, 0, 0}; }
 
 void uniform_kernel(at::TensorIteratorBase& iter, double from, double to, std::optional<at::Generator> gen) {
   check_floating(iter.dtype(), "uniform_kernel_oxide");
@@ -86,7 +82,8 @@ void normal_kernel(const at::TensorBase& self, double mean, double std, std::opt
 void exponential_kernel(at::TensorIteratorBase& iter, double lambda, std::optional<at::Generator> gen) {
   TORCH_CHECK(at::isFloatingType(iter.dtype()),
               "Exponential distribution is a continuous probability distribution. dtype must be a floating point "
-              "but you specified ", iter.dtype());
+              "but you specified ",
+              iter.dtype());
   sample_iter(iter, dist(OXIDE_DIST_EXPONENTIAL, lambda), gen);
 }
 
@@ -130,25 +127,53 @@ OxideDistribution integers(int64_t base, uint64_t range) {
 void random_kernel(at::TensorIteratorBase& iter, std::optional<at::Generator> gen) {
   uint64_t range = 0;
   switch (iter.dtype()) {
-    case at::kFloat: range = (1ULL << std::numeric_limits<float>::digits) + 1; break;
-    case at::kDouble: range = (1ULL << std::numeric_limits<double>::digits) + 1; break;
-    case at::kHalf: range = (1ULL << 11) + 1; break;
-    case at::kBFloat16: range = (1ULL << 8) + 1; break;
-    case at::kBool: range = 2; break;
-    case at::kByte: range = 256; break;
-    case at::kChar: range = 128; break;
-    case at::kShort: range = 1ULL << 15; break;
-    case at::kInt: range = 1ULL << 31; break;
-    case at::kLong: range = 1ULL << 63; break;
-    case at::kUInt16: range = 1ULL << 16; break;
-    case at::kUInt32: range = 1ULL << 32; break;
-    case at::kUInt64: range = 0; break;  // 2^64: every value
-    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "\"random_\" not implemented for '", iter.dtype(), "'");
+    case at::kFloat:
+      range = (1ULL << std::numeric_limits<float>::digits) + 1;
+      break;
+    case at::kDouble:
+      range = (1ULL << std::numeric_limits<double>::digits) + 1;
+      break;
+    case at::kHalf:
+      range = (1ULL << 11) + 1;
+      break;
+    case at::kBFloat16:
+      range = (1ULL << 8) + 1;
+      break;
+    case at::kBool:
+      range = 2;
+      break;
+    case at::kByte:
+      range = 256;
+      break;
+    case at::kChar:
+      range = 128;
+      break;
+    case at::kShort:
+      range = 1ULL << 15;
+      break;
+    case at::kInt:
+      range = 1ULL << 31;
+      break;
+    case at::kLong:
+      range = 1ULL << 63;
+      break;
+    case at::kUInt16:
+      range = 1ULL << 16;
+      break;
+    case at::kUInt32:
+      range = 1ULL << 32;
+      break;
+    case at::kUInt64:
+      range = 0;
+      break;  // 2^64: every value
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "\"random_\" not implemented for '", iter.dtype(), "'");
   }
   sample_iter(iter, integers(0, range), gen);
 }
 
-void random_from_to_kernel(at::TensorIteratorBase& iter, uint64_t range, int64_t base, std::optional<at::Generator> gen) {
+void random_from_to_kernel(at::TensorIteratorBase& iter, uint64_t range, int64_t base,
+                           std::optional<at::Generator> gen) {
   sample_iter(iter, integers(base, range), gen);
 }
 
@@ -226,8 +251,8 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   check_generator_device(gen, self);
   TORCH_CHECK(result.device() == self.device(), "multinomial arguments must have the same device");
   TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
-              self.scalar_type());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
   TORCH_CHECK(result.scalar_type() == at::kLong, "multinomial expects Long tensor out, got: ", result.scalar_type());
   TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");
   const int64_t categories = self.size(-1);
@@ -282,7 +307,7 @@ at::Tensor& random_all_(at::Tensor& self, std::optional<at::Generator> gen) {
   return at::native::random_(self, std::move(gen));
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "uniform_", TORCH_FN(at::native::uniform_));
@@ -304,7 +329,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "multinomial.out", TORCH_FN(multinomial_out));
 }
 
-} // namespace oxide
+}  // namespace oxide
 
 // The stubs' registries live in at::native, where the macro must expand.
 namespace at::native {
@@ -319,4 +344,4 @@ REGISTER_PRIVATEUSE1_DISPATCH(bernoulli_tensor_stub, &oxide::bernoulli_tensor_ke
 REGISTER_PRIVATEUSE1_DISPATCH(random_stub, &oxide::random_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(random_from_to_stub, &oxide::random_from_to_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(random_full_64_bits_range_stub, &oxide::random_full_64_bits_range_kernel)
-} // namespace at::native
+}  // namespace at::native

@@ -22,9 +22,9 @@ namespace {
 // edges from linspace). torch.histogram/histogramdd reach it only on CPU tensors.
 void histogram_linear_kernel(const at::Tensor& self, const std::optional<at::Tensor>& weight, bool density,
                              at::Tensor& hist, const at::TensorList& bin_edges, bool local_search) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!weight.has_value() && !density && bin_edges.size() == 1 && self.dim() == 2 &&
-                                  self.size(1) == 1,
-                              "oxide: weighted, normalised or multi-dimensional histograms have no native kernel");
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !weight.has_value() && !density && bin_edges.size() == 1 && self.dim() == 2 && self.size(1) == 1,
+      "oxide: weighted, normalised or multi-dimensional histograms have no native kernel");
   const auto edges = bin_edges[0].contiguous();
   auto dst = hist.is_contiguous() ? hist : at::empty(hist.sizes(), hist.options());
   // The (N, 1) input as the 1-d column of N values the kernel counts.
@@ -37,8 +37,9 @@ void histogram_linear_kernel(const at::Tensor& self, const std::optional<at::Ten
 at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>& weights_opt, int64_t minlength) {
   // CPU's checks, in CPU's order: dtype (AT_DISPATCH_INTEGRAL_TYPES), minlength, emptiness, rank and sign, weights.
   const auto st = self.scalar_type();
-  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kByte || st == at::kChar || st == at::kShort || st == at::kInt || st == at::kLong,
-                              "\"bincount\" not implemented for '", st, "'");
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      st == at::kByte || st == at::kChar || st == at::kShort || st == at::kInt || st == at::kLong,
+      "\"bincount\" not implemented for '", st, "'");
   TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
   if (self.dim() == 1 && self.numel() == 0) {
     return at::zeros({minlength}, self.options().dtype(at::kLong));
@@ -64,12 +65,12 @@ at::Tensor bincount_impl(const at::Tensor& self, const std::optional<at::Tensor>
   return out;
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(histogramdd_linear_stub, &::oxide::histogram_linear_kernel)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 
@@ -80,4 +81,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "bincount", TORCH_FN(bincount_impl));
 }
 
-} // namespace oxide
+}  // namespace oxide

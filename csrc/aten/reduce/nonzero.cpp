@@ -18,9 +18,10 @@ namespace oxide {
 namespace {
 
 at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == at::kLong, "nonzero: Expected out tensor to have scalar type Long but got scalar type",
-              out.scalar_type());
-  TORCH_CHECK(self.numel() < std::numeric_limits<int>::max(), "nonzero is not supported for tensors with more than INT_MAX elements");
+  TORCH_CHECK(out.scalar_type() == at::kLong,
+              "nonzero: Expected out tensor to have scalar type Long but got scalar type", out.scalar_type());
+  TORCH_CHECK(self.numel() < std::numeric_limits<int>::max(),
+              "nonzero is not supported for tensors with more than INT_MAX elements");
   size_t count = 0;
   OXIDE_CHECK(oxide_nonzero(launch_on(self), in_arg(self), out_arg(at::Tensor()), &count));
   const auto n = static_cast<int64_t>(count);
@@ -57,14 +58,15 @@ at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
-  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "masked_select(): self and result must have the same scalar type");
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(),
+              "masked_select(): self and result must have the same scalar type");
   const auto r = masked_select_impl(self, mask);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "nonzero", TORCH_FN(nonzero_impl));
@@ -73,4 +75,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "masked_select.out", TORCH_FN(masked_select_out));
 }
 
-} // namespace oxide
+}  // namespace oxide

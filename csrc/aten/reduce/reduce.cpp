@@ -70,7 +70,8 @@ void minmax_dim(const at::Tensor& values, const at::Tensor& indices, const at::T
   auto v = values;
   auto i = indices;
   const char* name = Op == OXIDE_REDUCE_MAX ? "max" : "min";
-  auto iter = at::native::make_reduction(name, v, i, self, at::IntArrayRef(dim), keepdim, self.scalar_type(), at::kLong);
+  auto iter =
+      at::native::make_reduction(name, v, i, self, at::IntArrayRef(dim), keepdim, self.scalar_type(), at::kLong);
   reduce(iter, Op);
 }
 
@@ -80,12 +81,8 @@ void aminmax_dim(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& 
 }
 
 // max()/min() of a whole tensor (the max_all/min_all stubs).
-void max_all(at::Tensor& result, const at::Tensor& self) {
-  at::amax_out(result, self, at::IntArrayRef{}, false);
-}
-void min_all(at::Tensor& result, const at::Tensor& self) {
-  at::amin_out(result, self, at::IntArrayRef{}, false);
-}
+void max_all(at::Tensor& result, const at::Tensor& self) { at::amax_out(result, self, at::IntArrayRef{}, false); }
+void min_all(at::Tensor& result, const at::Tensor& self) { at::amin_out(result, self, at::IntArrayRef{}, false); }
 
 void aminmax_all(const at::Tensor& self, at::Tensor& min, at::Tensor& max) {
   at::amin_out(min, self);
@@ -103,7 +100,7 @@ std::tuple<at::Tensor, at::Tensor> minmax_functional(const at::Tensor& self, int
 
 template <class Base>
 std::tuple<at::Tensor&, at::Tensor&> minmax_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& v,
-                                               at::Tensor& i) {
+                                                at::Tensor& i) {
   structured::Wrapper<Base, structured::Kind::Out, 2> op(v, i);
   auto pre = op.meta(self, dim, keepdim);
   op.impl(self, pre.dim, keepdim, op.maybe_get_output(0), op.maybe_get_output(1));
@@ -147,7 +144,7 @@ at::TensorIterator reduction_iter(const at::Tensor& self, const at::Tensor& resu
   return at::TensorIterator::reduce_op(viewed, self.to(out));
 }
 
-} // namespace
+}  // namespace
 
 // The structured sum, mean and prod of PyTorch (meta: result shape and dtype) with
 // impls that build the iterator through reduction_iter. Declared in namespace oxide,
@@ -201,7 +198,7 @@ at::Tensor prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   return result;
 }
 
-} // namespace oxide
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(sum_stub, &::oxide::reduce_stub<OXIDE_REDUCE_SUM>)
@@ -222,14 +219,14 @@ REGISTER_PRIVATEUSE1_DISPATCH(aminmax_stub, &::oxide::aminmax_dim)
 REGISTER_PRIVATEUSE1_DISPATCH(max_all_stub, &::oxide::max_all)
 REGISTER_PRIVATEUSE1_DISPATCH(min_all_stub, &::oxide::min_all)
 REGISTER_PRIVATEUSE1_DISPATCH(aminmax_allreduce_stub, &::oxide::aminmax_all)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 namespace {
 using T = const at::Tensor&;
 using OptDims = at::OptionalIntArrayRef;
 using OptDtype = std::optional<at::ScalarType>;
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::native;
@@ -257,7 +254,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "min.dim_min", TORCH_FN(minmax_out<structured_min_out>));
   OXIDE_IMPL(m, "max", TORCH_FN(static_cast<at::Tensor (*)(T)>(&max)));
   OXIDE_IMPL(m, "min", TORCH_FN(static_cast<at::Tensor (*)(T)>(&min)));
-  OXIDE_IMPL(m, "aminmax", TORCH_FN((structured::functional2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
+  OXIDE_IMPL(m, "aminmax",
+             TORCH_FN((structured::functional2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
   OXIDE_IMPL(m, "aminmax.out", TORCH_FN((structured::out2<structured_aminmax_out, T, std::optional<int64_t>, bool>)));
   using OptS = const std::optional<c10::Scalar>&;
   using Reduce = at::Tensor (*)(T, OptDims, OptS, bool);
@@ -272,4 +270,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "count_nonzero.dim_IntList", TORCH_FN(count_nonzero));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -48,13 +48,13 @@ void cummin_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indic
   scan(OXIDE_SCAN_CUMMIN, values, self, dim, &indices);
 }
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(cumsum_stub, &::oxide::cumsum_kernel)
 REGISTER_PRIVATEUSE1_DISPATCH(cumprod_stub, &::oxide::cumprod_kernel)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 
@@ -67,4 +67,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_cummin_helper", TORCH_FN(cummin_helper));
 }
 
-} // namespace oxide
+}  // namespace oxide

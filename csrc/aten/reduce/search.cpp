@@ -15,8 +15,8 @@ namespace oxide {
 namespace {
 
 at::Tensor& searchsorted_tensor_out(const at::Tensor& boundaries, const at::Tensor& self, bool out_int32, bool right,
-                             std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter_opt,
-                             at::Tensor& result) {
+                                    std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter_opt,
+                                    at::Tensor& result) {
   const auto sorter = sorter_opt.has_value() ? *sorter_opt : at::Tensor();
   at::native::searchsorted_pre_check(boundaries, self, result, out_int32, right, side, sorter);
   at::native::resize_output(result, self.sizes());
@@ -43,7 +43,7 @@ at::Tensor searchsorted_result(const at::Tensor& like, bool out_int32) {
 }
 
 at::Tensor searchsorted_tensor(const at::Tensor& boundaries, const at::Tensor& self, bool out_int32, bool right,
-                        std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
+                               std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
   auto result = searchsorted_result(self, out_int32);
   return searchsorted_tensor_out(boundaries, self, out_int32, right, side, sorter, result);
 }
@@ -51,18 +51,18 @@ at::Tensor searchsorted_tensor(const at::Tensor& boundaries, const at::Tensor& s
 at::Tensor& searchsorted_scalar_out(const at::Tensor& boundaries, const c10::Scalar& self, bool out_int32, bool right,
                                     std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter,
                                     at::Tensor& result) {
-  return searchsorted_tensor_out(boundaries, at::native::searchsorted_scalar_tensor(self, boundaries.device()), out_int32,
-                          right, side, sorter, result);
+  return searchsorted_tensor_out(boundaries, at::native::searchsorted_scalar_tensor(self, boundaries.device()),
+                                 out_int32, right, side, sorter, result);
 }
 
 at::Tensor searchsorted_scalar(const at::Tensor& boundaries, const c10::Scalar& self, bool out_int32, bool right,
                                std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
-  return searchsorted_tensor(boundaries, at::native::searchsorted_scalar_tensor(self, boundaries.device()), out_int32, right,
-                      side, sorter);
+  return searchsorted_tensor(boundaries, at::native::searchsorted_scalar_tensor(self, boundaries.device()), out_int32,
+                             right, side, sorter);
 }
 
 at::Tensor& bucketize_tensor_out(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right,
-                          at::Tensor& result) {
+                                 at::Tensor& result) {
   TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", boundaries.dim(), ")");
   return searchsorted_tensor_out(boundaries, self, out_int32, right, std::nullopt, std::nullopt, result);
 }
@@ -73,10 +73,11 @@ at::Tensor bucketize_tensor(const at::Tensor& self, const at::Tensor& boundaries
 }
 
 at::Tensor bucketize_scalar(const c10::Scalar& self, const at::Tensor& boundaries, bool out_int32, bool right) {
-  return bucketize_tensor(at::native::searchsorted_scalar_tensor(self, boundaries.device()), boundaries, out_int32, right);
+  return bucketize_tensor(at::native::searchsorted_scalar_tensor(self, boundaries.device()), boundaries, out_int32,
+                          right);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "searchsorted.Tensor", TORCH_FN(searchsorted_tensor));
@@ -88,4 +89,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "bucketize.Scalar", TORCH_FN(bucketize_scalar));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -51,21 +51,26 @@ struct Topk : at::meta::structured_topk {
   }
 };
 
-} // namespace
-} // namespace oxide
+}  // namespace
+}  // namespace oxide
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(sort_stub, &::oxide::sort_kernel)
-} // namespace at::native
+}  // namespace at::native
 
 namespace oxide {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::native;
-  OXIDE_IMPL(m, "sort.stable", TORCH_FN((structured::functional2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
-  OXIDE_IMPL(m, "sort.values_stable", TORCH_FN((structured::out2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
+  OXIDE_IMPL(
+      m, "sort.stable",
+      TORCH_FN((
+          structured::functional2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
+  OXIDE_IMPL(
+      m, "sort.values_stable",
+      TORCH_FN((structured::out2<structured_sort_stable_out, const at::Tensor&, std::optional<bool>, int64_t, bool>)));
   OXIDE_IMPL(m, "topk", TORCH_FN((structured::functional2<Topk, const at::Tensor&, int64_t, int64_t, bool, bool>)));
   OXIDE_IMPL(m, "topk.values", TORCH_FN((structured::out2<Topk, const at::Tensor&, int64_t, int64_t, bool, bool>)));
 }
 
-} // namespace oxide
+}  // namespace oxide

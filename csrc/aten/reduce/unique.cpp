@@ -107,22 +107,25 @@ std::tuple<at::Tensor, at::Tensor> unique_legacy(const at::Tensor& self, bool /*
   return {std::get<0>(r), std::get<1>(r)};
 }
 
-Triple unique_dim_impl(const at::Tensor& self, int64_t dim, bool /*sorted*/, bool /*return_inverse*/, bool /*return_counts*/) {
+Triple unique_dim_impl(const at::Tensor& self, int64_t dim, bool /*sorted*/, bool /*return_inverse*/,
+                       bool /*return_counts*/) {
   return unique_along(self, dim, true);
 }
 
-Triple unique_dim_consecutive_impl(const at::Tensor& self, int64_t dim, bool /*return_inverse*/, bool /*return_counts*/) {
+Triple unique_dim_consecutive_impl(const at::Tensor& self, int64_t dim, bool /*return_inverse*/,
+                                   bool /*return_counts*/) {
   return unique_along(self, dim, false);
 }
 
-Triple unique_consecutive_impl(const at::Tensor& self, bool return_inverse, bool return_counts, std::optional<int64_t> dim) {
+Triple unique_consecutive_impl(const at::Tensor& self, bool return_inverse, bool return_counts,
+                               std::optional<int64_t> dim) {
   if (!dim.has_value() || (*dim == 0 && self.dim() == 1)) {
     return unique_flat(self, false, return_inverse, return_counts);
   }
   return unique_along(self, *dim, false);
 }
 
-} // namespace
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "_unique2", TORCH_FN(unique2));
@@ -132,4 +135,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "unique_dim_consecutive", TORCH_FN(unique_dim_consecutive_impl));
 }
 
-} // namespace oxide
+}  // namespace oxide

@@ -62,9 +62,11 @@ class Stream(torch.Stream):
         return event
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, torch.Stream) and (
-            self.stream_id, self.device_index, self.device_type
-        ) == (other.stream_id, other.device_index, other.device_type)
+        return isinstance(other, torch.Stream) and (self.stream_id, self.device_index, self.device_type) == (
+            other.stream_id,
+            other.device_index,
+            other.device_type,
+        )
 
     def __hash__(self) -> int:
         return hash((self.stream_id, self.device_index, self.device_type))

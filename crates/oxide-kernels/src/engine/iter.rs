@@ -89,19 +89,33 @@ impl TensorIter {
     /// Errors: [`Error::InvalidLayout`] when a stride array's length differs
     /// from the number of dimensions, an extent is negative, or there are more
     /// than [`MAX_OPERANDS`] operands.
-    pub fn new(op: &'static str, shape: &[i64], operands: Vec<(Operand, &[i64])>, noutputs: usize, threads: usize) -> Result<TensorIter> {
+    pub fn new(
+        op: &'static str,
+        shape: &[i64],
+        operands: Vec<(Operand, &[i64])>,
+        noutputs: usize,
+        threads: usize,
+    ) -> Result<TensorIter> {
         if operands.len() > MAX_OPERANDS || noutputs > operands.len() {
-            return Err(Error::InvalidLayout { op, reason: format!("{} operands, {noutputs} outputs", operands.len()) });
+            return Err(Error::InvalidLayout {
+                op,
+                reason: format!("{} operands, {noutputs} outputs", operands.len()),
+            });
         }
         let shape = shape
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") }))
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") })
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut ops = Vec::with_capacity(operands.len());
         let mut strides = Vec::with_capacity(operands.len());
         for (o, s) in operands {
             if s.len() != shape.len() {
-                return Err(Error::InvalidLayout { op, reason: format!("{} strides for {} dimensions", s.len(), shape.len()) });
+                return Err(Error::InvalidLayout {
+                    op,
+                    reason: format!("{} strides for {} dimensions", s.len(), shape.len()),
+                });
             }
             ops.push(o);
             strides.push(s.iter().map(|&x| x as isize).collect());
@@ -244,7 +258,11 @@ pub fn for_each_range(count: usize, tasks: usize, f: impl Fn(usize, usize) + Syn
 }
 
 /// [`for_each_range`] for fallible `f`: the error of the lowest-numbered failing range wins.
-pub fn try_for_each_range<E: Send>(count: usize, tasks: usize, f: impl Fn(usize, usize) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+pub fn try_for_each_range<E: Send>(
+    count: usize,
+    tasks: usize,
+    f: impl Fn(usize, usize) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(), E> {
     if tasks <= 1 {
         return f(0, count);
     }
@@ -302,7 +320,10 @@ pub fn map_tasks<T: Send>(tasks: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T>
 
 /// [`for_each_task`] for fallible tasks: every task runs to its end or its first
 /// error, and the error of the lowest-numbered failing task is returned.
-pub fn try_for_each_task<E: Send>(tasks: usize, f: impl Fn(usize) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+pub fn try_for_each_task<E: Send>(
+    tasks: usize,
+    f: impl Fn(usize) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(), E> {
     map_tasks(tasks, f).into_iter().collect()
 }
 
@@ -311,14 +332,22 @@ pub fn try_for_each_task<E: Send>(tasks: usize, f: impl Fn(usize) -> std::result
 /// `at::parallel_for` does, rather than one task per index).
 pub fn map_in_runs<R: Send>(count: usize, tasks: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
     let per = count.div_ceil(tasks.clamp(1, count.max(1))).max(1);
-    map_tasks(count.div_ceil(per), |t| (t * per..((t + 1) * per).min(count)).map(&f).collect::<Vec<R>>()).into_iter().flatten().collect()
+    map_tasks(count.div_ceil(per), |t| (t * per..((t + 1) * per).min(count)).map(&f).collect::<Vec<R>>())
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Calls `f(i, chunk)` for every `size`-element chunk `i` of `data` (the last may be
 /// shorter), the chunks dealt out to at most `tasks` tasks in contiguous runs; a
 /// task stops at its first error, and the error of the lowest-numbered failing task
 /// is returned. `size == 0` calls nothing.
-pub fn try_for_each_chunk_mut<T: Send, E: Send>(data: &mut [T], size: usize, tasks: usize, f: impl Fn(usize, &mut [T]) -> std::result::Result<(), E> + Sync) -> std::result::Result<(), E> {
+pub fn try_for_each_chunk_mut<T: Send, E: Send>(
+    data: &mut [T],
+    size: usize,
+    tasks: usize,
+    f: impl Fn(usize, &mut [T]) -> std::result::Result<(), E> + Sync,
+) -> std::result::Result<(), E> {
     if size == 0 || data.is_empty() {
         return Ok(());
     }
@@ -457,7 +486,8 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                             round_to(h, &mut bufs[k][..n]);
                         }
                         ins[k] = bufs[k].as_ptr();
-                        (filled_from[k], filled_len[k]) = if s == 0 { (p as *const u8, n) } else { (std::ptr::null(), 0) };
+                        (filled_from[k], filled_len[k]) =
+                            if s == 0 { (p as *const u8, n) } else { (std::ptr::null(), 0) };
                     }
                 }
                 let out = it.operands[0];
@@ -521,7 +551,11 @@ mod tests {
         let mut data = vec![0u8; 40];
         let r = try_for_each_chunk_mut(&mut data, 4, 2, |i, c| {
             c.fill(1);
-            if i == 3 || i == 7 { Err(i) } else { Ok(()) }
+            if i == 3 || i == 7 {
+                Err(i)
+            } else {
+                Ok(())
+            }
         });
         assert_eq!(r, Err(3));
         assert!(data[..16].iter().all(|&v| v == 1));
@@ -602,7 +636,11 @@ mod tests {
         let it = TensorIter::new(
             "t",
             &[3],
-            vec![(op(&mut out, DType::I64), &[16][..]), (op(&mut a, DType::F32), &[4][..]), (op(&mut b, DType::I32), &[0][..])],
+            vec![
+                (op(&mut out, DType::I64), &[16][..]),
+                (op(&mut a, DType::F32), &[4][..]),
+                (op(&mut b, DType::I32), &[0][..]),
+            ],
             1,
             2,
         )
@@ -617,11 +655,25 @@ mod tests {
         }
         .unwrap();
         assert_eq!(out, [11, 0, 12, 0, 6, 0]);
-        let it = TensorIter::new("t", &[], vec![(op(&mut out, DType::I64), &[][..]), (op(&mut b, DType::I32), &[][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[],
+            vec![(op(&mut out, DType::I64), &[][..]), (op(&mut b, DType::I32), &[][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<i64, i64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 2)) }.unwrap();
         assert_eq!(out[0], 20);
-        let it = TensorIter::new("t", &[0], vec![(op(&mut out, DType::I64), &[8][..]), (op(&mut b, DType::I32), &[4][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[0],
+            vec![(op(&mut out, DType::I64), &[8][..]), (op(&mut b, DType::I32), &[4][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<i64, i64, 1>(&it, |_, _, _| panic!("no elements")) }.unwrap();
     }
@@ -631,7 +683,14 @@ mod tests {
         let n = 3 * GRAIN + 17;
         let mut a: Vec<f64> = (0..n).map(|i| i as f64).collect();
         let mut out = vec![0f64; n];
-        let it = TensorIter::new("t", &[n as i64], vec![(op(&mut out, DType::F64), &[8][..]), (op(&mut a, DType::F64), &[8][..])], 1, 4).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[n as i64],
+            vec![(op(&mut out, DType::F64), &[8][..]), (op(&mut a, DType::F64), &[8][..])],
+            1,
+            4,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<f64, f64, 1>(&it, |o, [x], n| (0..n).for_each(|i| *o.add(i) = *x.add(i) * 3.0)) }.unwrap();
         assert!(out.iter().enumerate().all(|(i, &v)| v == 3.0 * i as f64));

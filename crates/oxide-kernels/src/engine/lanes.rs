@@ -214,10 +214,44 @@ pub(crate) mod avx2 {
         };
     }
 
-    row_reductions!(f32, 8, sum_f32, nansum_f32, extremum_f32, __m256, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps,
-        _mm256_storeu_ps, _mm256_add_ps, _mm256_and_ps, _mm256_max_ps, _mm256_min_ps, _mm256_or_ps, _mm256_cmp_ps, _mm256_movemask_ps);
-    row_reductions!(f64, 4, sum_f64, nansum_f64, extremum_f64, __m256d, _mm256_setzero_pd, _mm256_set1_pd, _mm256_loadu_pd,
-        _mm256_storeu_pd, _mm256_add_pd, _mm256_and_pd, _mm256_max_pd, _mm256_min_pd, _mm256_or_pd, _mm256_cmp_pd, _mm256_movemask_pd);
+    row_reductions!(
+        f32,
+        8,
+        sum_f32,
+        nansum_f32,
+        extremum_f32,
+        __m256,
+        _mm256_setzero_ps,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_add_ps,
+        _mm256_and_ps,
+        _mm256_max_ps,
+        _mm256_min_ps,
+        _mm256_or_ps,
+        _mm256_cmp_ps,
+        _mm256_movemask_ps
+    );
+    row_reductions!(
+        f64,
+        4,
+        sum_f64,
+        nansum_f64,
+        extremum_f64,
+        __m256d,
+        _mm256_setzero_pd,
+        _mm256_set1_pd,
+        _mm256_loadu_pd,
+        _mm256_storeu_pd,
+        _mm256_add_pd,
+        _mm256_and_pd,
+        _mm256_max_pd,
+        _mm256_min_pd,
+        _mm256_or_pd,
+        _mm256_cmp_pd,
+        _mm256_movemask_pd
+    );
 }
 
 #[cfg(test)]

@@ -18,11 +18,16 @@ impl<const N: usize> Layout<N> {
     /// Errors: [`Error::InvalidLayout`].
     pub fn new(op: &'static str, shape: &[i64], strides: [&[i64]; N]) -> Result<Layout<N>> {
         if let Some(s) = strides.iter().find(|s| s.len() != shape.len()) {
-            return Err(Error::InvalidLayout { op, reason: format!("{} strides for {} dimensions", s.len(), shape.len()) });
+            return Err(Error::InvalidLayout {
+                op,
+                reason: format!("{} strides for {} dimensions", s.len(), shape.len()),
+            });
         }
         let shape = shape
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") }))
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") })
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Layout { shape, strides: strides.map(|s| s.iter().map(|&x| x as isize).collect()) })
     }
@@ -42,9 +47,9 @@ impl<const N: usize> Layout<N> {
             if n == 1 {
                 continue;
             }
-            let mergeable = shape.last().is_some_and(|_| {
-                (0..N).all(|k| *strides[k].last().unwrap() == self.strides[k][d] * n as isize)
-            });
+            let mergeable = shape
+                .last()
+                .is_some_and(|_| (0..N).all(|k| *strides[k].last().unwrap() == self.strides[k][d] * n as isize));
             if mergeable {
                 *shape.last_mut().unwrap() *= n;
                 for (merged, own) in strides.iter_mut().zip(&self.strides) {

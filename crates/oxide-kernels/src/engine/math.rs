@@ -155,13 +155,21 @@ impl Num for bool {
         self
     }
     fn div_trunc(self, o: Self) -> Option<Self> {
-        if o { Some(self) } else { None }
+        if o {
+            Some(self)
+        } else {
+            None
+        }
     }
     fn div_floor(self, o: Self) -> Option<Self> {
         self.div_trunc(o)
     }
     fn remainder(self, o: Self) -> Option<Self> {
-        if o { Some(false) } else { None }
+        if o {
+            Some(false)
+        } else {
+            None
+        }
     }
     fn fmod(self, o: Self) -> Option<Self> {
         self.remainder(o)
@@ -302,7 +310,15 @@ impl Float for f32 {
         let n = shifted - MAGIC;
         let r = fma(-n, C2, fma(-n, C1, x));
         let z = r * r;
-        let p = fma(fma(fma(fma(fma(1.987_569_1e-4, r, 1.398_199_9e-3), r, 8.333_452e-3), r, 4.166_579_6e-2), r, 1.666_666_5e-1), r, 5e-1);
+        let p = fma(
+            fma(
+                fma(fma(fma(1.987_569_1e-4, r, 1.398_199_9e-3), r, 8.333_452e-3), r, 4.166_579_6e-2),
+                r,
+                1.666_666_5e-1,
+            ),
+            r,
+            5e-1,
+        );
         let y = fma(p, z, r) + 1.0;
         let ni = (shifted.to_bits() as i32) - 0x4B40_0000;
         let n1 = ni >> 1;
@@ -312,24 +328,58 @@ impl Float for f32 {
         let v = y * s1 * s2;
         let v = if self > 88.722_84 { f32::INFINITY } else { v };
         let v = if self < -103.972_08 { 0.0 } else { v };
-        if self.is_nan() { self } else { v }
+        if self.is_nan() {
+            self
+        } else {
+            v
+        }
     }
-    fn exp2(self) -> f32 { f32::exp2(self) }
-    fn exp_m1(self) -> f32 { f32::exp_m1(self) }
-    fn ln(self) -> f32 { f32::ln(self) }
-    fn log2(self) -> f32 { f32::log2(self) }
-    fn log10(self) -> f32 { f32::log10(self) }
-    fn ln_1p(self) -> f32 { f32::ln_1p(self) }
+    fn exp2(self) -> f32 {
+        f32::exp2(self)
+    }
+    fn exp_m1(self) -> f32 {
+        f32::exp_m1(self)
+    }
+    fn ln(self) -> f32 {
+        f32::ln(self)
+    }
+    fn log2(self) -> f32 {
+        f32::log2(self)
+    }
+    fn log10(self) -> f32 {
+        f32::log10(self)
+    }
+    fn ln_1p(self) -> f32 {
+        f32::ln_1p(self)
+    }
     #[inline(always)]
-    fn sqrt(self) -> f32 { f32::sqrt(self) }
-    fn sin(self) -> f32 { f32::sin(self) }
-    fn cos(self) -> f32 { f32::cos(self) }
-    fn tan(self) -> f32 { f32::tan(self) }
-    fn asin(self) -> f32 { f32::asin(self) }
-    fn acos(self) -> f32 { f32::acos(self) }
-    fn atan(self) -> f32 { f32::atan(self) }
-    fn sinh(self) -> f32 { f32::sinh(self) }
-    fn cosh(self) -> f32 { f32::cosh(self) }
+    fn sqrt(self) -> f32 {
+        f32::sqrt(self)
+    }
+    fn sin(self) -> f32 {
+        f32::sin(self)
+    }
+    fn cos(self) -> f32 {
+        f32::cos(self)
+    }
+    fn tan(self) -> f32 {
+        f32::tan(self)
+    }
+    fn asin(self) -> f32 {
+        f32::asin(self)
+    }
+    fn acos(self) -> f32 {
+        f32::acos(self)
+    }
+    fn atan(self) -> f32 {
+        f32::atan(self)
+    }
+    fn sinh(self) -> f32 {
+        f32::sinh(self)
+    }
+    fn cosh(self) -> f32 {
+        f32::cosh(self)
+    }
     /// Cephes `tanhf` (Moshier 1989): an odd polynomial below 0.625 in
     /// magnitude, `1 - 2 / (exp(2|x|) + 1)` above, both evaluated and one
     /// selected so that the loop stays branch-free and vectorises (libm's
@@ -340,94 +390,228 @@ impl Float for f32 {
         let a = self.abs();
         let z = self * self;
         let fma = |a: f32, b: f32, c: f32| a.mul_add_fast(b, c);
-        let poly = fma(fma(fma(fma(-5.704_988_7e-3, z, 2.063_909e-2), z, -5.373_971_6e-2), z, 1.333_144_2e-1), z, -3.333_328e-1);
+        let poly = fma(
+            fma(fma(fma(-5.704_988_7e-3, z, 2.063_909e-2), z, -5.373_971_6e-2), z, 1.333_144_2e-1),
+            z,
+            -3.333_328e-1,
+        );
         let small = fma(poly * z, self, self);
         let e = Float::exp(a + a);
         let large = (1.0 - 2.0 / (e + 1.0)).copysign(self);
         // copysign keeps the sign of -0.0, which the polynomial's sum would lose.
         let v = if a < 0.625 { small.copysign(self) } else { large };
-        if self.is_nan() { self } else { v }
+        if self.is_nan() {
+            self
+        } else {
+            v
+        }
     }
-    fn asinh(self) -> f32 { f32::asinh(self) }
-    fn acosh(self) -> f32 { f32::acosh(self) }
-    fn atanh(self) -> f32 { f32::atanh(self) }
+    fn asinh(self) -> f32 {
+        f32::asinh(self)
+    }
+    fn acosh(self) -> f32 {
+        f32::acosh(self)
+    }
+    fn atanh(self) -> f32 {
+        f32::atanh(self)
+    }
     #[inline(always)]
-    fn floor(self) -> f32 { f32::floor(self) }
+    fn floor(self) -> f32 {
+        f32::floor(self)
+    }
     #[inline(always)]
-    fn ceil(self) -> f32 { f32::ceil(self) }
+    fn ceil(self) -> f32 {
+        f32::ceil(self)
+    }
     #[inline(always)]
-    fn trunc(self) -> f32 { f32::trunc(self) }
+    fn trunc(self) -> f32 {
+        f32::trunc(self)
+    }
     #[inline(always)]
-    fn round_even(self) -> f32 { f32::round_ties_even(self) }
-    fn atan2(self, o: f32) -> f32 { f32::atan2(self, o) }
-    fn hypot(self, o: f32) -> f32 { f32::hypot(self, o) }
+    fn round_even(self) -> f32 {
+        f32::round_ties_even(self)
+    }
+    fn atan2(self, o: f32) -> f32 {
+        f32::atan2(self, o)
+    }
+    fn hypot(self, o: f32) -> f32 {
+        f32::hypot(self, o)
+    }
     #[inline(always)]
-    fn copysign(self, o: f32) -> f32 { f32::copysign(self, o) }
-    fn erf(self) -> f32 { libm::erff(self) }
-    fn erfc(self) -> f32 { libm::erfcf(self) }
-    fn lgamma(self) -> f32 { libm::lgammaf(self) }
-    fn is_infinite(self) -> bool { f32::is_infinite(self) }
-    fn is_finite(self) -> bool { f32::is_finite(self) }
-    fn is_sign_negative(self) -> bool { f32::is_sign_negative(self) }
-    fn max_value() -> f32 { f32::MAX }
-    fn min_value() -> f32 { f32::MIN }
-    fn infinity() -> f32 { f32::INFINITY }
-    fn nan() -> f32 { f32::NAN }
-    fn from_f64c(v: f64) -> f32 { v as f32 }
+    fn copysign(self, o: f32) -> f32 {
+        f32::copysign(self, o)
+    }
+    fn erf(self) -> f32 {
+        libm::erff(self)
+    }
+    fn erfc(self) -> f32 {
+        libm::erfcf(self)
+    }
+    fn lgamma(self) -> f32 {
+        libm::lgammaf(self)
+    }
+    fn is_infinite(self) -> bool {
+        f32::is_infinite(self)
+    }
+    fn is_finite(self) -> bool {
+        f32::is_finite(self)
+    }
+    fn is_sign_negative(self) -> bool {
+        f32::is_sign_negative(self)
+    }
+    fn max_value() -> f32 {
+        f32::MAX
+    }
+    fn min_value() -> f32 {
+        f32::MIN
+    }
+    fn infinity() -> f32 {
+        f32::INFINITY
+    }
+    fn nan() -> f32 {
+        f32::NAN
+    }
+    fn from_f64c(v: f64) -> f32 {
+        v as f32
+    }
     #[inline(always)]
     fn mul_add_fast(self, a: f32, b: f32) -> f32 {
-        if cfg!(target_feature = "fma") { f32::mul_add(self, a, b) } else { self * a + b }
+        if cfg!(target_feature = "fma") {
+            f32::mul_add(self, a, b)
+        } else {
+            self * a + b
+        }
     }
 }
 
 impl Float for f64 {
-    fn exp(self) -> f64 { f64::exp(self) }
-    fn exp2(self) -> f64 { f64::exp2(self) }
-    fn exp_m1(self) -> f64 { f64::exp_m1(self) }
-    fn ln(self) -> f64 { f64::ln(self) }
-    fn log2(self) -> f64 { f64::log2(self) }
-    fn log10(self) -> f64 { f64::log10(self) }
-    fn ln_1p(self) -> f64 { f64::ln_1p(self) }
+    fn exp(self) -> f64 {
+        f64::exp(self)
+    }
+    fn exp2(self) -> f64 {
+        f64::exp2(self)
+    }
+    fn exp_m1(self) -> f64 {
+        f64::exp_m1(self)
+    }
+    fn ln(self) -> f64 {
+        f64::ln(self)
+    }
+    fn log2(self) -> f64 {
+        f64::log2(self)
+    }
+    fn log10(self) -> f64 {
+        f64::log10(self)
+    }
+    fn ln_1p(self) -> f64 {
+        f64::ln_1p(self)
+    }
     #[inline(always)]
-    fn sqrt(self) -> f64 { f64::sqrt(self) }
-    fn sin(self) -> f64 { f64::sin(self) }
-    fn cos(self) -> f64 { f64::cos(self) }
-    fn tan(self) -> f64 { f64::tan(self) }
-    fn asin(self) -> f64 { f64::asin(self) }
-    fn acos(self) -> f64 { f64::acos(self) }
-    fn atan(self) -> f64 { f64::atan(self) }
-    fn sinh(self) -> f64 { f64::sinh(self) }
-    fn cosh(self) -> f64 { f64::cosh(self) }
-    fn tanh(self) -> f64 { f64::tanh(self) }
-    fn asinh(self) -> f64 { f64::asinh(self) }
-    fn acosh(self) -> f64 { f64::acosh(self) }
-    fn atanh(self) -> f64 { f64::atanh(self) }
+    fn sqrt(self) -> f64 {
+        f64::sqrt(self)
+    }
+    fn sin(self) -> f64 {
+        f64::sin(self)
+    }
+    fn cos(self) -> f64 {
+        f64::cos(self)
+    }
+    fn tan(self) -> f64 {
+        f64::tan(self)
+    }
+    fn asin(self) -> f64 {
+        f64::asin(self)
+    }
+    fn acos(self) -> f64 {
+        f64::acos(self)
+    }
+    fn atan(self) -> f64 {
+        f64::atan(self)
+    }
+    fn sinh(self) -> f64 {
+        f64::sinh(self)
+    }
+    fn cosh(self) -> f64 {
+        f64::cosh(self)
+    }
+    fn tanh(self) -> f64 {
+        f64::tanh(self)
+    }
+    fn asinh(self) -> f64 {
+        f64::asinh(self)
+    }
+    fn acosh(self) -> f64 {
+        f64::acosh(self)
+    }
+    fn atanh(self) -> f64 {
+        f64::atanh(self)
+    }
     #[inline(always)]
-    fn floor(self) -> f64 { f64::floor(self) }
+    fn floor(self) -> f64 {
+        f64::floor(self)
+    }
     #[inline(always)]
-    fn ceil(self) -> f64 { f64::ceil(self) }
+    fn ceil(self) -> f64 {
+        f64::ceil(self)
+    }
     #[inline(always)]
-    fn trunc(self) -> f64 { f64::trunc(self) }
+    fn trunc(self) -> f64 {
+        f64::trunc(self)
+    }
     #[inline(always)]
-    fn round_even(self) -> f64 { f64::round_ties_even(self) }
-    fn atan2(self, o: f64) -> f64 { f64::atan2(self, o) }
-    fn hypot(self, o: f64) -> f64 { f64::hypot(self, o) }
+    fn round_even(self) -> f64 {
+        f64::round_ties_even(self)
+    }
+    fn atan2(self, o: f64) -> f64 {
+        f64::atan2(self, o)
+    }
+    fn hypot(self, o: f64) -> f64 {
+        f64::hypot(self, o)
+    }
     #[inline(always)]
-    fn copysign(self, o: f64) -> f64 { f64::copysign(self, o) }
-    fn erf(self) -> f64 { libm::erf(self) }
-    fn erfc(self) -> f64 { libm::erfc(self) }
-    fn lgamma(self) -> f64 { libm::lgamma(self) }
-    fn is_infinite(self) -> bool { f64::is_infinite(self) }
-    fn is_finite(self) -> bool { f64::is_finite(self) }
-    fn is_sign_negative(self) -> bool { f64::is_sign_negative(self) }
-    fn max_value() -> f64 { f64::MAX }
-    fn min_value() -> f64 { f64::MIN }
-    fn infinity() -> f64 { f64::INFINITY }
-    fn nan() -> f64 { f64::NAN }
-    fn from_f64c(v: f64) -> f64 { v }
+    fn copysign(self, o: f64) -> f64 {
+        f64::copysign(self, o)
+    }
+    fn erf(self) -> f64 {
+        libm::erf(self)
+    }
+    fn erfc(self) -> f64 {
+        libm::erfc(self)
+    }
+    fn lgamma(self) -> f64 {
+        libm::lgamma(self)
+    }
+    fn is_infinite(self) -> bool {
+        f64::is_infinite(self)
+    }
+    fn is_finite(self) -> bool {
+        f64::is_finite(self)
+    }
+    fn is_sign_negative(self) -> bool {
+        f64::is_sign_negative(self)
+    }
+    fn max_value() -> f64 {
+        f64::MAX
+    }
+    fn min_value() -> f64 {
+        f64::MIN
+    }
+    fn infinity() -> f64 {
+        f64::INFINITY
+    }
+    fn nan() -> f64 {
+        f64::NAN
+    }
+    fn from_f64c(v: f64) -> f64 {
+        v
+    }
     #[inline(always)]
     fn mul_add_fast(self, a: f64, b: f64) -> f64 {
-        if cfg!(target_feature = "fma") { f64::mul_add(self, a, b) } else { self * a + b }
+        if cfg!(target_feature = "fma") {
+            f64::mul_add(self, a, b)
+        } else {
+            self * a + b
+        }
     }
 }
 
@@ -446,14 +630,32 @@ pub fn erfinv_f64(y: f64) -> f64 {
     let mut x = if w < 5.0 {
         w -= 2.5;
         let mut p = 2.810_226_36e-08;
-        for c in [3.432_739_39e-07, -3.523_387_7e-06, -4.391_506_54e-06, 0.000_218_580_87, -0.001_253_725_03, -0.004_177_681_64, 0.246_640_727, 1.501_409_41] {
+        for c in [
+            3.432_739_39e-07,
+            -3.523_387_7e-06,
+            -4.391_506_54e-06,
+            0.000_218_580_87,
+            -0.001_253_725_03,
+            -0.004_177_681_64,
+            0.246_640_727,
+            1.501_409_41,
+        ] {
             p = c + p * w;
         }
         p * y
     } else {
         w = w.sqrt() - 3.0;
         let mut p = -0.000_200_214_257;
-        for c in [0.000_100_950_558, 0.001_349_343_22, -0.003_673_428_44, 0.005_739_507_73, -0.007_622_461_3, 0.009_438_870_47, 1.001_674_06, 2.832_976_82] {
+        for c in [
+            0.000_100_950_558,
+            0.001_349_343_22,
+            -0.003_673_428_44,
+            0.005_739_507_73,
+            -0.007_622_461_3,
+            0.009_438_870_47,
+            1.001_674_06,
+            2.832_976_82,
+        ] {
             p = c + p * w;
         }
         p * y

@@ -3,12 +3,12 @@
 //! pointer type tasks share ([`SendPtr`]), SIMD lane reductions, per-thread
 //! scratch buffers and the scalar math of the compute types. Nothing here names an operator; `crate::ops` builds on it.
 
-pub mod layout;
 pub mod iter;
-pub mod team;
-pub mod ptr;
 pub(crate) mod lanes;
-pub(crate) mod scratch;
+pub mod layout;
 pub mod math;
+pub mod ptr;
+pub(crate) mod scratch;
+pub mod team;
 
 pub use ptr::SendPtr;

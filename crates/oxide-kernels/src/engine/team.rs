@@ -125,7 +125,15 @@ fn team() -> Option<&'static Team> {
         if threads < 2 {
             return None;
         }
-        let workers = (1..threads).map(|_| Worker { ticket: AtomicU64::new(0), claimed: AtomicU64::new(0), parked: AtomicBool::new(false), cpu: AtomicUsize::new(NO_CPU), thread: OnceLock::new() }).collect();
+        let workers = (1..threads)
+            .map(|_| Worker {
+                ticket: AtomicU64::new(0),
+                claimed: AtomicU64::new(0),
+                parked: AtomicBool::new(false),
+                cpu: AtomicUsize::new(NO_CPU),
+                thread: OnceLock::new(),
+            })
+            .collect();
         let team: &'static Team = Box::leak(Box::new(Team {
             launch: Mutex::new(0),
             job: UnsafeCell::new(None),
@@ -205,7 +213,11 @@ const NO_CPU: usize = usize::MAX;
 /// `pthread_atfork(NULL, NULL, child)`, declared here to avoid a `libc` dependency for one call.
 unsafe fn libc_atfork(child: extern "C" fn()) {
     extern "C" {
-        fn pthread_atfork(prepare: Option<extern "C" fn()>, parent: Option<extern "C" fn()>, child: Option<extern "C" fn()>) -> i32;
+        fn pthread_atfork(
+            prepare: Option<extern "C" fn()>,
+            parent: Option<extern "C" fn()>,
+            child: Option<extern "C" fn()>,
+        ) -> i32;
     }
     // SAFETY: forwarded.
     unsafe { pthread_atfork(None, None, Some(child)) };
@@ -443,7 +455,13 @@ mod tests {
 
     #[test]
     fn a_launch_task_is_claimed_exactly_once() {
-        let w = Worker { ticket: AtomicU64::new(0), claimed: AtomicU64::new(0), parked: AtomicBool::new(false), cpu: AtomicUsize::new(NO_CPU), thread: OnceLock::new() };
+        let w = Worker {
+            ticket: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
+            cpu: AtomicUsize::new(NO_CPU),
+            thread: OnceLock::new(),
+        };
         assert!(claim(&w, 1), "the first claim of launch 1 wins");
         assert!(!claim(&w, 1), "a second claim of launch 1 loses");
         assert!(claim(&w, 3), "a later launch can be claimed");

@@ -3,12 +3,12 @@
 //! pointers, dtypes, a shape and strides (or a [`crate::engine::iter::TensorIter`])
 //! and runs on the engine (`crate::engine`).
 
+pub mod custom;
 pub mod elementwise;
-pub mod reduce;
 pub mod index;
 pub mod linalg;
 /// Neural-network layers: softmax, NLL, norms, convolution, pooling, grid
 pub mod nn;
 pub mod optim;
 pub mod random;
-pub mod custom;
+pub mod reduce;

@@ -30,7 +30,13 @@ pub unsafe extern "C" fn oxide_activation_forward(on: OxideLaunch, kind: i32, ou
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_activation_backward(on: OxideLaunch, kind: i32, dx: OxideTensor, dy: OxideTensor, x: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_activation_backward(
+    on: OxideLaunch,
+    kind: i32,
+    dx: OxideTensor,
+    dy: OxideTensor,
+    x: OxideTensor,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [dx, dy, x] = unsafe { required("activation_backward", [&dx, &dy, &x]) }?;
@@ -50,7 +56,10 @@ pub const OXIDE_ACT_SELU: i32 = 0;
 /// See [`OXIDE_ACT_SELU`].
 pub const OXIDE_ACT_SWISH: i32 = 1;
 
-fn activation_kind(kind: i32) -> Result<(oxide_kernels::ops::custom::activation::Forward, oxide_kernels::ops::custom::activation::Backward), AbiError> {
+fn activation_kind(
+    kind: i32,
+) -> Result<(oxide_kernels::ops::custom::activation::Forward, oxide_kernels::ops::custom::activation::Backward), AbiError>
+{
     use oxide_kernels::ops::custom::activation::{Backward, Forward};
     match kind {
         OXIDE_ACT_SELU => Ok((Forward::Selu, Backward::Selu)),

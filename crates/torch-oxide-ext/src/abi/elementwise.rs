@@ -11,7 +11,12 @@ use super::*;
 /// Each [`OxideTensor`] describes live memory (see [`byte_operands`]); the
 /// operands do not overlap.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_copy_strided(on: OxideLaunch, elem_size: usize, dst: OxideTensor, src: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_copy_strided(
+    on: OxideLaunch,
+    elem_size: usize,
+    dst: OxideTensor,
+    src: OxideTensor,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [dst, src] = unsafe { byte_operands("copy_", [&dst, &src]) }?;
@@ -21,7 +26,14 @@ pub unsafe extern "C" fn oxide_copy_strided(on: OxideLaunch, elem_size: usize, d
         let layout = Layout::new("copy_", dst.sizes, [dst.strides, src.strides])?;
         launch(&on, || {
             // SAFETY: `layout` addresses only elements of the two decoded, checked operands.
-            unsafe { oxide_kernels::ops::elementwise::copy::copy_strided(elem_size, &layout, dst.data as *mut u8, src.data as *const u8) }
+            unsafe {
+                oxide_kernels::ops::elementwise::copy::copy_strided(
+                    elem_size,
+                    &layout,
+                    dst.data as *mut u8,
+                    src.data as *const u8,
+                )
+            }
         })
     })
 }
@@ -35,10 +47,23 @@ pub unsafe extern "C" fn oxide_copy_strided(on: OxideLaunch, elem_size: usize, d
 /// `parts` holds `count` [`OxideTensor`]s; each describes live memory (see
 /// [`byte_operands`]) and none overlaps `dst`.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_cat_contiguous(on: OxideLaunch, elem_size: usize, outer: usize, dst: OxideTensor, parts: *const OxideTensor, count: usize) -> i32 {
+pub unsafe extern "C" fn oxide_cat_contiguous(
+    on: OxideLaunch,
+    elem_size: usize,
+    outer: usize,
+    dst: OxideTensor,
+    parts: *const OxideTensor,
+    count: usize,
+) -> i32 {
     ffi(|| {
         // SAFETY: `parts` holds `count` descriptors.
-        let parts = unsafe { if count == 0 { &[][..] } else { std::slice::from_raw_parts(parts, count) } };
+        let parts = unsafe {
+            if count == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(parts, count)
+            }
+        };
         // SAFETY: the function's contract.
         let [dst] = unsafe { byte_operands("cat", [&dst]) }?;
         dst.contiguous("cat")?;
@@ -56,12 +81,17 @@ pub unsafe extern "C" fn oxide_cat_contiguous(on: OxideLaunch, elem_size: usize,
         }
         let total: usize = rows.iter().map(|r| r.1).sum::<usize>() * outer;
         if total != dst.numel * elem_size {
-            return Err(AbiError::Invalid(format!("cat: parts of {total} bytes for an output of {} bytes", dst.numel * elem_size)));
+            return Err(AbiError::Invalid(format!(
+                "cat: parts of {total} bytes for an output of {} bytes",
+                dst.numel * elem_size
+            )));
         }
         let threads = on.threads();
         launch(&on, || {
             // SAFETY: every part and `dst` were decoded and checked, are contiguous, and their sizes add up.
-            unsafe { oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &rows, dst.data as *mut u8, threads) };
+            unsafe {
+                oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &rows, dst.data as *mut u8, threads)
+            };
             Ok::<(), oxide_kernels::Error>(())
         })
     })
@@ -72,14 +102,26 @@ pub unsafe extern "C" fn oxide_cat_contiguous(on: OxideLaunch, elem_size: usize,
 /// # Safety
 /// `dst` describes live memory (see [`byte_operands`]); `pattern` holds `elem_size` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fill_strided(on: OxideLaunch, elem_size: usize, dst: OxideTensor, pattern: *const c_void) -> i32 {
+pub unsafe extern "C" fn oxide_fill_strided(
+    on: OxideLaunch,
+    elem_size: usize,
+    dst: OxideTensor,
+    pattern: *const c_void,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [dst] = unsafe { byte_operands("fill_", [&dst]) }?;
         let layout = Layout::new("fill_", dst.sizes, [dst.strides])?;
         launch(&on, || {
             // SAFETY: `layout` addresses only elements of the decoded, checked operand; `pattern` per the contract.
-            unsafe { oxide_kernels::ops::elementwise::fill::fill_strided(elem_size, &layout, dst.data as *mut u8, pattern as *const u8) }
+            unsafe {
+                oxide_kernels::ops::elementwise::fill::fill_strided(
+                    elem_size,
+                    &layout,
+                    dst.data as *mut u8,
+                    pattern as *const u8,
+                )
+            }
         })
     })
 }
@@ -96,7 +138,8 @@ pub struct OxideScalars {
 }
 
 fn pointwise_op(op: i32) -> Result<oxide_kernels::ops::elementwise::pointwise::PointwiseOp, AbiError> {
-    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op).ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))
+    oxide_kernels::ops::elementwise::pointwise::PointwiseOp::from_id(op)
+        .ok_or_else(|| AbiError::Invalid(format!("unknown pointwise op id {op}")))
 }
 
 /// Runs pointwise op `op` (an `OXIDE_POINTWISE_*` id of the generated
@@ -107,13 +150,24 @@ fn pointwise_op(op: i32) -> Result<oxide_kernels::ops::elementwise::pointwise::P
 /// # Safety
 /// `iter` describes live memory as [`OxideIter`] states.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_pointwise(on: OxideLaunch, op: i32, iter: *const OxideIter, common: i32, scalars: OxideScalars) -> i32 {
+pub unsafe extern "C" fn oxide_pointwise(
+    on: OxideLaunch,
+    op: i32,
+    iter: *const OxideIter,
+    common: i32,
+    scalars: OxideScalars,
+) -> i32 {
     ffi(|| {
         let o = pointwise_op(op)?;
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter(o.name(), &*iter, &on) }?;
         let common = if common < 0 { None } else { Some(dtype(common)?) };
-        let ctx = oxide_kernels::ops::elementwise::pointwise::Ctx { f: scalars.f, i: scalars.i, im: scalars.im, ..Default::default() };
+        let ctx = oxide_kernels::ops::elementwise::pointwise::Ctx {
+            f: scalars.f,
+            i: scalars.i,
+            im: scalars.im,
+            ..Default::default()
+        };
         launch(&on, || {
             // SAFETY: `it` was built from checked operands by tensor_iter.
             unsafe { o.run(&it, common, &ctx) }

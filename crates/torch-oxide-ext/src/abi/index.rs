@@ -28,7 +28,11 @@ pub unsafe extern "C" fn oxide_index(
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("index", &*iter, &on) }?;
         // SAFETY: the function's contract: both arrays hold `nindexed` values.
-        let ix = oxide_kernels::ops::index::index::Indexed { sizes: unsafe { dims(sizes, nindexed) }, strides: unsafe { dims(strides, nindexed) }, wrap_negative };
+        let ix = oxide_kernels::ops::index::index::Indexed {
+            sizes: unsafe { dims(sizes, nindexed) },
+            strides: unsafe { dims(strides, nindexed) },
+            wrap_negative,
+        };
         // PyTorch's `iter.element_size(0)`: the destination's element size.
         let elem_size = it.dtype(0).size();
         launch(&on, || {
@@ -56,7 +60,14 @@ pub unsafe extern "C" fn oxide_index(
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_scatter_reduce(on: OxideLaunch, reduce: i32, dim: usize, out: OxideTensor, src: OxideTensor, index: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_scatter_reduce(
+    on: OxideLaunch,
+    reduce: i32,
+    dim: usize,
+    out: OxideTensor,
+    src: OxideTensor,
+    index: OxideTensor,
+) -> i32 {
     use oxide_kernels::ops::index::scatter::{scatter_reduce, Scatter, ScatterReduce, Strided};
     ffi(|| {
         const OP: &str = "scatter_reduce";
@@ -73,9 +84,14 @@ pub unsafe extern "C" fn oxide_scatter_reduce(on: OxideLaunch, reduce: i32, dim:
         let dt = common_dtype(OP, &[&out, &src])?;
         let nd = index.sizes.len();
         let scalar = src.sizes.is_empty();
-        let fits = |o: &Operand, skip: Option<usize>| o.sizes.len() == nd && (0..nd).all(|d| Some(d) == skip || index.sizes[d] <= o.sizes[d]);
+        let fits = |o: &Operand, skip: Option<usize>| {
+            o.sizes.len() == nd && (0..nd).all(|d| Some(d) == skip || index.sizes[d] <= o.sizes[d])
+        };
         if dim >= nd || !fits(&out, Some(dim)) || !(scalar || fits(&src, None)) {
-            return Err(AbiError::Invalid(format!("{OP}: index of sizes {:?} along dim {dim} does not fit out {:?} and src {:?}", index.sizes, out.sizes, src.sizes)));
+            return Err(AbiError::Invalid(format!(
+                "{OP}: index of sizes {:?} along dim {dim} does not fit out {:?} and src {:?}",
+                index.sizes, out.sizes, src.sizes
+            )));
         }
         let shape = index.extents();
         let (os, is) = (out.istrides(), index.istrides());

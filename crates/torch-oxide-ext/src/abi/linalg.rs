@@ -10,7 +10,14 @@ use super::*;
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `c` does not
 /// overlap `a` or `b`.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_gemm(on: OxideLaunch, c: OxideTensor, alpha: f64, a: OxideTensor, b: OxideTensor, beta: f64) -> i32 {
+pub unsafe extern "C" fn oxide_gemm(
+    on: OxideLaunch,
+    c: OxideTensor,
+    alpha: f64,
+    a: OxideTensor,
+    b: OxideTensor,
+    beta: f64,
+) -> i32 {
     use oxide_kernels::ops::linalg::gemm::{gemm, GemmShape, Matrix};
     ffi(|| {
         // SAFETY: the function's contract.
@@ -18,13 +25,18 @@ pub unsafe extern "C" fn oxide_gemm(on: OxideLaunch, c: OxideTensor, alpha: f64,
         let dt = common_dtype("mm", &[&c, &a, &b])?;
         let nd = c.sizes.len();
         let batched = nd == 3;
-        let mismatch = || AbiError::Invalid(format!("mm: operands of sizes {:?} @ {:?} into {:?}", a.sizes, b.sizes, c.sizes));
+        let mismatch =
+            || AbiError::Invalid(format!("mm: operands of sizes {:?} @ {:?} into {:?}", a.sizes, b.sizes, c.sizes));
         if !(nd == 2 || batched) || a.sizes.len() != nd || b.sizes.len() != nd {
             return Err(mismatch());
         }
         let r = nd - 2;
         let (m, n, k) = (c.sizes[r], c.sizes[r + 1], a.sizes[r + 1]);
-        if a.sizes[r] != m || b.sizes[r] != k || b.sizes[r + 1] != n || (batched && (a.sizes[0] != c.sizes[0] || b.sizes[0] != c.sizes[0])) {
+        if a.sizes[r] != m
+            || b.sizes[r] != k
+            || b.sizes[r + 1] != n
+            || (batched && (a.sizes[0] != c.sizes[0] || b.sizes[0] != c.sizes[0]))
+        {
             return Err(mismatch());
         }
         let batch = if batched { c.sizes[0] as usize } else { 1 };

@@ -28,15 +28,15 @@ use oxide_runtime::{runtime, Event, MemcpyKind, PointerKind};
 
 use crate::fallback;
 
-pub mod runtime;
+pub mod custom;
 pub mod elementwise;
-pub mod reduce;
 pub mod index;
 pub mod linalg;
 pub mod nn;
 pub mod optim;
 pub mod random;
-pub mod custom;
+pub mod reduce;
+pub mod runtime;
 
 /// Success.
 pub const OXIDE_STATUS_SUCCESS: i32 = 0;
@@ -110,7 +110,11 @@ const _: () = {
     assert!(D::F32 as i32 == OXIDE_DTYPE_FLOAT32 && D::F64 as i32 == OXIDE_DTYPE_FLOAT64);
     assert!(D::C64 as i32 == OXIDE_DTYPE_COMPLEX64 && D::C128 as i32 == OXIDE_DTYPE_COMPLEX128);
     assert!(D::Bool as i32 == OXIDE_DTYPE_BOOL && D::BF16 as i32 == OXIDE_DTYPE_BFLOAT16);
-    assert!(D::U16 as i32 == OXIDE_DTYPE_UINT16 && D::U32 as i32 == OXIDE_DTYPE_UINT32 && D::U64 as i32 == OXIDE_DTYPE_UINT64);
+    assert!(
+        D::U16 as i32 == OXIDE_DTYPE_UINT16
+            && D::U32 as i32 == OXIDE_DTYPE_UINT32
+            && D::U64 as i32 == OXIDE_DTYPE_UINT64
+    );
 };
 
 /// Errors crossing the ABI.
@@ -135,7 +139,9 @@ impl AbiError {
             AbiError::Runtime(E::InvalidEvent { .. }) => OXIDE_STATUS_RUNTIME_ERROR,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
-            AbiError::Kernel(oxide_kernels::Error::IndexOutOfBounds { .. } | oxide_kernels::Error::OutOfRange { .. }) => OXIDE_STATUS_INDEX_ERROR,
+            AbiError::Kernel(
+                oxide_kernels::Error::IndexOutOfBounds { .. } | oxide_kernels::Error::OutOfRange { .. },
+            ) => OXIDE_STATUS_INDEX_ERROR,
             AbiError::Runtime(_) | AbiError::Kernel(_) | AbiError::Invalid(_) => OXIDE_STATUS_INVALID_VALUE,
         }
     }
@@ -303,7 +309,10 @@ impl Operand<'_> {
     /// contiguous tensor; extents of 1 may have any stride, as in PyTorch).
     pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
         if !is_contiguous(self.sizes, self.strides) {
-            return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?} is not contiguous (strides {:?})", self.sizes, self.strides)));
+            return Err(AbiError::Invalid(format!(
+                "{op}: operand of sizes {:?} is not contiguous (strides {:?})",
+                self.sizes, self.strides
+            )));
         }
         Ok(self)
     }
@@ -319,7 +328,11 @@ impl Operand<'_> {
     /// Refuses an operand whose dtype is not `dtype`.
     pub fn dtype_is(&self, op: &'static str, dtype: oxide_kernels::DType) -> Result<&Self, AbiError> {
         if self.dtype != dtype {
-            return Err(AbiError::Invalid(format!("{op}: operand of dtype {}, expected {}", self.dtype.name(), dtype.name())));
+            return Err(AbiError::Invalid(format!(
+                "{op}: operand of dtype {}, expected {}",
+                self.dtype.name(),
+                dtype.name()
+            )));
         }
         Ok(self)
     }
@@ -345,7 +358,10 @@ impl Operand<'_> {
 /// # Safety
 /// Each operand's `sizes` and `strides` point to `ndim` readable values that
 /// outlive the returned operands.
-pub(crate) unsafe fn operands<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[Option<Operand<'a>>; N], AbiError> {
+pub(crate) unsafe fn operands<'a, const N: usize>(
+    op: &'static str,
+    ts: [&'a OxideTensor; N],
+) -> Result<[Option<Operand<'a>>; N], AbiError> {
     let rt = runtime()?;
     let mut out = [None; N];
     for (slot, t) in out.iter_mut().zip(ts) {
@@ -374,7 +390,10 @@ impl ByteOperand<'_> {
     /// Refuses an operand that is not row-major contiguous.
     pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
         if !is_contiguous(self.sizes, self.strides) {
-            return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?} is not contiguous (strides {:?})", self.sizes, self.strides)));
+            return Err(AbiError::Invalid(format!(
+                "{op}: operand of sizes {:?} is not contiguous (strides {:?})",
+                self.sizes, self.strides
+            )));
         }
         Ok(self)
     }
@@ -402,7 +421,11 @@ fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
 ///
 /// # Safety
 /// As for [`operands`].
-unsafe fn decode<'a>(op: &'static str, rt: &oxide_runtime::Runtime, t: &'a OxideTensor) -> Result<(&'a [i64], &'a [i64], usize), AbiError> {
+unsafe fn decode<'a>(
+    op: &'static str,
+    rt: &oxide_runtime::Runtime,
+    t: &'a OxideTensor,
+) -> Result<(&'a [i64], &'a [i64], usize), AbiError> {
     if !(OXIDE_ACCESS_READ..=OXIDE_ACCESS_READ_WRITE).contains(&t.access) {
         return Err(AbiError::Invalid(format!("{op}: unknown access mode {}", t.access)));
     }
@@ -417,7 +440,10 @@ unsafe fn decode<'a>(op: &'static str, rt: &oxide_runtime::Runtime, t: &'a Oxide
 ///
 /// # Safety
 /// As for [`operands`].
-pub(crate) unsafe fn byte_operands<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[ByteOperand<'a>; N], AbiError> {
+pub(crate) unsafe fn byte_operands<'a, const N: usize>(
+    op: &'static str,
+    ts: [&'a OxideTensor; N],
+) -> Result<[ByteOperand<'a>; N], AbiError> {
     let rt = runtime()?;
     let mut out = Vec::with_capacity(N);
     for t in ts {
@@ -435,7 +461,10 @@ pub(crate) unsafe fn byte_operands<'a, const N: usize>(op: &'static str, ts: [&'
 ///
 /// # Safety
 /// As for [`operands`].
-pub(crate) unsafe fn required<'a, const N: usize>(op: &'static str, ts: [&'a OxideTensor; N]) -> Result<[Operand<'a>; N], AbiError> {
+pub(crate) unsafe fn required<'a, const N: usize>(
+    op: &'static str,
+    ts: [&'a OxideTensor; N],
+) -> Result<[Operand<'a>; N], AbiError> {
     // SAFETY: the caller's contract.
     let decoded = unsafe { operands(op, ts) }?;
     let mut out = Vec::with_capacity(N);
@@ -496,7 +525,11 @@ pub struct OxideIter {
 ///
 /// # Safety
 /// The arrays hold the counts the struct states.
-unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
+unsafe fn tensor_iter(
+    op: &'static str,
+    it: &OxideIter,
+    on: &OxideLaunch,
+) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
     use oxide_kernels::engine::iter::{Operand, TensorIter};
     // SAFETY: caller contract.
     let (shape, data, dtypes, strides) = unsafe {
@@ -504,7 +537,11 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
             dims(it.shape, it.ndim),
             std::slice::from_raw_parts(it.data, it.ntensors),
             std::slice::from_raw_parts(it.dtypes, it.ntensors),
-            if it.ndim * it.ntensors == 0 { &[][..] } else { std::slice::from_raw_parts(it.strides, it.ndim * it.ntensors) },
+            if it.ndim * it.ntensors == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(it.strides, it.ndim * it.ntensors)
+            },
         )
     };
     let numel: usize = shape.iter().map(|&d| d.max(0) as usize).product();
@@ -524,7 +561,11 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
 fn extents(op: &'static str, shape: &[i64]) -> Result<Vec<usize>, AbiError> {
     shape
         .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| AbiError::Kernel(oxide_kernels::Error::InvalidLayout { op, reason: format!("negative extent {d}") })))
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| {
+                AbiError::Kernel(oxide_kernels::Error::InvalidLayout { op, reason: format!("negative extent {d}") })
+            })
+        })
         .collect()
 }
 

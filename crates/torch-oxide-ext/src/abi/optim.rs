@@ -55,7 +55,14 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
             // SAFETY: each operand is one element of the dtype read here (checked above).
             unsafe {
                 let (mut s, mut t) = (sp.read_unaligned(), tp.read_unaligned());
-                oxide_kernels::ops::optim::amp::update_scale(&mut s, &mut t, fp.read_unaligned(), growth_factor, backoff_factor, growth_interval);
+                oxide_kernels::ops::optim::amp::update_scale(
+                    &mut s,
+                    &mut t,
+                    fp.read_unaligned(),
+                    growth_factor,
+                    backoff_factor,
+                    growth_interval,
+                );
                 sp.write_unaligned(s);
                 tp.write_unaligned(t);
             }
@@ -118,8 +125,10 @@ pub unsafe extern "C" fn oxide_fused_adam(
     const OP: &str = "_fused_adam_";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq] = unsafe { operands(OP, [&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq]) }?;
-        let (param, grad, exp_avg, exp_avg_sq) = (present(OP, param)?, present(OP, grad)?, present(OP, exp_avg)?, present(OP, exp_avg_sq)?);
+        let [param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq] =
+            unsafe { operands(OP, [&param, &grad, &exp_avg, &exp_avg_sq, &max_exp_avg_sq]) }?;
+        let (param, grad, exp_avg, exp_avg_sq) =
+            (present(OP, param)?, present(OP, grad)?, present(OP, exp_avg)?, present(OP, exp_avg_sq)?);
         let mut all = vec![&param, &grad, &exp_avg, &exp_avg_sq];
         all.extend(max_exp_avg_sq.as_ref());
         let (dt, n) = fused_operands(OP, &all)?;
@@ -137,7 +146,13 @@ pub unsafe extern "C" fn oxide_fused_adam(
             step: h.step,
             grad_scale: h.has_grad_scale.then_some(h.grad_scale),
         };
-        let ts = AdamTensors { param: param.dst(), grad: grad.dst(), exp_avg: exp_avg.dst(), exp_avg_sq: exp_avg_sq.dst(), max_exp_avg_sq: data_or_null(max_exp_avg_sq) };
+        let ts = AdamTensors {
+            param: param.dst(),
+            grad: grad.dst(),
+            exp_avg: exp_avg.dst(),
+            exp_avg_sq: exp_avg_sq.dst(),
+            max_exp_avg_sq: data_or_null(max_exp_avg_sq),
+        };
         launch(&on, || {
             // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
             unsafe { adam(dt, n, ts, hp, on.threads()) }
@@ -165,7 +180,13 @@ pub struct OxideSgd {
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `h` points to a valid struct.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_fused_sgd(on: OxideLaunch, param: OxideTensor, grad: OxideTensor, momentum_buffer: OxideTensor, h: *const OxideSgd) -> i32 {
+pub unsafe extern "C" fn oxide_fused_sgd(
+    on: OxideLaunch,
+    param: OxideTensor,
+    grad: OxideTensor,
+    momentum_buffer: OxideTensor,
+    h: *const OxideSgd,
+) -> i32 {
     const OP: &str = "_fused_sgd_";
     ffi(|| {
         // SAFETY: the function's contract.

@@ -20,7 +20,12 @@ pub struct OxideDistribution {
 /// # Safety
 /// `dst` describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_random_sample(on: OxideLaunch, dst: OxideTensor, dist: OxideDistribution, philox_state: OxidePhilox) -> i32 {
+pub unsafe extern "C" fn oxide_random_sample(
+    on: OxideLaunch,
+    dst: OxideTensor,
+    dist: OxideDistribution,
+    philox_state: OxidePhilox,
+) -> i32 {
     use oxide_kernels::ops::random::random::Distribution as D;
     ffi(|| {
         // SAFETY: the function's contract.
@@ -51,7 +56,12 @@ pub unsafe extern "C" fn oxide_random_sample(on: OxideLaunch, dst: OxideTensor, 
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_bernoulli_tensor(on: OxideLaunch, dst: OxideTensor, p: OxideTensor, philox_state: OxidePhilox) -> i32 {
+pub unsafe extern "C" fn oxide_bernoulli_tensor(
+    on: OxideLaunch,
+    dst: OxideTensor,
+    p: OxideTensor,
+    philox_state: OxidePhilox,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [dst, p] = unsafe { required("bernoulli_", [&dst, &p]) }?;
@@ -61,7 +71,15 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(on: OxideLaunch, dst: OxideTenso
         let bits = philox(&philox_state);
         launch(&on, || {
             // SAFETY: `layout` addresses only elements of the two decoded operands of one shape.
-            unsafe { oxide_kernels::ops::random::random::bernoulli_tensor(dst.dtype, &layout, dst.dst(), p.src() as *const f64, &bits) }
+            unsafe {
+                oxide_kernels::ops::random::random::bernoulli_tensor(
+                    dst.dtype,
+                    &layout,
+                    dst.dst(),
+                    p.src() as *const f64,
+                    &bits,
+                )
+            }
         })
     })
 }
@@ -72,7 +90,13 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(on: OxideLaunch, dst: OxideTenso
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_masked_scale(on: OxideLaunch, out: OxideTensor, input: OxideTensor, mask: OxideTensor, scale: f64) -> i32 {
+pub unsafe extern "C" fn oxide_masked_scale(
+    on: OxideLaunch,
+    out: OxideTensor,
+    input: OxideTensor,
+    mask: OxideTensor,
+    scale: f64,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [out, input, mask] = unsafe { required("masked_scale", [&out, &input, &mask]) }?;
@@ -82,7 +106,16 @@ pub unsafe extern "C" fn oxide_masked_scale(on: OxideLaunch, out: OxideTensor, i
         let layout = Layout::new("masked_scale", out.sizes, [out.strides, input.strides, mask.strides])?;
         launch(&on, || {
             // SAFETY: `layout` addresses only elements of the three decoded operands of one shape.
-            unsafe { oxide_kernels::ops::random::random::masked_scale(dt, &layout, out.dst(), input.src(), mask.src() as *const bool, scale) }
+            unsafe {
+                oxide_kernels::ops::random::random::masked_scale(
+                    dt,
+                    &layout,
+                    out.dst(),
+                    input.src(),
+                    mask.src() as *const bool,
+                    scale,
+                )
+            }
         })
     })
 }
@@ -99,7 +132,9 @@ pub unsafe extern "C" fn oxide_randperm(on: OxideLaunch, out: OxideTensor, philo
         let [out] = unsafe { required("randperm", [&out]) }?;
         let (n, stride) = match (out.sizes, out.strides) {
             (&[n], &[s]) => (n, s),
-            (s, _) => return Err(AbiError::Invalid(format!("randperm: operand of sizes {s:?}, expected one dimension"))),
+            (s, _) => {
+                return Err(AbiError::Invalid(format!("randperm: operand of sizes {s:?}, expected one dimension")))
+            }
         };
         let bits = philox(&philox_state);
         launch(&on, || -> Result<(), AbiError> {
@@ -120,7 +155,13 @@ pub unsafe extern "C" fn oxide_randperm(on: OxideLaunch, out: OxideTensor, philo
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_multinomial(on: OxideLaunch, out: OxideTensor, weights: OxideTensor, replacement: bool, philox_state: OxidePhilox) -> i32 {
+pub unsafe extern "C" fn oxide_multinomial(
+    on: OxideLaunch,
+    out: OxideTensor,
+    weights: OxideTensor,
+    replacement: bool,
+    philox_state: OxidePhilox,
+) -> i32 {
     ffi(|| {
         const OP: &str = "multinomial";
         // SAFETY: the function's contract.
@@ -134,7 +175,10 @@ pub unsafe extern "C" fn oxide_multinomial(on: OxideLaunch, out: OxideTensor, we
         };
         let ((rows, categories), (out_rows, samples)) = (rows_of(&weights)?, rows_of(&out)?);
         if out_rows != rows || out.sizes.len() != weights.sizes.len() {
-            return Err(AbiError::Invalid(format!("{OP}: samples of sizes {:?} for weights of sizes {:?}", out.sizes, weights.sizes)));
+            return Err(AbiError::Invalid(format!(
+                "{OP}: samples of sizes {:?} for weights of sizes {:?}",
+                out.sizes, weights.sizes
+            )));
         }
         let bits = philox(&philox_state);
         let (wp, op) = (weights.src(), out.dst());
@@ -147,13 +191,37 @@ pub unsafe extern "C" fn oxide_multinomial(on: OxideLaunch, out: OxideTensor, we
             match weights.dtype {
                 oxide_kernels::DType::F32 => {
                     // SAFETY: `weights` holds rows * categories contiguous float32 (checked above).
-                    let w = if categories == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(wp as *const f32, rows * categories) } };
-                    oxide_kernels::ops::random::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
+                    let w = if categories == 0 {
+                        &[][..]
+                    } else {
+                        unsafe { std::slice::from_raw_parts(wp as *const f32, rows * categories) }
+                    };
+                    oxide_kernels::ops::random::random::multinomial(
+                        w,
+                        rows,
+                        categories,
+                        samples,
+                        replacement,
+                        &bits,
+                        out,
+                    )?
                 }
                 oxide_kernels::DType::F64 => {
                     // SAFETY: `weights` holds rows * categories contiguous float64 (checked above).
-                    let w = if categories == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(wp as *const f64, rows * categories) } };
-                    oxide_kernels::ops::random::random::multinomial(w, rows, categories, samples, replacement, &bits, out)?
+                    let w = if categories == 0 {
+                        &[][..]
+                    } else {
+                        unsafe { std::slice::from_raw_parts(wp as *const f64, rows * categories) }
+                    };
+                    oxide_kernels::ops::random::random::multinomial(
+                        w,
+                        rows,
+                        categories,
+                        samples,
+                        replacement,
+                        &bits,
+                        out,
+                    )?
                 }
                 d => return Err(oxide_kernels::Error::UnsupportedDtype { op: "multinomial", dtype: d }.into()),
             }

@@ -86,7 +86,14 @@ pub const OXIDE_SCAN_CUMMIN: i32 = 3;
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_scan(on: OxideLaunch, op: i32, dim: usize, out: OxideTensor, input: OxideTensor, indices: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_scan(
+    on: OxideLaunch,
+    op: i32,
+    dim: usize,
+    out: OxideTensor,
+    input: OxideTensor,
+    indices: OxideTensor,
+) -> i32 {
     use oxide_kernels::ops::reduce::scan::{scan, ScanOp, View};
     ffi(|| {
         let op = match op {
@@ -130,17 +137,35 @@ pub unsafe extern "C" fn oxide_scan(on: OxideLaunch, op: i32, dim: usize, out: O
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_sort_rows(on: OxideLaunch, values: OxideTensor, indices: OxideTensor, descending: bool) -> i32 {
+pub unsafe extern "C" fn oxide_sort_rows(
+    on: OxideLaunch,
+    values: OxideTensor,
+    indices: OxideTensor,
+    descending: bool,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [values, indices] = unsafe { required("sort", [&values, &indices]) }?;
         values.contiguous("sort")?;
-        indices.contiguous("sort")?.dtype_is("sort (indices)", oxide_kernels::DType::I64)?.sizes_are("sort (indices)", values.sizes)?;
+        indices
+            .contiguous("sort")?
+            .dtype_is("sort (indices)", oxide_kernels::DType::I64)?
+            .sizes_are("sort (indices)", values.sizes)?;
         let len = values.sizes.last().map_or(1, |&l| l as usize);
         let rows = values.numel.checked_div(len).unwrap_or(0);
         launch(&on, || {
             // SAFETY: both operands are contiguous with `rows * len` elements (checked above).
-            unsafe { oxide_kernels::ops::reduce::sort::sort_rows(values.dtype, rows, len, values.dst(), indices.dst() as *mut i64, descending, on.threads()) }
+            unsafe {
+                oxide_kernels::ops::reduce::sort::sort_rows(
+                    values.dtype,
+                    rows,
+                    len,
+                    values.dst(),
+                    indices.dst() as *mut i64,
+                    descending,
+                    on.threads(),
+                )
+            }
         })
     })
 }
@@ -153,7 +178,12 @@ pub unsafe extern "C" fn oxide_sort_rows(on: OxideLaunch, values: OxideTensor, i
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `count` is
 /// null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_nonzero(on: OxideLaunch, input: OxideTensor, out: OxideTensor, count: *mut usize) -> i32 {
+pub unsafe extern "C" fn oxide_nonzero(
+    on: OxideLaunch,
+    input: OxideTensor,
+    out: OxideTensor,
+    count: *mut usize,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [input, out] = unsafe { operands("nonzero", [&input, &out]) }?;
@@ -163,17 +193,30 @@ pub unsafe extern "C" fn oxide_nonzero(on: OxideLaunch, input: OxideTensor, out:
             None => {
                 let k = launch(&on, || {
                     // SAFETY: the kernel addresses only elements of the decoded input.
-                    unsafe { oxide_kernels::ops::reduce::nonzero::count_nonzero(input.dtype, &shape, &strides, input.src()) }
+                    unsafe {
+                        oxide_kernels::ops::reduce::nonzero::count_nonzero(input.dtype, &shape, &strides, input.src())
+                    }
                 })?;
                 put(count, k)
             }
             Some(out) => {
                 let k = out.sizes.first().copied().unwrap_or(0);
-                out.contiguous("nonzero")?.dtype_is("nonzero (out)", oxide_kernels::DType::I64)?.sizes_are("nonzero (out)", &[k, shape.len() as i64])?;
+                out.contiguous("nonzero")?
+                    .dtype_is("nonzero (out)", oxide_kernels::DType::I64)?
+                    .sizes_are("nonzero (out)", &[k, shape.len() as i64])?;
                 launch(&on, || {
                     // SAFETY: `out` holds `k` contiguous rows of `ndim` int64 (checked above); the
                     // kernel writes no more than `k` rows and refuses another count.
-                    unsafe { oxide_kernels::ops::reduce::nonzero::nonzero(input.dtype, &shape, &strides, input.src(), out.dst() as *mut i64, k as usize) }
+                    unsafe {
+                        oxide_kernels::ops::reduce::nonzero::nonzero(
+                            input.dtype,
+                            &shape,
+                            &strides,
+                            input.src(),
+                            out.dst() as *mut i64,
+                            k as usize,
+                        )
+                    }
                 })
             }
         }
@@ -209,7 +252,16 @@ pub unsafe extern "C" fn oxide_argsort_rows(on: OxideLaunch, rows: OxideTensor, 
         int64_of("unique (perm)", &perm, n)?;
         launch(&on, || {
             // SAFETY: `rows` holds n*m contiguous elements and `perm` n int64 (checked above).
-            unsafe { oxide_kernels::ops::reduce::unique::argsort_rows(rows.dtype, n, m, rows.src(), perm.dst() as *mut i64, on.threads()) }
+            unsafe {
+                oxide_kernels::ops::reduce::unique::argsort_rows(
+                    rows.dtype,
+                    n,
+                    m,
+                    rows.src(),
+                    perm.dst() as *mut i64,
+                    on.threads(),
+                )
+            }
         })
     })
 }
@@ -234,7 +286,8 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
 ) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
-        let [rows, perm, reps, inverse, counts] = unsafe { operands("unique", [&rows, &perm, &reps, &inverse, &counts]) }?;
+        let [rows, perm, reps, inverse, counts] =
+            unsafe { operands("unique", [&rows, &perm, &reps, &inverse, &counts]) }?;
         let (rows, reps) = (present("unique", rows)?, present("unique", reps)?);
         let (n, m) = matrix_rows("unique", &rows)?;
         for o in [Some(reps), perm, inverse, counts].iter().flatten() {
@@ -244,7 +297,11 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
         let k = launch(&on, || {
             // SAFETY: `rows` holds n*m contiguous elements, every index operand n int64 (checked above).
             unsafe {
-                let out = oxide_kernels::ops::reduce::unique::Groups { reps: reps.dst() as *mut i64, inverse: ptr(inverse), counts: ptr(counts) };
+                let out = oxide_kernels::ops::reduce::unique::Groups {
+                    reps: reps.dst() as *mut i64,
+                    inverse: ptr(inverse),
+                    counts: ptr(counts),
+                };
                 oxide_kernels::ops::reduce::unique::unique_consecutive(rows.dtype, n, m, rows.src(), ptr(perm), out)
             }
         })?;
@@ -261,7 +318,14 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `groups` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_unique_bytes(on: OxideLaunch, input: OxideTensor, values: OxideTensor, inverse: OxideTensor, counts: OxideTensor, groups: *mut usize) -> i32 {
+pub unsafe extern "C" fn oxide_unique_bytes(
+    on: OxideLaunch,
+    input: OxideTensor,
+    values: OxideTensor,
+    inverse: OxideTensor,
+    counts: OxideTensor,
+    groups: *mut usize,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [input, values, inverse, counts] = unsafe { operands("unique", [&input, &values, &inverse, &counts]) }?;
@@ -278,7 +342,16 @@ pub unsafe extern "C" fn oxide_unique_bytes(on: OxideLaunch, input: OxideTensor,
         let ptr = |o: Option<Operand>| o.map_or(std::ptr::null_mut(), |o| o.data as *mut i64);
         let k = launch(&on, || {
             // SAFETY: sizes checked above: `input` n contiguous elements, `values` and `counts` 256, `inverse` n.
-            unsafe { oxide_kernels::ops::reduce::unique::unique_bytes(input.dtype, input.numel, input.src(), values.dst(), ptr(inverse), ptr(counts)) }
+            unsafe {
+                oxide_kernels::ops::reduce::unique::unique_bytes(
+                    input.dtype,
+                    input.numel,
+                    input.src(),
+                    values.dst(),
+                    ptr(inverse),
+                    ptr(counts),
+                )
+            }
         })?;
         put(groups, k)
     })
@@ -294,7 +367,14 @@ pub unsafe extern "C" fn oxide_unique_bytes(on: OxideLaunch, input: OxideTensor,
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `sorter`
 /// entries lie in `0..len`.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_searchsorted(on: OxideLaunch, out: OxideTensor, values: OxideTensor, boundaries: OxideTensor, sorter: OxideTensor, right: bool) -> i32 {
+pub unsafe extern "C" fn oxide_searchsorted(
+    on: OxideLaunch,
+    out: OxideTensor,
+    values: OxideTensor,
+    boundaries: OxideTensor,
+    sorter: OxideTensor,
+    right: bool,
+) -> i32 {
     use oxide_kernels::ops::reduce::search::{searchsorted, Search};
     ffi(|| {
         const OP: &str = "searchsorted";
@@ -306,14 +386,23 @@ pub unsafe extern "C" fn oxide_searchsorted(on: OxideLaunch, out: OxideTensor, v
         boundaries.contiguous(OP)?;
         out.contiguous(OP)?.numel_is(OP, values.numel)?;
         if let Some(s) = &sorter {
-            s.contiguous(OP)?.dtype_is("searchsorted (sorter)", oxide_kernels::DType::I64)?.sizes_are("searchsorted (sorter)", boundaries.sizes)?;
+            s.contiguous(OP)?
+                .dtype_is("searchsorted (sorter)", oxide_kernels::DType::I64)?
+                .sizes_are("searchsorted (sorter)", boundaries.sizes)?;
         }
-        let len = *boundaries.sizes.last().ok_or_else(|| AbiError::Invalid("searchsorted: 0-dim boundaries".into()))? as usize;
+        let len = *boundaries.sizes.last().ok_or_else(|| AbiError::Invalid("searchsorted: 0-dim boundaries".into()))?
+            as usize;
         let nvalues = values.numel;
-        let per_row = if boundaries.sizes.len() == 1 { nvalues } else { values.sizes.last().map_or(1, |&l| l as usize) };
+        let per_row =
+            if boundaries.sizes.len() == 1 { nvalues } else { values.sizes.last().map_or(1, |&l| l as usize) };
         let rows = if boundaries.sizes.len() == 1 { 1 } else { nvalues.checked_div(per_row).unwrap_or(0) };
-        if boundaries.sizes.len() > 1 && (values.sizes.len() != boundaries.sizes.len() || boundaries.numel != rows * len) {
-            return Err(AbiError::Invalid(format!("searchsorted: boundaries of sizes {:?} for values of sizes {:?}", boundaries.sizes, values.sizes)));
+        if boundaries.sizes.len() > 1
+            && (values.sizes.len() != boundaries.sizes.len() || boundaries.numel != rows * len)
+        {
+            return Err(AbiError::Invalid(format!(
+                "searchsorted: boundaries of sizes {:?} for values of sizes {:?}",
+                boundaries.sizes, values.sizes
+            )));
         }
         let s = Search { dtype: values.dtype, nvalues, per_row, len, right, out_dtype: out.dtype };
         let sorter = sorter.map_or(std::ptr::null(), |o| o.src() as *const i64);
@@ -339,7 +428,13 @@ fn vector(op: &'static str, o: &Operand) -> Result<(usize, isize), AbiError> {
 /// # Safety
 /// `input` describes live memory (see [`operands`]); the outputs are writable.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_bincount_range(on: OxideLaunch, input: OxideTensor, min: *mut i64, max: *mut i64, any: *mut bool) -> i32 {
+pub unsafe extern "C" fn oxide_bincount_range(
+    on: OxideLaunch,
+    input: OxideTensor,
+    min: *mut i64,
+    max: *mut i64,
+    any: *mut bool,
+) -> i32 {
     ffi(|| {
         // SAFETY: the function's contract.
         let [input] = unsafe { required("bincount", [&input]) }?;
@@ -363,7 +458,12 @@ pub unsafe extern "C" fn oxide_bincount_range(on: OxideLaunch, input: OxideTenso
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_bincount(on: OxideLaunch, out: OxideTensor, input: OxideTensor, weights: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_bincount(
+    on: OxideLaunch,
+    out: OxideTensor,
+    input: OxideTensor,
+    weights: OxideTensor,
+) -> i32 {
     use oxide_kernels::ops::reduce::histogram::{bincount, Weights};
     ffi(|| {
         // SAFETY: the function's contract.
@@ -401,7 +501,13 @@ pub unsafe extern "C" fn oxide_bincount(on: OxideLaunch, out: OxideTensor, input
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_histc(on: OxideLaunch, hist: OxideTensor, input: OxideTensor, edges: OxideTensor, local_search: bool) -> i32 {
+pub unsafe extern "C" fn oxide_histc(
+    on: OxideLaunch,
+    hist: OxideTensor,
+    input: OxideTensor,
+    edges: OxideTensor,
+    local_search: bool,
+) -> i32 {
     use oxide_kernels::ops::reduce::histogram::{histc, Bins};
     ffi(|| {
         // SAFETY: the function's contract.

@@ -90,7 +90,9 @@ pub extern "C" fn oxide_record_stream(ptr: *mut c_void, stream_device: i32, stre
         let user = rt.device(stream_device as i64)?;
         user.streams().state(stream)?;
         match rt.pointer_kind(ptr as usize) {
-            PointerKind::Device(d) => Ok(rt.device(d as i64)?.allocator().record_stream(ptr as usize, user.index(), stream)?),
+            PointerKind::Device(d) => {
+                Ok(rt.device(d as i64)?.allocator().record_stream(ptr as usize, user.index(), stream)?)
+            }
             _ => Err(oxide_runtime::Error::InvalidPointer { ptr: ptr as usize }.into()),
         }
     })
@@ -195,7 +197,14 @@ pub extern "C" fn oxide_pointer_device(ptr: *const c_void, out: *mut i32) -> i32
 
 /// `cudaMemcpyAsync` of `bytes` on `stream` of `device` (the device side of the copy).
 #[no_mangle]
-pub extern "C" fn oxide_memcpy_async(dst: *mut c_void, src: *const c_void, bytes: usize, kind: i32, device: i32, stream: i64) -> i32 {
+pub extern "C" fn oxide_memcpy_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: i32,
+    device: i32,
+    stream: i64,
+) -> i32 {
     ffi(|| {
         let kind = match kind {
             OXIDE_MEMCPY_HOST_TO_HOST => MemcpyKind::HostToHost,

@@ -5,8 +5,8 @@
 //! (NeurIPS 2017), as PyTorch defines them.
 
 use crate::dtype::{DType, Element};
-use crate::error::Result;
 use crate::engine::layout::Layout;
+use crate::error::Result;
 use crate::with_real_dtype;
 
 /// SELU's alpha.
@@ -78,7 +78,14 @@ pub unsafe fn forward(f: Forward, dtype: DType, layout: &Layout<2>, out: *mut u8
 ///
 /// # Safety
 /// All operands' elements addressed by `layout` must be valid (dx for writes).
-pub unsafe fn backward(f: Backward, dtype: DType, layout: &Layout<3>, dx: *mut u8, dy: *const u8, x: *const u8) -> Result<()> {
+pub unsafe fn backward(
+    f: Backward,
+    dtype: DType,
+    layout: &Layout<3>,
+    dx: *mut u8,
+    dy: *const u8,
+    x: *const u8,
+) -> Result<()> {
     dtype.require_float("activation_backward")?;
     // SAFETY: forwarded caller contract.
     with_real_dtype!(dtype, "activation_backward", |T| unsafe {
@@ -98,7 +105,8 @@ unsafe fn map<T: Element, const N: usize>(layout: &Layout<N>, ptrs: [*mut u8; N]
             // SAFETY: every offset is in the caller's layout; operand 0's slot is read
             // before it is written, which is harmless for an output.
             unsafe {
-                let vals: [T; N] = std::array::from_fn(|k| ptrs[k].offset(offsets[k] + i * strides[k]).read_unaligned());
+                let vals: [T; N] =
+                    std::array::from_fn(|k| ptrs[k].offset(offsets[k] + i * strides[k]).read_unaligned());
                 ptrs[0].offset(offsets[0] + i * strides[0]).write_unaligned(f(vals));
             }
         }
@@ -121,7 +129,17 @@ mod tests {
             let mut dx = [0f64; 5];
             let l3 = Layout::new("t", &[5], [&[1], &[1], &[1]]).unwrap();
             // SAFETY: 5 elements each.
-            unsafe { backward(bw, DType::F64, &l3, dx.as_mut_ptr() as *mut u8, dy.as_ptr() as *const u8, xs.as_ptr() as *const u8).unwrap() };
+            unsafe {
+                backward(
+                    bw,
+                    DType::F64,
+                    &l3,
+                    dx.as_mut_ptr() as *mut u8,
+                    dy.as_ptr() as *const u8,
+                    xs.as_ptr() as *const u8,
+                )
+                .unwrap()
+            };
             for (i, &x) in xs.iter().enumerate() {
                 assert!((y[i] - fw.apply(x)).abs() < 1e-15);
                 if x != 0.0 {
@@ -142,7 +160,9 @@ mod tests {
         let x = [half::bf16::from_f32(2.0)];
         let mut y = [half::bf16::ZERO];
         // SAFETY: one element each.
-        unsafe { forward(Forward::Swish, DType::BF16, &l2, y.as_mut_ptr() as *mut u8, x.as_ptr() as *const u8).unwrap() };
+        unsafe {
+            forward(Forward::Swish, DType::BF16, &l2, y.as_mut_ptr() as *mut u8, x.as_ptr() as *const u8).unwrap()
+        };
         assert!((y[0].to_f64() - 2.0 * sigmoid(2.0)).abs() < 0.01);
     }
 }

@@ -2,8 +2,8 @@
 //! (typed writes of host values, e.g. `randperm`'s permutation).
 
 use crate::dtype::{DType, Element};
-use crate::error::Result;
 use crate::engine::layout::Layout;
+use crate::error::Result;
 use crate::with_real_dtype;
 
 /// Writes `values` (in iteration order of `layout`, operand 0 = destination)

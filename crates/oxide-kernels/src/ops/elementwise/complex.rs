@@ -20,11 +20,11 @@
 //! for log/sqrt/asin/acos/atan), division is Smith's algorithm.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{map, TensorIter};
 use crate::engine::math::{Float, Num};
+use crate::error::{Error, Result};
 use crate::ops::elementwise::pointwise::{family, Ctx, PointwiseOp};
-use crate::ops::reduce::reduce::{run_reducer, Reducer, ReduceOp};
+use crate::ops::reduce::reduce::{run_reducer, ReduceOp, Reducer};
 use crate::ops::reduce::reducers::Norm;
 
 /// A complex number with c10::complex's memory layout: real part, then imaginary part.
@@ -240,7 +240,11 @@ pub trait Cplx:
         let (a2, b2) = if scale { (a / Self::R::from_f64c(4.0), b / Self::R::from_f64c(4.0)) } else { (a, b) };
         let t = ((a2.abs() + a2.hypot(b2)) / two).sqrt();
         let (re, im) = if a2 >= zero { (t, b2 / (two * t)) } else { (b2.abs() / (two * t), t.copysign(b2)) };
-        if scale { Self::new(re * two, im * two) } else { Self::new(re, im) }
+        if scale {
+            Self::new(re * two, im * two)
+        } else {
+            Self::new(re, im)
+        }
     }
     #[inline(always)]
     fn sin(self) -> Self {
@@ -375,7 +379,11 @@ pub trait Cplx:
     #[inline(always)]
     fn sgn(self) -> Self {
         let n = self.norm();
-        if n == Self::R::ZERO { Self::zero() } else { Self::new(self.re() / n, self.im() / n) }
+        if n == Self::R::ZERO {
+            Self::zero()
+        } else {
+            Self::new(self.re() / n, self.im() / n)
+        }
     }
     /// Principal power `exp(w ln z)`; `0 ** w` is 0 (C++'s std::pow for complex).
     #[inline(always)]
@@ -519,7 +527,11 @@ impl ComplexOp {
     /// pointwise op, so a misspelt complex op cannot go unused.
     fn of(op: PointwiseOp) -> Option<ComplexOp> {
         static TABLE: std::sync::OnceLock<Vec<(PointwiseOp, ComplexOp)>> = std::sync::OnceLock::new();
-        let table = TABLE.get_or_init(|| ComplexOp::all().filter_map(|c| PointwiseOp::lookup(c.name().trim_start_matches("r#")).map(|p| (p, c))).collect());
+        let table = TABLE.get_or_init(|| {
+            ComplexOp::all()
+                .filter_map(|c| PointwiseOp::lookup(c.name().trim_start_matches("r#")).map(|p| (p, c)))
+                .collect()
+        });
         table.iter().find(|(p, _)| *p == op).map(|&(_, c)| c)
     }
 }
@@ -685,7 +697,8 @@ impl<A: Cplx> Reducer for CNorm<A> {
     }
     fn finish(&self, s: A::R, count: usize) -> [A::R; 2] {
         self.0.finish(s, count)
-    }    const CASCADE: bool = true;
+    }
+    const CASCADE: bool = true;
 }
 
 /// Complex reductions: `sum`, `mean` and `prod` into a complex64/complex128
@@ -703,8 +716,14 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     macro_rules! by_type {
         (|$A:ident| $e:expr) => {
             match out {
-                DType::C64 => { type $A = Complex<f32>; $e }
-                DType::C128 => { type $A = Complex<f64>; $e }
+                DType::C64 => {
+                    type $A = Complex<f32>;
+                    $e
+                }
+                DType::C128 => {
+                    type $A = Complex<f64>;
+                    $e
+                }
                 _ => Err(unsupported()),
             }
         };
@@ -712,10 +731,14 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe {
         match op {
-            ReduceOp::Sum | ReduceOp::Mean => by_type!(|A| run_reducer(&CSum::<A> { mean: op == ReduceOp::Mean, _a: P }, it)),
+            ReduceOp::Sum | ReduceOp::Mean => {
+                by_type!(|A| run_reducer(&CSum::<A> { mean: op == ReduceOp::Mean, _a: P }, it))
+            }
             ReduceOp::Prod => by_type!(|A| run_reducer(&CProd::<A>(P), it)),
             ReduceOp::Norm { p } => match (it.dtype(it.ntensors() - 1), out) {
-                (DType::C64, DType::F32 | DType::F64 | DType::F16 | DType::BF16) => run_reducer(&CNorm::<Complex<f32>>(Norm { p, _f: P }), it),
+                (DType::C64, DType::F32 | DType::F64 | DType::F16 | DType::BF16) => {
+                    run_reducer(&CNorm::<Complex<f32>>(Norm { p, _f: P }), it)
+                }
                 (DType::C128, DType::F32 | DType::F64) => run_reducer(&CNorm::<Complex<f64>>(Norm { p, _f: P }), it),
                 _ => Err(unsupported()),
             },
@@ -732,7 +755,8 @@ mod tests {
     #[test]
     fn every_complex_op_is_the_kernel_of_one_pointwise_op() {
         for c in ComplexOp::all() {
-            let p = PointwiseOp::lookup(c.name().trim_start_matches("r#")).unwrap_or_else(|| panic!("complex op {} names no pointwise op", c.name()));
+            let p = PointwiseOp::lookup(c.name().trim_start_matches("r#"))
+                .unwrap_or_else(|| panic!("complex op {} names no pointwise op", c.name()));
             assert_eq!(ComplexOp::of(p), Some(c));
         }
     }
@@ -825,7 +849,14 @@ mod tests {
         let mut input = xs.to_vec();
         let mut out = vec![T::zero(); xs.len()];
         let size = std::mem::size_of::<T>() as i64;
-        let it = TensorIter::new("t", &[xs.len() as i64], vec![(operand(&mut out), &[size][..]), (operand(&mut input), &[size][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[xs.len() as i64],
+            vec![(operand(&mut out), &[size][..]), (operand(&mut input), &[size][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup(name).unwrap().run(&it, Some(T::DTYPE), ctx) }.unwrap();
         out
@@ -843,7 +874,32 @@ mod tests {
 
     #[test]
     fn unary_ops_match_naive_reference() {
-        let names = ["exp", "log", "sqrt", "rsqrt", "reciprocal", "sinh", "cosh", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sigmoid", "abs", "angle", "neg", "conj_physical", "asinh", "acosh", "atanh", "expm1", "log1p"];
+        let names = [
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "reciprocal",
+            "sinh",
+            "cosh",
+            "tanh",
+            "sin",
+            "cos",
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "sigmoid",
+            "abs",
+            "angle",
+            "neg",
+            "conj_physical",
+            "asinh",
+            "acosh",
+            "atanh",
+            "expm1",
+            "log1p",
+        ];
         let ctx = Ctx::default();
         for name in names {
             let got = run_unary(name, &SAMPLES, &ctx);
@@ -866,8 +922,16 @@ mod tests {
         assert!(close(tiny.log1p(), C::new(1e-10 - (1e-20 - 4e-20) / 2.0, -2e-10 + 1e-10 * 2e-10), 1e-6 * 2e-10));
         // Inverse functions invert.
         for &z in &SAMPLES {
-            assert!(close(z.asinh().sinh(), z, 1e-12) && close(z.acosh().cosh(), z, 1e-12) && close(z.atanh().tanh(), z, 1e-12), "{z:?}");
-            assert!(close(z.asin().sin(), z, 1e-12) && close(z.acos().cos(), z, 1e-12) && close(z.atan().tan(), z, 1e-12), "{z:?}");
+            assert!(
+                close(z.asinh().sinh(), z, 1e-12)
+                    && close(z.acosh().cosh(), z, 1e-12)
+                    && close(z.atanh().tanh(), z, 1e-12),
+                "{z:?}"
+            );
+            assert!(
+                close(z.asin().sin(), z, 1e-12) && close(z.acos().cos(), z, 1e-12) && close(z.atan().tan(), z, 1e-12),
+                "{z:?}"
+            );
         }
     }
 
@@ -893,7 +957,14 @@ mod tests {
         let mut out = vec![C::default(); 3];
         let mut a = vec![Complex::new(1.0f32, 1.0), Complex::new(-2.0, 0.5), Complex::new(0.0, -3.0)];
         let mut b = [2.0f64];
-        let it = TensorIter::new("t", &[3], vec![(operand(&mut out), &[16][..]), (operand(&mut a), &[8][..]), (operand(&mut b), &[0][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(operand(&mut out), &[16][..]), (operand(&mut a), &[8][..]), (operand(&mut b), &[0][..])],
+            1,
+            1,
+        )
+        .unwrap();
         let ctx = Ctx { f: [1.0, 0.0, 0.0, 0.0], im: [-2.0, 0.0, 0.0, 0.0], ..Default::default() };
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup("add").unwrap().run(&it, Some(DType::C128), &ctx) }.unwrap();
@@ -901,7 +972,14 @@ mod tests {
         // eq / ne produce bool; where takes a bool condition.
         let mut flags = [false; 3];
         let mut other = vec![Complex::new(1.0f32, 1.0), Complex::new(-2.0, 0.0), Complex::new(0.0, -3.0)];
-        let it = TensorIter::new("t", &[3], vec![(operand(&mut flags), &[1][..]), (operand(&mut a), &[8][..]), (operand(&mut other), &[8][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(operand(&mut flags), &[1][..]), (operand(&mut a), &[8][..]), (operand(&mut other), &[8][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { PointwiseOp::lookup("eq").unwrap().run(&it, Some(DType::C64), &Ctx::default()) }.unwrap();
         assert_eq!(flags, [true, false, true]);
@@ -909,7 +987,12 @@ mod tests {
         let it = TensorIter::new(
             "t",
             &[3],
-            vec![(operand(&mut picked), &[8][..]), (operand(&mut flags), &[1][..]), (operand(&mut a), &[8][..]), (operand(&mut other), &[8][..])],
+            vec![
+                (operand(&mut picked), &[8][..]),
+                (operand(&mut flags), &[1][..]),
+                (operand(&mut a), &[8][..]),
+                (operand(&mut other), &[8][..]),
+            ],
             1,
             1,
         )
@@ -919,20 +1002,29 @@ mod tests {
         assert_eq!(picked, vec![a[0], other[1], a[2]]);
         // A real-only op refuses complex.
         // SAFETY: the pointers address live local buffers sized for the call.
-        let err = unsafe { PointwiseOp::lookup("floor").unwrap().run(&it, Some(DType::C64), &Ctx::default()) }.unwrap_err();
+        let err =
+            unsafe { PointwiseOp::lookup("floor").unwrap().run(&it, Some(DType::C64), &Ctx::default()) }.unwrap_err();
         assert!(matches!(err, Error::UnsupportedDtype { .. }));
     }
 
     #[test]
     fn cast_between_complex_and_real() {
         // complex64 (transposed 2x2) -> int32, bool, float64, complex128.
-        let mut src = vec![Complex::new(1.5f32, 2.0), Complex::new(0.0, -1.0), Complex::new(-3.7, 0.0), Complex::new(0.0, 0.0)];
+        let mut src =
+            vec![Complex::new(1.5f32, 2.0), Complex::new(0.0, -1.0), Complex::new(-3.7, 0.0), Complex::new(0.0, 0.0)];
         let mut ints = [0i32; 4];
         let mut bools = [false; 4];
         let mut wide = vec![C::default(); 4];
         let mut back = vec![Complex::<f32>::default(); 4];
         let mut run = |dst: Operand, size: i64| {
-            let it = TensorIter::new("t", &[2, 2], vec![(dst, &[size, 2 * size][..]), (operand(&mut src), &[16, 8][..])], 1, 1).unwrap();
+            let it = TensorIter::new(
+                "t",
+                &[2, 2],
+                vec![(dst, &[size, 2 * size][..]), (operand(&mut src), &[16, 8][..])],
+                1,
+                1,
+            )
+            .unwrap();
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { cast(&it) }.unwrap();
         };
@@ -944,7 +1036,9 @@ mod tests {
         assert_eq!(wide[1], C::new(-3.7f32 as f64, 0.0));
         // real -> complex sets the imaginary part to 0.
         let mut reals = [2.5f64, -1.0, 0.0, 7.0];
-        let it = TensorIter::new("t", &[4], vec![(operand(&mut back), &[8][..]), (operand(&mut reals), &[8][..])], 1, 1).unwrap();
+        let it =
+            TensorIter::new("t", &[4], vec![(operand(&mut back), &[8][..]), (operand(&mut reals), &[8][..])], 1, 1)
+                .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { cast(&it) }.unwrap();
         assert_eq!(back[0], Complex::new(2.5, 0.0));
@@ -958,14 +1052,22 @@ mod tests {
         let want = x.iter().fold(C::default(), |s, &v| s + v);
         for (op, scale) in [(ReduceOp::Sum, 1.0), (ReduceOp::Mean, n as f64)] {
             let mut out = [C::default()];
-            let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[16][..])], 1, 2).unwrap();
+            let it = TensorIter::new(
+                "t",
+                &[n as i64],
+                vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[16][..])],
+                1,
+                2,
+            )
+            .unwrap();
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { crate::ops::reduce::reduce::reduce(op, &it) }.unwrap();
             assert!(close(C::new(out[0].re * scale, out[0].im * scale), want, 1e-14), "{op:?}");
         }
         let mut y: Vec<C> = SAMPLES.to_vec();
         let mut out = [C::default()];
-        let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
+        let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1)
+            .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Prod, &it) }.unwrap();
         let want = SAMPLES.iter().fold(C::new(1.0, 0.0), |s, &v| s * v);
@@ -976,7 +1078,9 @@ mod tests {
         // Vector norms of the moduli into a real output.
         for p in [2.0, 1.0, f64::INFINITY, 0.0, 3.0] {
             let mut out = [0f64];
-            let it = TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1).unwrap();
+            let it =
+                TensorIter::new("t", &[8], vec![(operand(&mut out), &[0][..]), (operand(&mut y), &[16][..])], 1, 1)
+                    .unwrap();
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { crate::ops::reduce::reduce::reduce(ReduceOp::Norm { p }, &it) }.unwrap();
             let m: Vec<f64> = SAMPLES.iter().map(|z| z.re.hypot(z.im)).collect();

@@ -29,7 +29,9 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
         let (d, s) = (SendPtr::new(dst), SendPtr::from_const(src));
         // SAFETY: the caller guarantees numel elements at both pointers, non-overlapping;
         // the ranges partition those bytes.
-        for_each_range(bytes, tasks, |a, b| unsafe { std::ptr::copy_nonoverlapping(s.get().add(a), d.get().add(a), b - a) });
+        for_each_range(bytes, tasks, |a, b| unsafe {
+            std::ptr::copy_nonoverlapping(s.get().add(a), d.get().add(a), b - a)
+        });
         return Ok(());
     }
     // SAFETY: forwarded caller contract.
@@ -54,7 +56,14 @@ pub unsafe fn cat_contiguous(outer: usize, parts: &[(*const u8, usize)], dst: *m
         return;
     }
     // Starting offset of each part within an output row.
-    let starts: Vec<usize> = parts.iter().scan(0, |acc, p| { let s = *acc; *acc += p.1; Some(s) }).collect();
+    let starts: Vec<usize> = parts
+        .iter()
+        .scan(0, |acc, p| {
+            let s = *acc;
+            *acc += p.1;
+            Some(s)
+        })
+        .collect();
     let d = SendPtr::new(dst);
     let srcs: Vec<SendPtr<u8>> = parts.iter().map(|p| SendPtr::from_const(p.0)).collect();
     let sizes: Vec<usize> = parts.iter().map(|p| p.1).collect();
@@ -129,7 +138,8 @@ unsafe fn strided<T: Copy>(l: &Layout<2>, tasks: usize, dst: *mut u8, src: *cons
                             for j in j0 as isize..j1 as isize {
                                 // SAFETY: as above.
                                 unsafe {
-                                    dst.offset(od + i * da + j * dz).write_unaligned(src.offset(os + i * sa + j * sz).read_unaligned())
+                                    dst.offset(od + i * da + j * dz)
+                                        .write_unaligned(src.offset(os + i * sa + j * sz).read_unaligned())
                                 };
                             }
                         }
@@ -155,7 +165,14 @@ mod tests {
             for threads in [1, 2] {
                 out.fill(0);
                 // SAFETY: sizes as documented.
-                unsafe { cat_contiguous(outer, &[(a.as_ptr() as *const u8, 4), (b.as_ptr() as *const u8, 6)], out.as_mut_ptr() as *mut u8, threads) };
+                unsafe {
+                    cat_contiguous(
+                        outer,
+                        &[(a.as_ptr() as *const u8, 4), (b.as_ptr() as *const u8, 6)],
+                        out.as_mut_ptr() as *mut u8,
+                        threads,
+                    )
+                };
                 for r in 0..outer {
                     assert_eq!(&out[r * 5..r * 5 + 2], &a[r * 2..r * 2 + 2]);
                     assert_eq!(&out[r * 5 + 2..r * 5 + 5], &b[r * 3..r * 3 + 3]);
@@ -206,10 +223,10 @@ mod tests {
         // (shape, destination strides, source strides, source offset)
         type Case<'a> = (&'a [i64], &'a [i64], &'a [i64], usize);
         let cases: [Case; 4] = [
-            (&[200, 170], &[170, 1], &[1, 200], 0),            // transpose
-            (&[3, 70, 90], &[6300, 90, 1], &[1, 3, 210], 5),   // permuted, offset
+            (&[200, 170], &[170, 1], &[1, 200], 0),              // transpose
+            (&[3, 70, 90], &[6300, 90, 1], &[1, 3, 210], 5),     // permuted, offset
             (&[4, 100, 100], &[10000, 100, 1], &[0, 1, 100], 0), // broadcast + transpose
-            (&[300, 130], &[130, 1], &[260, 2], 1),            // strided rows, no transpose
+            (&[300, 130], &[130, 1], &[260, 2], 1),              // strided rows, no transpose
         ];
         for (shape, ds, ss, off) in cases {
             let n: i64 = shape.iter().product();

@@ -4,8 +4,8 @@
 //! temporary otherwise), so the iteration index is the element index.
 
 use crate::dtype::DType;
-use crate::error::Result;
 use crate::engine::iter::{store, TensorIter, BLOCK};
+use crate::error::Result;
 
 /// What each element holds.
 #[derive(Debug, Clone, Copy)]
@@ -32,10 +32,16 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
     let integral = !out.dtype.is_float();
     let value = move |i: usize| -> (f64, i64) {
         match seq {
-            Sequence::Arange { start, step, istart, istep } => (start + i as f64 * step, istart.wrapping_add((i as i64).wrapping_mul(istep))),
+            Sequence::Arange { start, step, istart, istep } => {
+                (start + i as f64 * step, istart.wrapping_add((i as i64).wrapping_mul(istep)))
+            }
             Sequence::Linspace { start, end, steps } => {
                 let step = if steps > 1 { (end - start) / (steps - 1) as f64 } else { 0.0 };
-                let v = if steps == 1 || (i as i64) < steps / 2 { start + step * i as f64 } else { end - step * (steps - i as i64 - 1) as f64 };
+                let v = if steps == 1 || (i as i64) < steps / 2 {
+                    start + step * i as f64
+                } else {
+                    end - step * (steps - i as i64 - 1) as f64
+                };
                 (v, v as i64)
             }
         }
@@ -60,7 +66,11 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
                 // SAFETY: caller contract.
                 let p = unsafe { out.ptr.offset(offs[0] + b as isize * stride) };
                 // SAFETY: caller contract.
-                let r = if integral { unsafe { store::<i64>(out.dtype, p, stride, &ibuf[..n]) } } else { unsafe { store::<f64>(out.dtype, p, stride, &fbuf[..n]) } };
+                let r = if integral {
+                    unsafe { store::<i64>(out.dtype, p, stride, &ibuf[..n]) }
+                } else {
+                    unsafe { store::<f64>(out.dtype, p, stride, &fbuf[..n]) }
+                };
                 if let Err(e) = r {
                     *errors.lock().unwrap() = Err(e);
                 }
@@ -80,7 +90,17 @@ mod tests {
 
     fn run<T: Element>(out: &mut [T], seq: Sequence, threads: usize) {
         let n = out.len() as i64;
-        let it = TensorIter::new("t", &[n], vec![(Operand { ptr: out.as_mut_ptr() as *mut u8, dtype: T::DTYPE }, &[std::mem::size_of::<T>() as i64][..])], 1, threads).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[n],
+            vec![(
+                Operand { ptr: out.as_mut_ptr() as *mut u8, dtype: T::DTYPE },
+                &[std::mem::size_of::<T>() as i64][..],
+            )],
+            1,
+            threads,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { fill_sequence(&it, seq) }.unwrap();
     }

@@ -2,8 +2,8 @@
 //! (the kernel behind `fill_` and `zero_`; the glue turns the scalar into the
 //! destination dtype's bytes, so this loop is dtype-agnostic).
 
-use crate::error::Result;
 use crate::engine::layout::Layout;
+use crate::error::Result;
 
 /// Writes `pattern` (`elem_size` bytes) to every element of `dst` addressed by `layout`.
 ///

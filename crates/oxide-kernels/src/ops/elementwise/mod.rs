@@ -2,10 +2,10 @@
 //! complex64/complex128, and the kernels that move or produce elements
 //! without arithmetic (copy, fill, typed host writes, arange/linspace).
 
-pub mod pointwise;
-pub mod complex;
 pub mod cast;
+pub mod complex;
 pub mod copy;
-pub mod fill;
 pub mod factory;
+pub mod fill;
+pub mod pointwise;
 pub mod table_names;

@@ -22,9 +22,9 @@ use std::hint::select_unpredictable;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{map, TensorIter};
 use crate::engine::math::{Float, Num};
+use crate::error::{Error, Result};
 
 /// Scalar arguments of one call, given both as double and as int64 so that
 /// integer kernels see exact values (PyTorch's `Scalar`).
@@ -66,7 +66,13 @@ impl Ctx {
 }
 
 /// Integer compute types (and bool): the bitwise family.
-pub trait Bits: Num + std::ops::BitAnd<Output = Self> + std::ops::BitOr<Output = Self> + std::ops::BitXor<Output = Self> + std::ops::Not<Output = Self> {
+pub trait Bits:
+    Num
+    + std::ops::BitAnd<Output = Self>
+    + std::ops::BitOr<Output = Self>
+    + std::ops::BitXor<Output = Self>
+    + std::ops::Not<Output = Self>
+{
     /// Width in bits.
     const BITS: i64;
 }
@@ -94,7 +100,15 @@ fn shr<C: Bits>(a: C, b: C) -> C {
     let s = if !(0..C::BITS).contains(&s) { C::BITS - 1 } else { s };
     let v = a.to_i64();
     // Unsigned values are non-negative in int64 (uint64 above 2^63 aside), so one shift serves both.
-    C::from_i64(if s >= 64 { if v < 0 { -1 } else { 0 } } else { v >> s })
+    C::from_i64(if s >= 64 {
+        if v < 0 {
+            -1
+        } else {
+            0
+        }
+    } else {
+        v >> s
+    })
 }
 
 /// PyTorch's `lerp`: two formulas for the two halves of the weight range, for accuracy at both ends.
@@ -141,7 +155,11 @@ fn gelu_tanh<F: Float>(x: F) -> (F, F) {
 /// `log1p(exp(beta x)) / beta`, or `x` where `beta x > threshold`.
 #[inline(always)]
 fn softplus<F: Float>(x: F, beta: F, threshold: F) -> F {
-    if x * beta > threshold { x } else { (x * beta).exp().ln_1p() / beta }
+    if x * beta > threshold {
+        x
+    } else {
+        (x * beta).exp().ln_1p() / beta
+    }
 }
 
 /// `min(max(x + 3, 0), 6)`, shared by hardsigmoid and hardswish.
@@ -486,7 +504,18 @@ pub enum PointwiseOp {
 
 macro_rules! for_each_family {
     ($m:ident) => {
-        $m!(FloatUnary, RealUnary, IntUnary, IntBinary, Predicate, Compare, RealBinary, FloatBinary, RealTernary, FloatTernary)
+        $m!(
+            FloatUnary,
+            RealUnary,
+            IntUnary,
+            IntBinary,
+            Predicate,
+            Compare,
+            RealBinary,
+            FloatBinary,
+            RealTernary,
+            FloatTernary
+        )
     };
 }
 
@@ -530,8 +559,14 @@ impl PointwiseOp {
         use PointwiseOp as P;
         matches!(
             self,
-            P::RealBinary(RealBinary::div_trunc | RealBinary::div_floor | RealBinary::remainder | RealBinary::fmod | RealBinary::pow | RealBinary::threshold)
-                | P::IntBinary(IntBinary::lshift | IntBinary::rshift)
+            P::RealBinary(
+                RealBinary::div_trunc
+                    | RealBinary::div_floor
+                    | RealBinary::remainder
+                    | RealBinary::fmod
+                    | RealBinary::pow
+                    | RealBinary::threshold
+            ) | P::IntBinary(IntBinary::lshift | IntBinary::rshift)
                 | P::RealTernary(RealTernary::clamp | RealTernary::addcmul)
                 | P::RealUnary(RealUnary::abs)
         )
@@ -593,11 +628,15 @@ impl PointwiseOp {
             return unsafe { PointwiseOp::FloatUnary(op).run(it, Some(compute), ctx) };
         }
         if self == PointwiseOp::FloatBinary(FloatBinary::gelu_backward) {
-            let op = if ctx.f[0] == 0.0 { FloatBinary::gelu_exact_backward } else { FloatBinary::gelu_tanh_approx_backward };
+            let op =
+                if ctx.f[0] == 0.0 { FloatBinary::gelu_exact_backward } else { FloatBinary::gelu_tanh_approx_backward };
             // SAFETY: forwarded contract.
             return unsafe { PointwiseOp::FloatBinary(op).run(it, Some(compute), ctx) };
         }
-        if self == PointwiseOp::RealBinary(RealBinary::div_trunc) && compute == DType::BF16 && it.strides.get(2).is_some_and(|s| s.iter().any(|&x| x != 0)) {
+        if self == PointwiseOp::RealBinary(RealBinary::div_trunc)
+            && compute == DType::BF16
+            && it.strides.get(2).is_some_and(|s| s.iter().any(|&x| x != 0))
+        {
             // CPU rounds the bfloat16 quotient before truncating, except for a scalar
             // divisor (then it divides in float); float16 is never rounded.
             let half = Ctx::with_f64([2.0, 0.0, 0.0, 0.0]);
@@ -669,7 +708,9 @@ impl PointwiseOp {
                 PointwiseOp::RealBinary(RealBinary::pow) | PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) => {
                     "Integers to negative integer powers are not allowed.".to_string()
                 }
-                PointwiseOp::FloatBinary(FloatBinary::binary_cross_entropy) => "all elements of input should be between 0 and 1".to_string(),
+                PointwiseOp::FloatBinary(FloatBinary::binary_cross_entropy) => {
+                    "all elements of input should be between 0 and 1".to_string()
+                }
                 _ => "ZeroDivisionError".to_string(),
             };
             return Err(Error::InvalidValue { op, reason });
@@ -719,8 +760,12 @@ mod tests {
     #[test]
     fn source_reading_gives_the_table_in_order() {
         let read = crate::ops::elementwise::table_names::pointwise_op_names(include_str!("pointwise.rs"));
-        let compiled: Vec<String> = PointwiseOp::all().iter().map(|o| o.name().trim_start_matches("r#").to_string()).collect();
-        assert_eq!(read, compiled, "the glue's op ids (read from this file by build.rs) must follow PointwiseOp::all()");
+        let compiled: Vec<String> =
+            PointwiseOp::all().iter().map(|o| o.name().trim_start_matches("r#").to_string()).collect();
+        assert_eq!(
+            read, compiled,
+            "the glue's op ids (read from this file by build.rs) must follow PointwiseOp::all()"
+        );
     }
 
     #[test]
@@ -742,7 +787,10 @@ mod tests {
             let got = run_f32(name, &mut [x.clone()], &ctx);
             for (g, &v) in got.iter().zip(&x) {
                 let r = f(v);
-                assert!(*g == r || (g - r).abs() <= 2e-7 * r.abs().max(1.0) || (g.is_nan() && r.is_nan()), "{name}({v}) = {g}, want {r}");
+                assert!(
+                    *g == r || (g - r).abs() <= 2e-7 * r.abs().max(1.0) || (g.is_nan() && r.is_nan()),
+                    "{name}({v}) = {g}, want {r}"
+                );
             }
         }
     }
@@ -753,7 +801,14 @@ mod tests {
         let mut a = [4i32, 5];
         let mut b = [2i32, 0];
         let mk = |v: &mut [i32]| Operand { ptr: v.as_mut_ptr() as *mut u8, dtype: DType::I32 };
-        let it = TensorIter::new("t", &[2], vec![(mk(&mut out), &[4][..]), (mk(&mut a), &[4][..]), (mk(&mut b), &[4][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[2],
+            vec![(mk(&mut out), &[4][..]), (mk(&mut a), &[4][..]), (mk(&mut b), &[4][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         let err = unsafe { PointwiseOp::lookup("div_floor").unwrap().run(&it, None, &Ctx::default()) }.unwrap_err();
         assert!(err.to_string().contains("ZeroDivisionError"));
@@ -768,6 +823,9 @@ mod tests {
         assert_eq!(run_f32("add", &mut [vec![1.0, 2.0], vec![10.0, 20.0]], &ctx), vec![21.0, 42.0]);
         let r = run_f32("where", &mut [vec![1.0, 0.0], vec![5.0, 6.0], vec![7.0, 8.0]], &ctx);
         assert_eq!(r, vec![5.0, 8.0]);
-        assert_eq!(run_f32("lerp_scalar", &mut [vec![0.0, 10.0], vec![10.0, 20.0]], &Ctx::with_f64([0.25, 0., 0., 0.])), vec![2.5, 12.5]);
+        assert_eq!(
+            run_f32("lerp_scalar", &mut [vec![0.0, 10.0], vec![10.0, 20.0]], &Ctx::with_f64([0.25, 0., 0., 0.])),
+            vec![2.5, 12.5]
+        );
     }
 }

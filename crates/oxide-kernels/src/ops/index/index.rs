@@ -8,9 +8,9 @@
 //! once and bounds checked, as PyTorch's `IndexToOffset` does.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{load, TensorIter, BLOCK};
 use crate::engine::math::Num;
+use crate::error::{Error, Result};
 
 /// Sizes and byte strides of the indexed dimensions, one per index operand.
 #[derive(Debug, Clone)]
@@ -26,7 +26,15 @@ pub struct Indexed<'a> {
 ///
 /// # Safety
 /// Index operands address `n` readable integers from `offs`.
-unsafe fn offsets(it: &TensorIter, ix: &Indexed, offs: &[isize], b: usize, n: usize, out: &mut [isize], buf: &mut [i64]) -> Result<()> {
+unsafe fn offsets(
+    it: &TensorIter,
+    ix: &Indexed,
+    offs: &[isize],
+    b: usize,
+    n: usize,
+    out: &mut [isize],
+    buf: &mut [i64],
+) -> Result<()> {
     out[..n].iter_mut().for_each(|o| *o = 0);
     for (k, (&size, &stride)) in ix.sizes.iter().zip(ix.strides).enumerate() {
         let op = it.operands[2 + k];
@@ -54,7 +62,12 @@ unsafe fn offsets(it: &TensorIter, ix: &Indexed, offs: &[isize], b: usize, n: us
 /// The shared loop of [`index`] and [`index_put`]: `f(dst_element, src_element)`
 /// for every element, where the operand on the restrided side (`put`: the
 /// destination, else the source) is displaced by the element's index offset.
-unsafe fn for_each_indexed(it: &TensorIter, ix: &Indexed, put: bool, f: impl Fn(*mut u8, *const u8) -> Result<()> + Sync) -> Result<()> {
+unsafe fn for_each_indexed(
+    it: &TensorIter,
+    ix: &Indexed,
+    put: bool,
+    f: impl Fn(*mut u8, *const u8) -> Result<()> + Sync,
+) -> Result<()> {
     let errors = std::sync::Mutex::new(Ok(()));
     it.parallel_ranges(it.numel(), |start, end| {
         let (dst, src) = (it.operands[0], it.operands[1]);
@@ -71,7 +84,10 @@ unsafe fn for_each_indexed(it: &TensorIter, ix: &Indexed, put: bool, f: impl Fn(
                         let (od, os) = if put { (o, 0) } else { (0, o) };
                         // SAFETY: in-bounds by the checks above and the caller contract.
                         let (d, s) = unsafe {
-                            (dst.ptr.offset(offs[0] + (b + j) as isize * sd + od), src.ptr.offset(offs[1] + (b + j) as isize * ss + os))
+                            (
+                                dst.ptr.offset(offs[0] + (b + j) as isize * sd + od),
+                                src.ptr.offset(offs[1] + (b + j) as isize * ss + os),
+                            )
                         };
                         f(d, s)?;
                     }
@@ -177,18 +193,39 @@ mod tests {
         let mut out = [0f32; 3];
         let mut idx = [3i64, -1, 0];
         let ix = Indexed { sizes: &[4], strides: &[4], wrap_negative: true };
-        let it = TensorIter::new("t", &[3], vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut idx), &[8][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut idx), &[8][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { index(&it, &ix, 4) }.unwrap();
         assert_eq!(out, [40.0, 40.0, 10.0]);
         // accumulate: dst[idx] += [1, 2, 3] with a repeated index
         let mut vals = [1f32, 2.0, 3.0];
-        let it = TensorIter::new("t", &[3], vec![(op(&mut src), &[0][..]), (op(&mut vals), &[4][..]), (op(&mut idx), &[8][..])], 1, 2).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(op(&mut src), &[0][..]), (op(&mut vals), &[4][..]), (op(&mut idx), &[8][..])],
+            1,
+            2,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { index_put(&it, &ix, 4, true) }.unwrap();
         assert_eq!(src, [13.0, 20.0, 30.0, 43.0]);
         let mut bad = [4i64, 0, 0];
-        let it = TensorIter::new("t", &[3], vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut bad), &[8][..])], 1, 1).unwrap();
+        let it = TensorIter::new(
+            "t",
+            &[3],
+            vec![(op(&mut out), &[4][..]), (op(&mut src), &[0][..]), (op(&mut bad), &[8][..])],
+            1,
+            1,
+        )
+        .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { index(&it, &ix, 4) }.unwrap_err();
         assert_eq!(e.to_string(), "index 4 is out of bounds for dimension 0 with size 4");

@@ -18,9 +18,9 @@
 //! (the stream-compaction scheme CUDA's kernel uses).
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{for_each_range, tasks_for, TensorIter};
 use crate::engine::math::Num;
+use crate::error::{Error, Result};
 use crate::with_real_dtype;
 
 /// The reductions of `scatter_reduce` and `scatter(reduce=)` (PyTorch's `ReductionType`).
@@ -159,13 +159,24 @@ pub struct Scatter<'a> {
 /// # Safety
 /// Every addressed element is live memory of its dtype; `out` does not overlap
 /// `src` or `index`; stride arrays have `shape.len()` entries.
-pub unsafe fn scatter_reduce(s: Scatter, dtype: DType, out: Strided, src: Strided, index_dtype: DType, index: Strided, threads: usize) -> Result<()> {
+pub unsafe fn scatter_reduce(
+    s: Scatter,
+    dtype: DType,
+    out: Strided,
+    src: Strided,
+    index_dtype: DType,
+    index: Strided,
+    threads: usize,
+) -> Result<()> {
     let Scatter { reduce, shape, dim, dim_size } = s;
     if !reduce.supports(dtype) {
         return Err(Error::UnsupportedDtype { op: reduce.name(), dtype });
     }
     if dim >= shape.len() || [out.strides, src.strides, index.strides].iter().any(|s| s.len() != shape.len()) {
-        return Err(Error::InvalidLayout { op: "scatter_reduce", reason: format!("dim {dim} of {} dimensions, stride arrays of another length", shape.len()) });
+        return Err(Error::InvalidLayout {
+            op: "scatter_reduce",
+            reason: format!("dim {dim} of {} dimensions, stride arrays of another length", shape.len()),
+        });
     }
     let numel: usize = shape.iter().product();
     if numel == 0 {
@@ -200,7 +211,8 @@ pub unsafe fn scatter_reduce(s: Scatter, dtype: DType, out: Strided, src: Stride
 unsafe fn check_indices<I: Element>(lines: &Lines, index: Strided, size: usize, tasks: usize) -> Result<()> {
     let k = lines.shape[lines.dim];
     let step = index.strides[lines.dim];
-    let first_bad: Vec<std::sync::Mutex<Option<i64>>> = (0..tasks.max(1)).map(|_| std::sync::Mutex::new(None)).collect();
+    let first_bad: Vec<std::sync::Mutex<Option<i64>>> =
+        (0..tasks.max(1)).map(|_| std::sync::Mutex::new(None)).collect();
     let chunk = lines.count.div_ceil(tasks.max(1));
     // Capture the operand whole (it is Sync), not its raw pointer field.
     let index = &index;
@@ -228,7 +240,15 @@ unsafe fn check_indices<I: Element>(lines: &Lines, index: Strided, size: usize, 
 
 /// # Safety
 /// As [`scatter_reduce`], with indices already checked.
-unsafe fn reduce_lines<T: Opmath, I: Element>(reduce: ScatterReduce, lines: &Lines, size: usize, out: Strided, src: Strided, index: Strided, tasks: usize) {
+unsafe fn reduce_lines<T: Opmath, I: Element>(
+    reduce: ScatterReduce,
+    lines: &Lines,
+    size: usize,
+    out: Strided,
+    src: Strided,
+    index: Strided,
+    tasks: usize,
+) {
     let k = lines.shape[lines.dim];
     let (o_step, s_step, i_step) = (out.strides[lines.dim], src.strides[lines.dim], index.strides[lines.dim]);
     // Accumulating in the storage type is exactly CPU's read-modify-write; a
@@ -237,7 +257,8 @@ unsafe fn reduce_lines<T: Opmath, I: Element>(reduce: ScatterReduce, lines: &Lin
     // Capture the operands whole (they are Sync), not their raw pointer fields.
     let (out, src, index) = (&out, &src, &index);
     for_each_range(lines.count, tasks, |a, b| {
-        let (mut acc, mut seen, mut touched) = if direct { (vec![], vec![], vec![]) } else { (vec![T::Acc::ZERO; size], vec![false; size], Vec::new()) };
+        let (mut acc, mut seen, mut touched) =
+            if direct { (vec![], vec![], vec![]) } else { (vec![T::Acc::ZERO; size], vec![false; size], Vec::new()) };
         for l in a..b {
             let [oo, so, io] = lines.offsets(l, [out.strides, src.strides, index.strides]);
             for i in 0..k {
@@ -313,7 +334,10 @@ pub unsafe fn masked_scatter(it: &TensorIter, source: *const u8, source_len: usi
     let counts: Vec<usize> = if tasks <= 1 { vec![count(0)] } else { crate::engine::iter::map_tasks(tasks, count) };
     let total: usize = counts.iter().sum();
     if total > source_len {
-        return Err(Error::InvalidValue { op: "masked_scatter", reason: "Number of elements of source < number of ones in mask".into() });
+        return Err(Error::InvalidValue {
+            op: "masked_scatter",
+            reason: "Number of elements of source < number of ones in mask".into(),
+        });
     }
     let starts: Vec<usize> = counts.iter().scan(0, |s, &c| Some(std::mem::replace(s, *s + c))).collect();
     let os = it.inner_stride(0);
@@ -363,15 +387,35 @@ mod tests {
                 acc[t] = match reduce {
                     ScatterReduce::Sum | ScatterReduce::Mean => a + v,
                     ScatterReduce::Prod => a * v,
-                    ScatterReduce::Amax => if v.is_nan() || a < v { v } else { a },
-                    ScatterReduce::Amin => if v.is_nan() || v < a { v } else { a },
+                    ScatterReduce::Amax => {
+                        if v.is_nan() || a < v {
+                            v
+                        } else {
+                            a
+                        }
+                    }
+                    ScatterReduce::Amin => {
+                        if v.is_nan() || v < a {
+                            v
+                        } else {
+                            a
+                        }
+                    }
                 };
             }
         }
         acc
     }
 
-    fn run<T: Element>(reduce: ScatterReduce, out: &mut [T], cols: usize, index: &[i64], src: &[T], k: usize, threads: usize) -> Result<()> {
+    fn run<T: Element>(
+        reduce: ScatterReduce,
+        out: &mut [T],
+        cols: usize,
+        index: &[i64],
+        src: &[T],
+        k: usize,
+        threads: usize,
+    ) -> Result<()> {
         let rows = index.len() / k;
         let (os, ss, is) = ([cols as isize, 1], [k as isize, 1], [k as isize, 1]);
         // SAFETY: the pointers address live local buffers sized for the call.
@@ -388,14 +432,20 @@ mod tests {
         }
     }
 
-    const ALL: [ScatterReduce; 5] = [ScatterReduce::Sum, ScatterReduce::Prod, ScatterReduce::Mean, ScatterReduce::Amax, ScatterReduce::Amin];
+    const ALL: [ScatterReduce; 5] =
+        [ScatterReduce::Sum, ScatterReduce::Prod, ScatterReduce::Mean, ScatterReduce::Amax, ScatterReduce::Amin];
 
     #[test]
     fn matches_naive_for_floats_and_ints() {
         let (rows, cols, k) = (300, 7, 40);
         let mut s = 1;
         let index: Vec<i64> = (0..rows * k).map(|_| (lcg(&mut s) % cols as u64) as i64).collect();
-        let src: Vec<f64> = (0..rows * k).map(|_| match lcg(&mut s) % 30 { 0 => f64::NAN, r => (r as f64 - 15.0) * 0.25 + 1.0 }).collect();
+        let src: Vec<f64> = (0..rows * k)
+            .map(|_| match lcg(&mut s) % 30 {
+                0 => f64::NAN,
+                r => (r as f64 - 15.0) * 0.25 + 1.0,
+            })
+            .collect();
         let out: Vec<f64> = (0..rows * cols).map(|i| (i % 5) as f64 - 2.0).collect();
         for reduce in ALL {
             let want = naive(reduce, &out, cols, &index, &src, k);
@@ -477,7 +527,10 @@ mod tests {
         let e = run(ScatterReduce::Sum, &mut out, 3, &[-1], &[1], 1, 1).unwrap_err();
         assert!(matches!(e, Error::InvalidValue { .. }));
         let mut b = [false; 2];
-        assert!(matches!(run(ScatterReduce::Mean, &mut b, 2, &[0], &[true], 1, 1), Err(Error::UnsupportedDtype { .. })));
+        assert!(matches!(
+            run(ScatterReduce::Mean, &mut b, 2, &[0], &[true], 1, 1),
+            Err(Error::UnsupportedDtype { .. })
+        ));
         run(ScatterReduce::Amax, &mut b, 2, &[1, 1], &[true, false], 2, 1).unwrap();
         assert_eq!(b, [false, true]);
         let mut u = [2u16; 2];
@@ -488,7 +541,15 @@ mod tests {
         run::<f32>(ScatterReduce::Sum, &mut [], 0, &[], &[], 1, 1).unwrap();
     }
 
-    fn masked(out: &mut [f32], strides: &[i64], shape: &[i64], mask: &[bool], mstrides: &[i64], source: &[f32], threads: usize) -> Result<()> {
+    fn masked(
+        out: &mut [f32],
+        strides: &[i64],
+        shape: &[i64],
+        mask: &[bool],
+        mstrides: &[i64],
+        source: &[f32],
+        threads: usize,
+    ) -> Result<()> {
         let it = TensorIter::new(
             "t",
             shape,

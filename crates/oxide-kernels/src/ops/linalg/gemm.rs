@@ -20,8 +20,8 @@
 use std::ops::Range;
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::math::Num;
+use crate::error::{Error, Result};
 
 /// One strided matrix operand: pointer to element (0, 0) of batch 0 and
 /// element strides (batch, row, column).
@@ -46,7 +46,8 @@ impl Matrix {
     }
     /// Pointer to element (`row`, `col`) of batch `b`, as `T`.
     fn elem<T>(&self, b: usize, row: usize, col: usize) -> *mut T {
-        (self.at(b, size_of::<T>()) as *mut T).wrapping_offset(row as isize * self.row_stride + col as isize * self.col_stride)
+        (self.at(b, size_of::<T>()) as *mut T)
+            .wrapping_offset(row as isize * self.row_stride + col as isize * self.col_stride)
     }
 }
 
@@ -66,7 +67,9 @@ fn schedule(s: GemmShape, part: impl Fn(usize, Range<usize>, Range<usize>) + Syn
     } else if s.batch >= threads || macs < SPLIT_MACS {
         // Whole batch entries, in one contiguous run per thread.
         let per = s.batch.div_ceil(threads);
-        crate::engine::iter::for_each_task(s.batch.div_ceil(per), |p| (p * per..((p + 1) * per).min(s.batch)).for_each(|b| part(b, 0..s.m, 0..s.n)));
+        crate::engine::iter::for_each_task(s.batch.div_ceil(per), |p| {
+            (p * per..((p + 1) * per).min(s.batch)).for_each(|b| part(b, 0..s.m, 0..s.n))
+        });
     } else {
         let by_cols = s.n >= s.m;
         let len = if by_cols { s.n } else { s.m };
@@ -74,7 +77,11 @@ fn schedule(s: GemmShape, part: impl Fn(usize, Range<usize>, Range<usize>) + Syn
         for b in 0..s.batch {
             crate::engine::iter::for_each_task(len.div_ceil(chunk), |p| {
                 let r = p * chunk..((p + 1) * chunk).min(len);
-                if by_cols { part(b, 0..s.m, r) } else { part(b, r, 0..s.n) }
+                if by_cols {
+                    part(b, 0..s.m, r)
+                } else {
+                    part(b, r, 0..s.n)
+                }
             });
         }
     }
@@ -106,8 +113,22 @@ pub unsafe fn gemm(dtype: DType, s: GemmShape, alpha: f64, a: Matrix, b: Matrix,
         match dtype {
             DType::F32 => schedule(s, |i, r, q| packed::<f32>(i, r, q, s.k, alpha as f32, a, b, beta as f32, c)),
             DType::F64 => schedule(s, |i, r, q| packed::<f64>(i, r, q, s.k, alpha, a, b, beta, c)),
-            DType::C64 => schedule(s, |i, r, q| packed::<gemm::c32>(i, r, q, s.k, gemm::c32::new(alpha as f32, 0.0), a, b, gemm::c32::new(beta as f32, 0.0), c)),
-            DType::C128 => schedule(s, |i, r, q| packed::<gemm::c64>(i, r, q, s.k, gemm::c64::new(alpha, 0.0), a, b, gemm::c64::new(beta, 0.0), c)),
+            DType::C64 => schedule(s, |i, r, q| {
+                packed::<gemm::c32>(
+                    i,
+                    r,
+                    q,
+                    s.k,
+                    gemm::c32::new(alpha as f32, 0.0),
+                    a,
+                    b,
+                    gemm::c32::new(beta as f32, 0.0),
+                    c,
+                )
+            }),
+            DType::C128 => schedule(s, |i, r, q| {
+                packed::<gemm::c64>(i, r, q, s.k, gemm::c64::new(alpha, 0.0), a, b, gemm::c64::new(beta, 0.0), c)
+            }),
             DType::F16 => widened::<half::f16>(s, alpha, a, b, beta, c),
             DType::BF16 => widened::<half::bf16>(s, alpha, a, b, beta, c),
             DType::Bool | DType::C32 => return Err(Error::UnsupportedDtype { op: "mm", dtype }),
@@ -139,21 +160,54 @@ const REORIENT_MIN_DEPTH_RATIO: usize = 8;
 /// asked, so our (alpha, beta) are its (beta', alpha') and dst is read only for `beta != 0`.
 // The BLAS parameter list (block, k, alpha, A, B, beta, C) of `gemm`, per scheduled block.
 #[allow(clippy::too_many_arguments)]
-unsafe fn packed<T: Scalar>(i: usize, rows: Range<usize>, cols: Range<usize>, k: usize, alpha: T, a: Matrix, b: Matrix, beta: T, c: Matrix) {
+unsafe fn packed<T: Scalar>(
+    i: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    k: usize,
+    alpha: T,
+    a: Matrix,
+    b: Matrix,
+    beta: T,
+    c: Matrix,
+) {
     let (m, n) = (rows.len(), cols.len());
-    let (ap, bp, cp) = (a.elem::<T>(i, rows.start, 0), b.elem::<T>(i, 0, cols.start), c.elem::<T>(i, rows.start, cols.start));
-    if c.col_stride == 1 && b.row_stride == 1 && b.col_stride != 1 && m <= REORIENT_MAX_ROWS && k >= REORIENT_MIN_DEPTH_RATIO * m && m * n * k >= 1 << 14 {
+    let (ap, bp, cp) =
+        (a.elem::<T>(i, rows.start, 0), b.elem::<T>(i, 0, cols.start), c.elem::<T>(i, rows.start, cols.start));
+    if c.col_stride == 1
+        && b.row_stride == 1
+        && b.col_stride != 1
+        && m <= REORIENT_MAX_ROWS
+        && k >= REORIENT_MIN_DEPTH_RATIO * m
+        && m * n * k >= 1 << 14
+    {
         // SAFETY: forwarded contract.
-        return unsafe { reoriented(m, n, k, alpha, (ap, a.row_stride, a.col_stride), (bp, b.col_stride), beta, (cp, c.row_stride)) };
+        return unsafe {
+            reoriented(m, n, k, alpha, (ap, a.row_stride, a.col_stride), (bp, b.col_stride), beta, (cp, c.row_stride))
+        };
     }
     // SAFETY: the caller's contract (`gemm`): every addressed element is valid, C's block is exclusive.
     unsafe {
         gemm::gemm(
-            m, n, k,
-            cp, c.col_stride, c.row_stride, beta != T::default(),
-            ap, a.col_stride, a.row_stride,
-            bp, b.col_stride, b.row_stride,
-            beta, alpha, false, false, false, gemm::Parallelism::None,
+            m,
+            n,
+            k,
+            cp,
+            c.col_stride,
+            c.row_stride,
+            beta != T::default(),
+            ap,
+            a.col_stride,
+            a.row_stride,
+            bp,
+            b.col_stride,
+            b.row_stride,
+            beta,
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
         )
     }
 }
@@ -176,7 +230,16 @@ impl<T: 'static + Copy + PartialEq + Default + std::ops::Add<Output = T> + std::
 /// `m * k + m * n` element moves against `m * n * k` multiply-adds.
 // BLAS-style raw operands (pointer, strides) of one block, as `gemm::gemm` takes them.
 #[allow(clippy::too_many_arguments)]
-unsafe fn reoriented<T: Scalar>(m: usize, n: usize, k: usize, alpha: T, (ap, ars, acs): (*const T, isize, isize), (bp, ldb): (*const T, isize), beta: T, (cp, ldc): (*mut T, isize)) {
+unsafe fn reoriented<T: Scalar>(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: T,
+    (ap, ars, acs): (*const T, isize, isize),
+    (bp, ldb): (*const T, isize),
+    beta: T,
+    (cp, ldc): (*mut T, isize),
+) {
     // SAFETY: the caller's contract; every offset stays within the operands.
     unsafe {
         let copied: Vec<T>;
@@ -199,7 +262,27 @@ unsafe fn reoriented<T: Scalar>(m: usize, n: usize, k: usize, alpha: T, (ap, ars
             (copied.as_ptr(), m as isize)
         };
         let mut d = vec![T::default(); m * n];
-        gemm::gemm(m, n, k, d.as_mut_ptr(), m as isize, 1, false, lhs, lhs_cs, 1, bp, ldb, 1, T::default(), alpha, false, false, false, gemm::Parallelism::None);
+        gemm::gemm(
+            m,
+            n,
+            k,
+            d.as_mut_ptr(),
+            m as isize,
+            1,
+            false,
+            lhs,
+            lhs_cs,
+            1,
+            bp,
+            ldb,
+            1,
+            T::default(),
+            alpha,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
         let read_c = beta != T::default();
         for r in 0..m {
             let row = cp.offset(r as isize * ldc);
@@ -231,13 +314,29 @@ unsafe fn widened<T: Element>(s: GemmShape, alpha: f64, a: Matrix, b: Matrix, be
             let aw = widen(a.at(i, 2) as *const T, s.m, s.k, a.row_stride, a.col_stride);
             let bw = widen(b.at(i, 2) as *const T, s.k, s.n, b.row_stride, b.col_stride);
             let cp = c.at(i, 2) as *mut T;
-            let mut cw = if beta != 0.0 { widen(cp, s.m, s.n, c.row_stride, c.col_stride) } else { vec![0.0; s.m * s.n] };
-            let row_major = |p: *const f32, cols: usize| Matrix { ptr: p as *mut u8, batch_stride: 0, row_stride: cols as isize, col_stride: 1 };
+            let mut cw =
+                if beta != 0.0 { widen(cp, s.m, s.n, c.row_stride, c.col_stride) } else { vec![0.0; s.m * s.n] };
+            let row_major = |p: *const f32, cols: usize| Matrix {
+                ptr: p as *mut u8,
+                batch_stride: 0,
+                row_stride: cols as isize,
+                col_stride: 1,
+            };
             let one = GemmShape { batch: 1, ..s };
-            gemm(DType::F32, one, alpha, row_major(aw.as_ptr(), s.k), row_major(bw.as_ptr(), s.n), beta, row_major(cw.as_mut_ptr(), s.n)).expect("float32 is supported");
+            gemm(
+                DType::F32,
+                one,
+                alpha,
+                row_major(aw.as_ptr(), s.k),
+                row_major(bw.as_ptr(), s.n),
+                beta,
+                row_major(cw.as_mut_ptr(), s.n),
+            )
+            .expect("float32 is supported");
             for r in 0..s.m {
                 for q in 0..s.n {
-                    cp.offset(r as isize * c.row_stride + q as isize * c.col_stride).write_unaligned(T::from_f64(cw[r * s.n + q] as f64));
+                    cp.offset(r as isize * c.row_stride + q as isize * c.col_stride)
+                        .write_unaligned(T::from_f64(cw[r * s.n + q] as f64));
                 }
             }
         }
@@ -248,7 +347,11 @@ unsafe fn widened<T: Element>(s: GemmShape, alpha: f64, a: Matrix, b: Matrix, be
 unsafe fn naive<T: Element + Num>(s: GemmShape, alpha: f64, a: Matrix, b: Matrix, beta: f64, c: Matrix) {
     let (alpha, beta) = (T::from_f64(alpha), T::from_f64(beta));
     for i in 0..s.batch {
-        let (ap, bp, cp) = (a.at(i, size_of::<T>()) as *const T, b.at(i, size_of::<T>()) as *const T, c.at(i, size_of::<T>()) as *mut T);
+        let (ap, bp, cp) = (
+            a.at(i, size_of::<T>()) as *const T,
+            b.at(i, size_of::<T>()) as *const T,
+            c.at(i, size_of::<T>()) as *mut T,
+        );
         for r in 0..s.m {
             for q in 0..s.n {
                 let mut acc = T::ZERO;
@@ -305,7 +408,8 @@ mod tests {
         unsafe { gemm(DType::I64, s, 1.0, mat(&mut ai, 3, 1), mat(&mut bi, 1, 3), 0.0, mat(&mut ci, 2, 1)).unwrap() };
         assert_eq!(ci, [-2, 13, -2, 31]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        assert!(unsafe { gemm(DType::Bool, s, 1.0, mat(&mut ai, 3, 1), mat(&mut bi, 1, 3), 0.0, mat(&mut ci, 2, 1)) }.is_err());
+        assert!(unsafe { gemm(DType::Bool, s, 1.0, mat(&mut ai, 3, 1), mat(&mut bi, 1, 3), 0.0, mat(&mut ci, 2, 1)) }
+            .is_err());
     }
 
     #[test]
@@ -345,10 +449,12 @@ mod tests {
         let (m, n, k) = (96usize, 130usize, 80usize);
         let (av, bv, cv) = (values(m * k, 1), values(k * n, 2), values(m * n, 3));
         let reference = |alpha: f64, beta: f64| -> Vec<f64> {
-            (0..m * n).map(|e| {
-                let (r, q) = (e / n, e % n);
-                alpha * (0..k).map(|l| av[l * m + r] * bv[l * n + q]).sum::<f64>() + beta * cv[e]
-            }).collect()
+            (0..m * n)
+                .map(|e| {
+                    let (r, q) = (e / n, e % n);
+                    alpha * (0..k).map(|l| av[l * m + r] * bv[l * n + q]).sum::<f64>() + beta * cv[e]
+                })
+                .collect()
         };
         let s = GemmShape { batch: 1, m, n, k };
         let want = reference(1.5, -0.5);
@@ -356,7 +462,18 @@ mod tests {
         let mut b32: Vec<f32> = bv.iter().map(|&v| v as f32).collect();
         let mut c32: Vec<f32> = cv.iter().flat_map(|&v| [v as f32, f32::NAN]).collect();
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { gemm(DType::F32, s, 1.5, mat(&mut a32, 1, m as isize), mat(&mut b32, n as isize, 1), -0.5, mat(&mut c32, 2 * n as isize, 2)).unwrap() };
+        unsafe {
+            gemm(
+                DType::F32,
+                s,
+                1.5,
+                mat(&mut a32, 1, m as isize),
+                mat(&mut b32, n as isize, 1),
+                -0.5,
+                mat(&mut c32, 2 * n as isize, 2),
+            )
+            .unwrap()
+        };
         for e in 0..m * n {
             assert!((c32[2 * e] as f64 - want[e]).abs() < 1e-4, "f32 {e}: {} vs {}", c32[2 * e], want[e]);
             assert!(c32[2 * e + 1].is_nan(), "f32 wrote outside its block");
@@ -364,7 +481,18 @@ mod tests {
         let (mut a64, mut b64) = (av.clone(), bv.clone());
         let mut c64 = vec![f64::NAN; m * n];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { gemm(DType::F64, s, 1.0, mat(&mut a64, 1, m as isize), mat(&mut b64, n as isize, 1), 0.0, mat(&mut c64, n as isize, 1)).unwrap() };
+        unsafe {
+            gemm(
+                DType::F64,
+                s,
+                1.0,
+                mat(&mut a64, 1, m as isize),
+                mat(&mut b64, n as isize, 1),
+                0.0,
+                mat(&mut c64, n as isize, 1),
+            )
+            .unwrap()
+        };
         let want0 = reference(1.0, 0.0);
         for e in 0..m * n {
             assert!((c64[e] - want0[e]).abs() < 1e-12, "f64 {e}: beta 0 must ignore NaN in C");
@@ -377,7 +505,18 @@ mod tests {
         let mut bc: Vec<[f32; 2]> = bv.iter().zip(&bi).map(|(&r, &i)| [r as f32, i as f32]).collect();
         let mut cc = vec![[0f32; 2]; m * n];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { gemm(DType::C64, s, 1.0, mat(&mut ac, 1, m as isize), mat(&mut bc, n as isize, 1), 0.0, mat(&mut cc, n as isize, 1)).unwrap() };
+        unsafe {
+            gemm(
+                DType::C64,
+                s,
+                1.0,
+                mat(&mut ac, 1, m as isize),
+                mat(&mut bc, n as isize, 1),
+                0.0,
+                mat(&mut cc, n as isize, 1),
+            )
+            .unwrap()
+        };
         for (e, got) in cc.iter().enumerate() {
             let (r, q) = (e / n, e % n);
             let (mut re, mut im) = (0.0, 0.0);
@@ -407,11 +546,25 @@ mod tests {
                 let mut c: Vec<f64> = if beta == 0.0 { vec![f64::NAN; m * n] } else { cv.clone() };
                 let s = GemmShape { batch: 1, m, n, k };
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { gemm(DType::F64, s, alpha, mat(&mut a, ars, acs), mat(&mut b, 1, k as isize), beta, mat(&mut c, n as isize, 1)).unwrap() };
+                unsafe {
+                    gemm(
+                        DType::F64,
+                        s,
+                        alpha,
+                        mat(&mut a, ars, acs),
+                        mat(&mut b, 1, k as isize),
+                        beta,
+                        mat(&mut c, n as isize, 1),
+                    )
+                    .unwrap()
+                };
                 for r in 0..m {
                     for q in 0..n {
                         let want = alpha * (0..k).map(|l| a_at(r, l) * b_at(l, q)).sum::<f64>() + beta * cv[r * n + q];
-                        assert!((c[r * n + q] - want).abs() < 1e-12, "a_row_major={a_row_major} beta={beta} ({r}, {q})");
+                        assert!(
+                            (c[r * n + q] - want).abs() < 1e-12,
+                            "a_row_major={a_row_major} beta={beta} ({r}, {q})"
+                        );
                     }
                 }
             }

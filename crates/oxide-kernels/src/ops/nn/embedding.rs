@@ -32,8 +32,8 @@
 use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{for_each_chunk_mut, GRAIN};
+use crate::error::{Error, Result};
 
 /// PyTorch's `mode` argument (0, 1, 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +50,10 @@ impl Mode {
             0 => Ok(Mode::Sum),
             1 => Ok(Mode::Mean),
             2 => Ok(Mode::Max),
-            c => Err(Error::InvalidValue { op: "embedding_bag", reason: format!("embedding_bag: unknown mode {c} (0: sum, 1: mean, 2: max)") }),
+            c => Err(Error::InvalidValue {
+                op: "embedding_bag",
+                reason: format!("embedding_bag: unknown mode {c} (0: sum, 1: mean, 2: max)"),
+            }),
         }
     }
 }
@@ -97,15 +100,26 @@ impl Bags<'_> {
         }
         if let Some(&last) = self.offsets.last() {
             if last > n {
-                return bad(format!("offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}"));
+                return bad(format!(
+                    "offsets[-1] can not be greater than input's length {n} but got offsets[-1] of {last}"
+                ));
             }
         }
         if let Some(w) = self.offsets.windows(2).position(|w| w[1] < w[0]) {
-            return bad(format!("embedding_bag: offsets must be non-decreasing, but offsets[{}] = {} > offsets[{}] = {}", w, self.offsets[w], w + 1, self.offsets[w + 1]));
+            return bad(format!(
+                "embedding_bag: offsets must be non-decreasing, but offsets[{}] = {} > offsets[{}] = {}",
+                w,
+                self.offsets[w],
+                w + 1,
+                self.offsets[w + 1]
+            ));
         }
         for (i, &v) in self.indices.iter().enumerate() {
             if v < 0 || v >= self.num_weights as i64 {
-                return bad(format!("Index {i} of input takes value {v} which is not in the valid range [0, {})", self.num_weights));
+                return bad(format!(
+                    "Index {i} of input takes value {v} which is not in the valid range [0, {})",
+                    self.num_weights
+                ));
             }
         }
         Ok(())
@@ -113,7 +127,16 @@ impl Bags<'_> {
 }
 
 /// Compute type of a storage dtype: f32 for f32/f16/bf16, f64 for f64.
-trait Real: Copy + Send + Sync + PartialOrd + Default + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + std::ops::Div<Output = Self> {
+trait Real:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Default
+    + std::ops::Add<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
     fn of<T: Element>(v: T) -> Self;
     fn from_usize(v: usize) -> Self;
     fn store<T: Element>(self) -> T;
@@ -145,7 +168,14 @@ pub struct BagOutputs {
     pub max_indices: *mut i64,
 }
 
-unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u8, psw: Option<*const u8>, out: BagOutputs, threads: usize) {
+unsafe fn forward<T: Element, C: Real>(
+    bags: &Bags,
+    mode: Mode,
+    weight: *const u8,
+    psw: Option<*const u8>,
+    out: BagOutputs,
+    threads: usize,
+) {
     let (nb, dim, n) = (bags.count(), bags.dim, bags.indices.len());
     // SAFETY: `embedding_bag`'s contract on the buffer sizes.
     let (w, psw, output, o2b, sizes) = unsafe {
@@ -204,9 +234,17 @@ unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u
         Some(mi) => {
             mi.fill(0);
             if threads > 1 && nb * dim > GRAIN {
-                output.par_chunks_mut(dim.max(1)).zip(mi.par_chunks_mut(dim.max(1))).enumerate().for_each(|(b, (y, a))| row(b, y, Some(a)));
+                output
+                    .par_chunks_mut(dim.max(1))
+                    .zip(mi.par_chunks_mut(dim.max(1)))
+                    .enumerate()
+                    .for_each(|(b, (y, a))| row(b, y, Some(a)));
             } else {
-                output.chunks_mut(dim.max(1)).zip(mi.chunks_mut(dim.max(1))).enumerate().for_each(|(b, (y, a))| row(b, y, Some(a)));
+                output
+                    .chunks_mut(dim.max(1))
+                    .zip(mi.chunks_mut(dim.max(1)))
+                    .enumerate()
+                    .for_each(|(b, (y, a))| row(b, y, Some(a)));
             }
         }
         None => for_each_chunk_mut(output, dim, if output.len() > GRAIN { threads } else { 1 }, |b, y| row(b, y, None)),
@@ -226,13 +264,26 @@ unsafe fn forward<T: Element, C: Real>(bags: &Bags, mode: Mode, weight: *const u
 /// # Safety
 /// `weight` holds `num_weights * dim` elements (may dangle when no index is
 /// given), `per_sample_weights` `n`, the outputs their stated sizes, none overlapping.
-pub unsafe fn embedding_bag(dtype: DType, bags: &Bags, mode: Mode, weight: *const u8, per_sample_weights: Option<*const u8>, out: BagOutputs, threads: usize) -> Result<()> {
+pub unsafe fn embedding_bag(
+    dtype: DType,
+    bags: &Bags,
+    mode: Mode,
+    weight: *const u8,
+    per_sample_weights: Option<*const u8>,
+    out: BagOutputs,
+    threads: usize,
+) -> Result<()> {
     bags.validate()?;
     if per_sample_weights.is_some() && mode != Mode::Sum {
-        return Err(Error::InvalidValue { op: "embedding_bag", reason: "embedding_bag: per_sample_weights is only supported for mode='sum'".into() });
+        return Err(Error::InvalidValue {
+            op: "embedding_bag",
+            reason: "embedding_bag: per_sample_weights is only supported for mode='sum'".into(),
+        });
     }
     // SAFETY: forwarded contract.
-    crate::with_float_dtype!(dtype, "embedding_bag", |T, C| unsafe { forward::<T, C>(bags, mode, weight, per_sample_weights, out, threads) });
+    crate::with_float_dtype!(dtype, "embedding_bag", |T, C| unsafe {
+        forward::<T, C>(bags, mode, weight, per_sample_weights, out, threads)
+    });
     Ok(())
 }
 
@@ -252,7 +303,14 @@ pub struct BagGrad<'a> {
     pub padding_idx: i64,
 }
 
-unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8, psw: Option<*const u8>, grad_weight: *mut u8, threads: usize) -> Result<()> {
+unsafe fn backward<T: Element, C: Real>(
+    g: &BagGrad,
+    mode: Mode,
+    grad: *const u8,
+    psw: Option<*const u8>,
+    grad_weight: *mut u8,
+    threads: usize,
+) -> Result<()> {
     let (nb, dim, n, nw) = (g.bag_size.len(), g.dim, g.indices.len(), g.num_weights);
     // SAFETY: `embedding_bag_backward`'s contract on the buffer sizes.
     let (gy, psw, gw) = unsafe {
@@ -281,7 +339,9 @@ unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8
                 acc[r * dim + d] = acc[r * dim + d] + C::of(gy[b * dim + d]);
             }
         }
-        for_each_chunk_mut(gw, dim, if gw.len() > GRAIN { threads } else { 1 }, |r, row| row.iter_mut().zip(&acc[r * dim..(r + 1) * dim]).for_each(|(o, &a)| *o = a.store()));
+        for_each_chunk_mut(gw, dim, if gw.len() > GRAIN { threads } else { 1 }, |r, row| {
+            row.iter_mut().zip(&acc[r * dim..(r + 1) * dim]).for_each(|(o, &a)| *o = a.store())
+        });
         return Ok(());
     }
     // Counting sort of the index positions by weight row: each row then sums its
@@ -338,9 +398,19 @@ unsafe fn backward<T: Element, C: Real>(g: &BagGrad, mode: Mode, grad: *const u8
 /// # Safety
 /// `grad` holds `num_bags * dim` elements, `per_sample_weights` `n`, `grad_weight`
 /// `num_weights * dim` that nothing else references.
-pub unsafe fn embedding_bag_backward(dtype: DType, g: &BagGrad, mode: Mode, grad: *const u8, per_sample_weights: Option<*const u8>, grad_weight: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn embedding_bag_backward(
+    dtype: DType,
+    g: &BagGrad,
+    mode: Mode,
+    grad: *const u8,
+    per_sample_weights: Option<*const u8>,
+    grad_weight: *mut u8,
+    threads: usize,
+) -> Result<()> {
     // SAFETY: forwarded contract.
-    crate::with_float_dtype!(dtype, "embedding_bag_backward", |T, C| unsafe { backward::<T, C>(g, mode, grad, per_sample_weights, grad_weight, threads) })
+    crate::with_float_dtype!(dtype, "embedding_bag_backward", |T, C| unsafe {
+        backward::<T, C>(g, mode, grad, per_sample_weights, grad_weight, threads)
+    })
 }
 
 /// The bags of one [`per_sample_weights_backward`] call: `n` indices into a
@@ -366,10 +436,20 @@ pub struct SampleBags<'a> {
 ///
 /// # Safety
 /// `grad` holds `num_bags * dim` elements, `weight` `num_weights * dim`, `out` `n`.
-pub unsafe fn per_sample_weights_backward(dtype: DType, bags: &SampleBags, grad: *const u8, weight: *const u8, out: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn per_sample_weights_backward(
+    dtype: DType,
+    bags: &SampleBags,
+    grad: *const u8,
+    weight: *const u8,
+    out: *mut u8,
+    threads: usize,
+) -> Result<()> {
     let SampleBags { indices, offset2bag, num_bags, num_weights, dim, padding_idx } = *bags;
     if let Some(&i) = indices.iter().find(|&&i| i < 0 || i as usize >= num_weights) {
-        return Err(Error::InvalidValue { op: "embedding_bag", reason: format!("embedding_bag: index {i} is not in the valid range [0, {num_weights})") });
+        return Err(Error::InvalidValue {
+            op: "embedding_bag",
+            reason: format!("embedding_bag: index {i} is not in the valid range [0, {num_weights})"),
+        });
     }
     crate::with_float_dtype!(dtype, "_embedding_bag_per_sample_weights_backward", |T, C| {
         let n = indices.len();
@@ -415,9 +495,16 @@ mod tests {
         let nb = bags.count();
         let mut out = vec![0f64; nb * bags.dim];
         let (mut o2b, mut sizes, mut arg) = (vec![0i64; bags.indices.len()], vec![0i64; nb], vec![0i64; nb * bags.dim]);
-        let o = BagOutputs { output: out.as_mut_ptr() as *mut u8, offset2bag: o2b.as_mut_ptr(), bag_size: sizes.as_mut_ptr(), max_indices: arg.as_mut_ptr() };
+        let o = BagOutputs {
+            output: out.as_mut_ptr() as *mut u8,
+            offset2bag: o2b.as_mut_ptr(),
+            bag_size: sizes.as_mut_ptr(),
+            max_indices: arg.as_mut_ptr(),
+        };
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { embedding_bag(DType::F64, bags, mode, w.as_ptr() as *const u8, psw.map(|p| p.as_ptr() as *const u8), o, 4)? };
+        unsafe {
+            embedding_bag(DType::F64, bags, mode, w.as_ptr() as *const u8, psw.map(|p| p.as_ptr() as *const u8), o, 4)?
+        };
         Ok(Run { out, o2b, sizes, arg })
     }
 
@@ -430,7 +517,14 @@ mod tests {
         let psw = vals(indices.len(), 2);
         for (mode, with_psw) in [(Mode::Sum, false), (Mode::Sum, true), (Mode::Mean, false), (Mode::Max, false)] {
             for padding_idx in [-1i64, 2] {
-                let bags = Bags { indices: &indices, offsets: &offsets, include_last_offset: false, num_weights: nw, dim, padding_idx };
+                let bags = Bags {
+                    indices: &indices,
+                    offsets: &offsets,
+                    include_last_offset: false,
+                    num_weights: nw,
+                    dim,
+                    padding_idx,
+                };
                 let r = run(&bags, mode, &w, with_psw.then_some(&psw[..])).unwrap();
                 assert_eq!(r.o2b, [0, 0, 0, 2, 2, 2, 3]);
                 for b in 0..4 {
@@ -441,7 +535,11 @@ mod tests {
                         let want = match mode {
                             Mode::Sum => rows.iter().map(|&i| v(i)).sum::<f64>(),
                             Mode::Mean => rows.iter().map(|&i| v(i)).sum::<f64>() / rows.len().max(1) as f64,
-                            Mode::Max => rows.iter().map(|&i| v(i)).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| if x > m { x } else { m }))).unwrap_or(0.0),
+                            Mode::Max => rows
+                                .iter()
+                                .map(|&i| v(i))
+                                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| if x > m { x } else { m })))
+                                .unwrap_or(0.0),
                         };
                         assert!((r.out[b * dim + d] - want).abs() < 1e-12, "{mode:?} bag {b} dim {d}");
                         if mode == Mode::Max {
@@ -462,22 +560,59 @@ mod tests {
         let offsets = [0i64, 2, 5, 6];
         for mode in [Mode::Sum, Mode::Mean, Mode::Max] {
             for (padding_idx, freq) in [(-1i64, false), (1, false), (-1, true)] {
-                let bags = Bags { indices: &indices, offsets: &offsets, include_last_offset: true, num_weights: nw, dim, padding_idx };
+                let bags = Bags {
+                    indices: &indices,
+                    offsets: &offsets,
+                    include_last_offset: true,
+                    num_weights: nw,
+                    dim,
+                    padding_idx,
+                };
                 let w = vals(nw * dim, 3);
                 let r = run(&bags, mode, &w, None).unwrap();
                 let gy = vals(3 * dim, 4);
                 let mut gw = vec![0f64; nw * dim];
-                let g = BagGrad { indices: &indices, offset2bag: &r.o2b, bag_size: &r.sizes, max_indices: Some(&r.arg), num_weights: nw, dim, scale_grad_by_freq: freq, padding_idx };
+                let g = BagGrad {
+                    indices: &indices,
+                    offset2bag: &r.o2b,
+                    bag_size: &r.sizes,
+                    max_indices: Some(&r.arg),
+                    num_weights: nw,
+                    dim,
+                    scale_grad_by_freq: freq,
+                    padding_idx,
+                };
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { embedding_bag_backward(DType::F64, &g, mode, gy.as_ptr() as *const u8, None, gw.as_mut_ptr() as *mut u8, 3) }.unwrap();
+                unsafe {
+                    embedding_bag_backward(
+                        DType::F64,
+                        &g,
+                        mode,
+                        gy.as_ptr() as *const u8,
+                        None,
+                        gw.as_mut_ptr() as *mut u8,
+                        3,
+                    )
+                }
+                .unwrap();
                 for row in 0..nw {
                     for d in 0..dim {
-                        let freq_div = if freq && mode != Mode::Max { indices.iter().filter(|&&i| i == row as i64).count().max(1) as f64 } else { 1.0 };
+                        let freq_div = if freq && mode != Mode::Max {
+                            indices.iter().filter(|&&i| i == row as i64).count().max(1) as f64
+                        } else {
+                            1.0
+                        };
                         let mut w2 = w.clone();
                         w2[row * dim + d] += 1e-3;
                         let r2 = run(&bags, mode, &w2, None).unwrap();
-                        let fd: f64 = r2.out.iter().zip(&r.out).zip(&gy).map(|((a, b), g)| (a - b) * g).sum::<f64>() / 1e-3 / freq_div;
-                        assert!((gw[row * dim + d] - fd).abs() < 1e-6, "{mode:?} pad {padding_idx} row {row} d {d}: {} vs {fd}", gw[row * dim + d]);
+                        let fd: f64 = r2.out.iter().zip(&r.out).zip(&gy).map(|((a, b), g)| (a - b) * g).sum::<f64>()
+                            / 1e-3
+                            / freq_div;
+                        assert!(
+                            (gw[row * dim + d] - fd).abs() < 1e-6,
+                            "{mode:?} pad {padding_idx} row {row} d {d}: {} vs {fd}",
+                            gw[row * dim + d]
+                        );
                     }
                 }
             }
@@ -491,15 +626,43 @@ mod tests {
         let offsets = [0i64, 1];
         let w = vals(nw * dim, 5);
         let psw = vals(4, 6);
-        let bags = Bags { indices: &indices, offsets: &offsets, include_last_offset: false, num_weights: nw, dim, padding_idx: 0 };
+        let bags = Bags {
+            indices: &indices,
+            offsets: &offsets,
+            include_last_offset: false,
+            num_weights: nw,
+            dim,
+            padding_idx: 0,
+        };
         let r = run(&bags, Mode::Sum, &w, Some(&psw)).unwrap();
         let gy = vals(2 * dim, 7);
         let mut out = vec![0f64; 4];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { per_sample_weights_backward(DType::F64, &SampleBags { indices: &indices, offset2bag: &r.o2b, num_bags: 2, num_weights: nw, dim, padding_idx: 0 }, gy.as_ptr() as *const u8, w.as_ptr() as *const u8, out.as_mut_ptr() as *mut u8, 2) }.unwrap();
+        unsafe {
+            per_sample_weights_backward(
+                DType::F64,
+                &SampleBags {
+                    indices: &indices,
+                    offset2bag: &r.o2b,
+                    num_bags: 2,
+                    num_weights: nw,
+                    dim,
+                    padding_idx: 0,
+                },
+                gy.as_ptr() as *const u8,
+                w.as_ptr() as *const u8,
+                out.as_mut_ptr() as *mut u8,
+                2,
+            )
+        }
+        .unwrap();
         for k in 0..4 {
             let b = r.o2b[k] as usize;
-            let want = if indices[k] == 0 { 0.0 } else { (0..dim).map(|d| gy[b * dim + d] * w[indices[k] as usize * dim + d]).sum() };
+            let want = if indices[k] == 0 {
+                0.0
+            } else {
+                (0..dim).map(|d| gy[b * dim + d] * w[indices[k] as usize * dim + d]).sum()
+            };
             assert!((out[k] - want).abs() < 1e-12);
         }
     }
@@ -508,24 +671,55 @@ mod tests {
     fn half_types_accumulate_in_float_and_bad_arguments_are_errors() {
         let w: Vec<half::bf16> = [1.0f32, 256.0, 1.0, 1.0].iter().map(|&v| half::bf16::from_f32(v)).collect();
         let indices = [0i64, 1, 2, 3];
-        let bags = Bags { indices: &indices, offsets: &[0], include_last_offset: false, num_weights: 4, dim: 1, padding_idx: -1 };
+        let bags = Bags {
+            indices: &indices,
+            offsets: &[0],
+            include_last_offset: false,
+            num_weights: 4,
+            dim: 1,
+            padding_idx: -1,
+        };
         let mut out = [half::bf16::ZERO];
         let (mut o2b, mut sizes) = ([0i64; 4], [0i64; 1]);
-        let o = BagOutputs { output: out.as_mut_ptr() as *mut u8, offset2bag: o2b.as_mut_ptr(), bag_size: sizes.as_mut_ptr(), max_indices: std::ptr::null_mut() };
+        let o = BagOutputs {
+            output: out.as_mut_ptr() as *mut u8,
+            offset2bag: o2b.as_mut_ptr(),
+            bag_size: sizes.as_mut_ptr(),
+            max_indices: std::ptr::null_mut(),
+        };
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { embedding_bag(DType::BF16, &bags, Mode::Sum, w.as_ptr() as *const u8, None, o, 1) }.unwrap();
         // 1 + 256 + 1 + 1 = 259 in float, rounded once to bfloat16 (260); summing in bf16 would give 256.
         assert_eq!(out[0].to_f32(), 260.0);
         let wf = vals(4, 1);
-        let cases: Vec<(Vec<i64>, Vec<i64>, bool)> = vec![(vec![0, 4], vec![0], false), (vec![0, 1], vec![1], false), (vec![0, 1], vec![0, 3], false), (vec![0, 1], vec![], true), (vec![0, 1, 2], vec![0, 2, 1], false)];
+        let cases: Vec<(Vec<i64>, Vec<i64>, bool)> = vec![
+            (vec![0, 4], vec![0], false),
+            (vec![0, 1], vec![1], false),
+            (vec![0, 1], vec![0, 3], false),
+            (vec![0, 1], vec![], true),
+            (vec![0, 1, 2], vec![0, 2, 1], false),
+        ];
         for (idx, offs, ilo) in &cases {
-            let bags = Bags { indices: idx, offsets: offs, include_last_offset: *ilo, num_weights: 4, dim: 1, padding_idx: -1 };
+            let bags = Bags {
+                indices: idx,
+                offsets: offs,
+                include_last_offset: *ilo,
+                num_weights: 4,
+                dim: 1,
+                padding_idx: -1,
+            };
             assert!(matches!(run(&bags, Mode::Sum, &wf, None), Err(Error::InvalidValue { .. })));
         }
-        let bags = Bags { indices: &[0], offsets: &[0], include_last_offset: false, num_weights: 4, dim: 1, padding_idx: -1 };
+        let bags =
+            Bags { indices: &[0], offsets: &[0], include_last_offset: false, num_weights: 4, dim: 1, padding_idx: -1 };
         assert!(matches!(run(&bags, Mode::Max, &wf, Some(&[1.0])), Err(Error::InvalidValue { .. })));
         let mut o = [0i32];
-        let oo = BagOutputs { output: o.as_mut_ptr() as *mut u8, offset2bag: o2b.as_mut_ptr(), bag_size: sizes.as_mut_ptr(), max_indices: std::ptr::null_mut() };
+        let oo = BagOutputs {
+            output: o.as_mut_ptr() as *mut u8,
+            offset2bag: o2b.as_mut_ptr(),
+            bag_size: sizes.as_mut_ptr(),
+            max_indices: std::ptr::null_mut(),
+        };
         // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { embedding_bag(DType::I32, &bags, Mode::Sum, o.as_ptr() as *const u8, None, oo, 1) };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "embedding_bag", dtype: DType::I32 }));

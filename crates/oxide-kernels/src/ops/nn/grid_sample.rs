@@ -30,8 +30,8 @@
 use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::GRAIN;
+use crate::error::{Error, Result};
 
 /// PyTorch's `interpolation_mode` codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,10 @@ pub struct GridSample {
 impl GridSample {
     /// From PyTorch's integer mode codes. Errors: [`Error::InvalidValue`] for an unknown code.
     pub fn modes(interpolation: i64, padding: i64) -> Result<(Interpolation, Padding)> {
-        let bad = |what: &str, v: i64| Error::InvalidValue { op: "grid_sampler_2d", reason: format!("grid_sampler_2d: unknown {what} {v}") };
+        let bad = |what: &str, v: i64| Error::InvalidValue {
+            op: "grid_sampler_2d",
+            reason: format!("grid_sampler_2d: unknown {what} {v}"),
+        };
         let i = match interpolation {
             0 => Interpolation::Bilinear,
             1 => Interpolation::Nearest,
@@ -91,8 +94,16 @@ impl GridSample {
 
 /// The compute types.
 trait Real:
-    Copy + Send + Sync + PartialOrd + Default
-    + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> + std::ops::Mul<Output = Self> + std::ops::Div<Output = Self> + std::ops::Neg<Output = Self>
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Default
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
 {
     fn of<T: Element>(v: T) -> Self;
     fn c(v: f64) -> Self;
@@ -156,7 +167,11 @@ fn reflect<C: Real>(x: C, low2: i64, high2: i64) -> (C, C) {
     let (d, sign) = if d < C::c(0.0) { (-d, C::c(-1.0)) } else { (d, C::c(1.0)) };
     let extra = d.fmod(span);
     let flips = (d / span).floor().trunc_i64();
-    if flips % 2 == 0 { (extra + min, sign) } else { (span - extra + min, -sign) }
+    if flips % 2 == 0 {
+        (extra + min, sign)
+    } else {
+        (span - extra + min, -sign)
+    }
 }
 
 /// The padding rule applied to an unnormalised coordinate, with its derivative.
@@ -256,7 +271,12 @@ fn taps<C: Real>(gs: &GridSample, gx: C, gy: C) -> Taps<C> {
             let (fx, fy) = (ix - x0, iy - y0);
             let (ex, ey) = (C::c(1.0) - fx, C::c(1.0) - fy);
             let (x0, y0) = (x0.trunc_i64(), y0.trunc_i64());
-            let corners = [(0, 0, ex * ey, -ey, -ex), (0, 1, fx * ey, ey, -fx), (1, 0, ex * fy, -fy, ex), (1, 1, fx * fy, fy, fx)];
+            let corners = [
+                (0, 0, ex * ey, -ey, -ex),
+                (0, 1, fx * ey, ey, -fx),
+                (1, 0, ex * fy, -fy, ex),
+                (1, 1, fx * fy, fy, fx),
+            ];
             for (k, &(dy, dx, wt, dwx, dwy)) in corners.iter().enumerate() {
                 t.at[k] = plane.at(y0.wrapping_add(dy), x0.wrapping_add(dx));
                 t.w[k] = wt;
@@ -298,7 +318,13 @@ fn taps<C: Real>(gs: &GridSample, gx: C, gy: C) -> Taps<C> {
     t
 }
 
-unsafe fn forward<T: Element, C: Real>(gs: &GridSample, input: *const u8, grid: *const u8, output: *mut u8, threads: usize) {
+unsafe fn forward<T: Element, C: Real>(
+    gs: &GridSample,
+    input: *const u8,
+    grid: *const u8,
+    output: *mut u8,
+    threads: usize,
+) {
     let (il, gl, ol) = gs.lens();
     // SAFETY: `grid_sample_2d`'s contract on the buffer sizes.
     let (x, g, y) = unsafe {
@@ -370,13 +396,30 @@ unsafe fn forward<T: Element, C: Real>(gs: &GridSample, input: *const u8, grid: 
 ///
 /// # Safety
 /// Each pointer addresses the contiguous elements of its shape; the output overlaps no input.
-pub unsafe fn grid_sample_2d(dtype: DType, gs: &GridSample, input: *const u8, grid: *const u8, output: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn grid_sample_2d(
+    dtype: DType,
+    gs: &GridSample,
+    input: *const u8,
+    grid: *const u8,
+    output: *mut u8,
+    threads: usize,
+) -> Result<()> {
     // SAFETY: forwarded contract.
-    crate::with_float_dtype!(dtype, "grid_sampler_2d", |T, C| unsafe { forward::<T, C>(gs, input, grid, output, threads) });
+    crate::with_float_dtype!(dtype, "grid_sampler_2d", |T, C| unsafe {
+        forward::<T, C>(gs, input, grid, output, threads)
+    });
     Ok(())
 }
 
-unsafe fn backward<T: Element, C: Real>(gs: &GridSample, grad_output: *const u8, input: *const u8, grid: *const u8, grad_input: Option<*mut u8>, grad_grid: *mut u8, threads: usize) {
+unsafe fn backward<T: Element, C: Real>(
+    gs: &GridSample,
+    grad_output: *const u8,
+    input: *const u8,
+    grid: *const u8,
+    grad_input: Option<*mut u8>,
+    grad_grid: *mut u8,
+    threads: usize,
+) {
     let (il, gl, ol) = gs.lens();
     // SAFETY: `grid_sample_2d_backward`'s contract on the buffer sizes.
     let (gy, x, g, gg) = unsafe {
@@ -426,9 +469,15 @@ unsafe fn backward<T: Element, C: Real>(gs: &GridSample, grad_output: *const u8,
     match gi {
         Some(gi) if iper > 0 => {
             if parallel {
-                gg.par_chunks_mut(gper.max(1)).zip(gi.par_chunks_mut(iper)).enumerate().for_each(|(n, (a, b))| sample(n, a, Some(b)));
+                gg.par_chunks_mut(gper.max(1))
+                    .zip(gi.par_chunks_mut(iper))
+                    .enumerate()
+                    .for_each(|(n, (a, b))| sample(n, a, Some(b)));
             } else {
-                gg.chunks_mut(gper.max(1)).zip(gi.chunks_mut(iper)).enumerate().for_each(|(n, (a, b))| sample(n, a, Some(b)));
+                gg.chunks_mut(gper.max(1))
+                    .zip(gi.chunks_mut(iper))
+                    .enumerate()
+                    .for_each(|(n, (a, b))| sample(n, a, Some(b)));
             }
         }
         _ => {
@@ -459,10 +508,20 @@ pub struct GridGrads {
 ///
 /// # Safety
 /// As [`grid_sample_2d`]; the gradients overlap no operand and each other.
-pub unsafe fn grid_sample_2d_backward(dtype: DType, gs: &GridSample, grad_output: *const u8, input: *const u8, grid: *const u8, grads: GridGrads, threads: usize) -> Result<()> {
+pub unsafe fn grid_sample_2d_backward(
+    dtype: DType,
+    gs: &GridSample,
+    grad_output: *const u8,
+    input: *const u8,
+    grid: *const u8,
+    grads: GridGrads,
+    threads: usize,
+) -> Result<()> {
     let GridGrads { input: grad_input, grid: grad_grid } = grads;
     // SAFETY: forwarded contract.
-    crate::with_float_dtype!(dtype, "grid_sampler_2d_backward", |T, C| unsafe { backward::<T, C>(gs, grad_output, input, grid, grad_input, grad_grid, threads) });
+    crate::with_float_dtype!(dtype, "grid_sampler_2d_backward", |T, C| unsafe {
+        backward::<T, C>(gs, grad_output, input, grid, grad_input, grad_grid, threads)
+    });
     Ok(())
 }
 
@@ -481,7 +540,17 @@ mod tests {
     fn fwd(g: &GridSample, x: &[f64], grid: &[f64]) -> Vec<f64> {
         let mut y = vec![0.0; g.lens().2];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { grid_sample_2d(DType::F64, g, x.as_ptr() as *const u8, grid.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 4) }.unwrap();
+        unsafe {
+            grid_sample_2d(
+                DType::F64,
+                g,
+                x.as_ptr() as *const u8,
+                grid.as_ptr() as *const u8,
+                y.as_mut_ptr() as *mut u8,
+                4,
+            )
+        }
+        .unwrap();
         y
     }
 
@@ -489,7 +558,15 @@ mod tests {
     fn identity_grid_reproduces_the_input() {
         // With align_corners, x_k = -1 + 2k/(W-1) lands exactly on pixel k.
         for interp in [Interpolation::Bilinear, Interpolation::Nearest, Interpolation::Bicubic] {
-            let g = GridSample { batch: 1, channels: 2, input: [3, 4], output: [3, 4], interpolation: interp, padding: Padding::Zeros, align_corners: true };
+            let g = GridSample {
+                batch: 1,
+                channels: 2,
+                input: [3, 4],
+                output: [3, 4],
+                interpolation: interp,
+                padding: Padding::Zeros,
+                align_corners: true,
+            };
             let x = vals(24, 1);
             let mut grid = Vec::new();
             for h in 0..3 {
@@ -510,7 +587,15 @@ mod tests {
         // One row 0..4, sample at x far outside: border gives the edge, zeros 0, reflection a mirrored pixel.
         let x = [0.0, 1.0, 2.0, 3.0];
         let at = |padding, ac, gx: f64| {
-            let g = GridSample { batch: 1, channels: 1, input: [1, 4], output: [1, 1], interpolation: Interpolation::Bilinear, padding, align_corners: ac };
+            let g = GridSample {
+                batch: 1,
+                channels: 1,
+                input: [1, 4],
+                output: [1, 1],
+                interpolation: Interpolation::Bilinear,
+                padding,
+                align_corners: ac,
+            };
             fwd(&g, &x, &[gx, 0.0])[0]
         };
         assert_eq!(at(Padding::Border, true, 3.0), 3.0);
@@ -522,7 +607,15 @@ mod tests {
         // zeros, not align_corners, x = -1: unnormalised -0.5, half of pixel 0.
         assert!((at(Padding::Zeros, false, -1.0) - 0.0).abs() < 1e-12);
         let x2 = [4.0, 1.0, 2.0, 3.0];
-        let g = GridSample { batch: 1, channels: 1, input: [1, 4], output: [1, 1], interpolation: Interpolation::Bilinear, padding: Padding::Zeros, align_corners: false };
+        let g = GridSample {
+            batch: 1,
+            channels: 1,
+            input: [1, 4],
+            output: [1, 1],
+            interpolation: Interpolation::Bilinear,
+            padding: Padding::Zeros,
+            align_corners: false,
+        };
         assert!((fwd(&g, &x2, &[-1.0, 0.0])[0] - 2.0).abs() < 1e-12);
     }
 
@@ -540,7 +633,15 @@ mod tests {
                     let (mut gi, mut gg) = (vec![0.0; il], vec![0.0; gl]);
                     // SAFETY: the pointers address live local buffers sized for the call.
                     unsafe {
-                        grid_sample_2d_backward(DType::F64, &g, go.as_ptr() as *const u8, x.as_ptr() as *const u8, grid.as_ptr() as *const u8, GridGrads { input: Some(gi.as_mut_ptr() as *mut u8), grid: gg.as_mut_ptr() as *mut u8 }, 3)
+                        grid_sample_2d_backward(
+                            DType::F64,
+                            &g,
+                            go.as_ptr() as *const u8,
+                            x.as_ptr() as *const u8,
+                            grid.as_ptr() as *const u8,
+                            GridGrads { input: Some(gi.as_mut_ptr() as *mut u8), grid: gg.as_mut_ptr() as *mut u8 },
+                            3,
+                        )
                     }
                     .unwrap();
                     let dot = |y: &[f64]| y.iter().zip(&go).map(|(a, b)| a * b).sum::<f64>();
@@ -549,7 +650,10 @@ mod tests {
                     for k in 0..il {
                         let mut x2 = x.clone();
                         x2[k] += 1.0;
-                        assert!((dot(&fwd(&g, &x2, &grid)) - base - gi[k]).abs() < 1e-9, "{interp:?} {padding:?} {ac} input {k}");
+                        assert!(
+                            (dot(&fwd(&g, &x2, &grid)) - base - gi[k]).abs() < 1e-9,
+                            "{interp:?} {padding:?} {ac} input {k}"
+                        );
                     }
                     let h = 1e-6;
                     for k in 0..gl {
@@ -557,7 +661,11 @@ mod tests {
                         g2[k] += h;
                         let fd = (dot(&fwd(&g, &x, &g2)) - base) / h;
                         let want = if interp == Interpolation::Nearest { 0.0 } else { fd };
-                        assert!((gg[k] - want).abs() < 1e-4 * (1.0 + want.abs()), "{interp:?} {padding:?} {ac} grid {k}: {} vs {fd}", gg[k]);
+                        assert!(
+                            (gg[k] - want).abs() < 1e-4 * (1.0 + want.abs()),
+                            "{interp:?} {padding:?} {ac} grid {k}: {} vs {fd}",
+                            gg[k]
+                        );
                     }
                 }
             }
@@ -574,7 +682,17 @@ mod tests {
         let gb: Vec<half::bf16> = grid.iter().map(|&v| half::bf16::from_f64(v)).collect();
         let mut y = vec![half::bf16::ZERO; ol];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { grid_sample_2d(DType::BF16, &g, xb.as_ptr() as *const u8, gb.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 2) }.unwrap();
+        unsafe {
+            grid_sample_2d(
+                DType::BF16,
+                &g,
+                xb.as_ptr() as *const u8,
+                gb.as_ptr() as *const u8,
+                y.as_mut_ptr() as *mut u8,
+                2,
+            )
+        }
+        .unwrap();
         for (a, b) in y.iter().zip(&want) {
             assert!((a.to_f64() - b).abs() < 0.05, "{} vs {b}", a.to_f64());
         }

@@ -6,10 +6,9 @@
 //! in float64 (PyTorch's opmath types); sums accumulate in double.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{load, store};
 use crate::engine::math::Float;
-
+use crate::error::{Error, Result};
 
 /// How [`nll_loss`] reduces: PyTorch's `at::Reduction` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +25,10 @@ impl Reduction {
             0 => Ok(Reduction::None),
             1 => Ok(Reduction::Mean),
             2 => Ok(Reduction::Sum),
-            _ => Err(Error::InvalidValue { op: "nll_loss", reason: format!("{code} is not a valid value for reduction") }),
+            _ => Err(Error::InvalidValue {
+                op: "nll_loss",
+                reason: format!("{code} is not a valid value for reduction"),
+            }),
         }
     }
 }
@@ -46,7 +48,12 @@ pub struct NllShape {
 /// The class of position `p` (in `0..n*s`) and its weight, or `None` when ignored.
 ///
 /// Errors: [`Error::OutOfRange`] for a target outside `[0, c)`.
-unsafe fn class_of<F: Float + Element>(sh: &NllShape, target: *const i64, weight: Option<&[F]>, p: usize) -> Result<Option<(usize, F)>> {
+unsafe fn class_of<F: Float + Element>(
+    sh: &NllShape,
+    target: *const i64,
+    weight: Option<&[F]>,
+    p: usize,
+) -> Result<Option<(usize, F)>> {
     // SAFETY: p < n*s (caller).
     let t = unsafe { *target.add(p) };
     if t == sh.ignore_index {
@@ -72,7 +79,15 @@ unsafe fn class_of<F: Float + Element>(sh: &NllShape, target: *const i64, weight
 ///
 /// # Safety
 /// Pointers address the contiguous tensors described by `sh`; `weight` may be null.
-pub unsafe fn nll_loss(dt: DType, sh: NllShape, input: *const u8, target: *const i64, weight: *const u8, out: *mut u8, total_weight: *mut u8) -> Result<()> {
+pub unsafe fn nll_loss(
+    dt: DType,
+    sh: NllShape,
+    input: *const u8,
+    target: *const i64,
+    weight: *const u8,
+    out: *mut u8,
+    total_weight: *mut u8,
+) -> Result<()> {
     dt.require_float("nll_loss")?;
     // SAFETY: forwarded contract.
     unsafe {
@@ -83,7 +98,15 @@ pub unsafe fn nll_loss(dt: DType, sh: NllShape, input: *const u8, target: *const
     }
 }
 
-unsafe fn nll_loss_in<F: Float + Element>(dt: DType, sh: NllShape, input: *const u8, target: *const i64, weight: *const u8, out: *mut u8, total_weight: *mut u8) -> Result<()> {
+unsafe fn nll_loss_in<F: Float + Element>(
+    dt: DType,
+    sh: NllShape,
+    input: *const u8,
+    target: *const i64,
+    weight: *const u8,
+    out: *mut u8,
+    total_weight: *mut u8,
+) -> Result<()> {
     let sz = dt.size() as isize;
     let mut w = vec![F::ZERO; if weight.is_null() { 0 } else { sh.c }];
     if !weight.is_null() {
@@ -95,7 +118,10 @@ unsafe fn nll_loss_in<F: Float + Element>(dt: DType, sh: NllShape, input: *const
         let (i, j) = (p / sh.s, p % sh.s);
         let mut v = [F::ZERO];
         // SAFETY: element (i, class, j) lies in the [n, c, s] input.
-        unsafe { load(dt, input.offset((((i * sh.c + class) * sh.s + j) as isize) * sz), sz, 1, &mut v).expect("checked dtype") };
+        unsafe {
+            load(dt, input.offset((((i * sh.c + class) * sh.s + j) as isize) * sz), sz, 1, &mut v)
+                .expect("checked dtype")
+        };
         v[0]
     };
     let positions = sh.n * sh.s;
@@ -141,7 +167,15 @@ unsafe fn nll_loss_in<F: Float + Element>(dt: DType, sh: NllShape, input: *const
 ///
 /// # Safety
 /// As [`nll_loss`]; `grad_output` holds `n*s` elements for None, else one; `total_weight` one.
-pub unsafe fn nll_loss_backward(dt: DType, sh: NllShape, grad_output: *const u8, target: *const i64, weight: *const u8, total_weight: *const u8, grad_input: *mut u8) -> Result<()> {
+pub unsafe fn nll_loss_backward(
+    dt: DType,
+    sh: NllShape,
+    grad_output: *const u8,
+    target: *const i64,
+    weight: *const u8,
+    total_weight: *const u8,
+    grad_input: *mut u8,
+) -> Result<()> {
     dt.require_float("nll_loss_backward")?;
     // SAFETY: forwarded contract.
     unsafe {
@@ -152,7 +186,15 @@ pub unsafe fn nll_loss_backward(dt: DType, sh: NllShape, grad_output: *const u8,
     }
 }
 
-unsafe fn nll_backward_in<F: Float + Element>(dt: DType, sh: NllShape, grad_output: *const u8, target: *const i64, weight: *const u8, total_weight: *const u8, grad_input: *mut u8) -> Result<()> {
+unsafe fn nll_backward_in<F: Float + Element>(
+    dt: DType,
+    sh: NllShape,
+    grad_output: *const u8,
+    target: *const i64,
+    weight: *const u8,
+    total_weight: *const u8,
+    grad_input: *mut u8,
+) -> Result<()> {
     let sz = dt.size() as isize;
     let mut w = vec![F::ZERO; if weight.is_null() { 0 } else { sh.c }];
     if !weight.is_null() {
@@ -176,7 +218,9 @@ unsafe fn nll_backward_in<F: Float + Element>(dt: DType, sh: NllShape, grad_outp
             let gv = if sh.reduction == Reduction::None { g[p] } else { g[0] };
             let (i, j) = (p / sh.s, p % sh.s);
             // SAFETY: element (i, class, j) lies in grad_input.
-            unsafe { store(dt, grad_input.offset((((i * sh.c + class) * sh.s + j) as isize) * sz), sz, &[-(wt * gv)])? };
+            unsafe {
+                store(dt, grad_input.offset((((i * sh.c + class) * sh.s + j) as isize) * sz), sz, &[-(wt * gv)])?
+            };
         }
     }
     Ok(())
@@ -196,19 +240,63 @@ mod tests {
         let mut tw = [0f32];
         let sh = |r| NllShape { n: 3, c: 2, s: 1, ignore_index: -100, reduction: r };
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { nll_loss(DType::F32, sh(Reduction::None), x.as_ptr() as _, t.as_ptr(), w.as_ptr() as _, out.as_mut_ptr() as _, tw.as_mut_ptr() as _) }.unwrap();
+        unsafe {
+            nll_loss(
+                DType::F32,
+                sh(Reduction::None),
+                x.as_ptr() as _,
+                t.as_ptr(),
+                w.as_ptr() as _,
+                out.as_mut_ptr() as _,
+                tw.as_mut_ptr() as _,
+            )
+        }
+        .unwrap();
         assert_eq!(out, [0.2, 0.15, 0.0]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { nll_loss(DType::F32, sh(Reduction::Mean), x.as_ptr() as _, t.as_ptr(), w.as_ptr() as _, out.as_mut_ptr() as _, tw.as_mut_ptr() as _) }.unwrap();
+        unsafe {
+            nll_loss(
+                DType::F32,
+                sh(Reduction::Mean),
+                x.as_ptr() as _,
+                t.as_ptr(),
+                w.as_ptr() as _,
+                out.as_mut_ptr() as _,
+                tw.as_mut_ptr() as _,
+            )
+        }
+        .unwrap();
         assert!((out[0] - 0.35 / 2.5).abs() < 1e-7 && tw[0] == 2.5);
         let mut gi = [0f32; 6];
         let g = [1.0f32];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { nll_loss_backward(DType::F32, sh(Reduction::Mean), g.as_ptr() as _, t.as_ptr(), w.as_ptr() as _, tw.as_ptr() as _, gi.as_mut_ptr() as _) }.unwrap();
+        unsafe {
+            nll_loss_backward(
+                DType::F32,
+                sh(Reduction::Mean),
+                g.as_ptr() as _,
+                t.as_ptr(),
+                w.as_ptr() as _,
+                tw.as_ptr() as _,
+                gi.as_mut_ptr() as _,
+            )
+        }
+        .unwrap();
         assert_eq!(gi, [-0.8, 0.0, 0.0, -0.2, 0.0, 0.0]);
         let bad = [0i64, 2, 0];
         // SAFETY: the pointers address live local buffers sized for the call.
-        let err = unsafe { nll_loss(DType::F32, sh(Reduction::Sum), x.as_ptr() as _, bad.as_ptr(), std::ptr::null(), out.as_mut_ptr() as _, tw.as_mut_ptr() as _) }.unwrap_err();
+        let err = unsafe {
+            nll_loss(
+                DType::F32,
+                sh(Reduction::Sum),
+                x.as_ptr() as _,
+                bad.as_ptr(),
+                std::ptr::null(),
+                out.as_mut_ptr() as _,
+                tw.as_mut_ptr() as _,
+            )
+        }
+        .unwrap_err();
         assert!(matches!(err, Error::OutOfRange { .. }), "{err}");
     }
 }

@@ -17,11 +17,11 @@
 //! 2015, Wu & He 2018, Ba et al. 2016).
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{for_each_range, load, store, thread_tasks};
 use crate::engine::lanes::{dot_f64, sq_dev_f64, sum_f64};
 use crate::engine::math::Float;
 use crate::engine::SendPtr;
+use crate::error::{Error, Result};
 
 /// Reads `dst.len()` contiguous elements of `dt` at element offset `off`.
 unsafe fn read<T: Element>(dt: DType, p: SendPtr<u8>, off: usize, dst: &mut [T]) {
@@ -100,9 +100,22 @@ pub unsafe fn group_norm(dt: DType, sh: GroupShape, io: GroupNormIo, eps: f64, t
     param_dt.require_float("group_norm")?;
     stat_dt.require_float("group_norm")?;
     if sh.g == 0 || !sh.c.is_multiple_of(sh.g) {
-        return Err(Error::InvalidLayout { op: "group_norm", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
+        return Err(Error::InvalidLayout {
+            op: "group_norm",
+            reason: format!("{} groups do not divide {} channels", sh.g, sh.c),
+        });
     }
-    let args = (SendPtr::from_const(x), param_dt, SendPtr::from_const(weight), SendPtr::from_const(bias), eps, SendPtr::new(y), stat_dt, SendPtr::new(mean), SendPtr::new(rstd));
+    let args = (
+        SendPtr::from_const(x),
+        param_dt,
+        SendPtr::from_const(weight),
+        SendPtr::from_const(bias),
+        eps,
+        SendPtr::new(y),
+        stat_dt,
+        SendPtr::new(mean),
+        SendPtr::new(rstd),
+    );
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
@@ -120,7 +133,8 @@ unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: Gro
     let len = sh.group_len();
     let cpg = sh.c / sh.g;
     // SAFETY: c elements each when non-null (contract).
-    let (w, b): (Vec<F>, Vec<F>) = unsafe { (param(param_dt, weight, sh.c, F::ONE), param(param_dt, bias, sh.c, F::ZERO)) };
+    let (w, b): (Vec<F>, Vec<F>) =
+        unsafe { (param(param_dt, weight, sh.c, F::ONE), param(param_dt, bias, sh.c, F::ZERO)) };
     // A float32/float64 input is read and written in place: only float16/bfloat16
     // go through the widening buffers (the two copies were a fifth of a
     // [512, 256] float32 layer norm).
@@ -128,13 +142,17 @@ unsafe fn group_norm_in<F: Float + Element>(dt: DType, sh: GroupShape, args: Gro
     // Contiguous ranges of groups, one per task, so that each task allocates its buffers once.
     let groups = sh.n * sh.g;
     for_each_range(groups, thread_tasks(groups, len, threads), |first, end| {
-        let (mut buf, mut out) = if direct { (Vec::new(), Vec::new()) } else { (vec![F::ZERO; len], vec![F::ZERO; len]) };
+        let (mut buf, mut out) =
+            if direct { (Vec::new(), Vec::new()) } else { (vec![F::ZERO; len], vec![F::ZERO; len]) };
         for grp in first..end {
             // SAFETY: group `grp` spans elements [grp*len, (grp+1)*len) of x and y, which
             // do not overlap (y is the output); `direct` means both hold `F`.
             let (src, dst): (&[F], &mut [F]) = unsafe {
                 if direct && len > 0 {
-                    (std::slice::from_raw_parts((x.get() as *const F).add(grp * len), len), std::slice::from_raw_parts_mut((y.get() as *mut F).add(grp * len), len))
+                    (
+                        std::slice::from_raw_parts((x.get() as *const F).add(grp * len), len),
+                        std::slice::from_raw_parts_mut((y.get() as *mut F).add(grp * len), len),
+                    )
                 } else {
                     read(dt, x, grp * len, &mut buf);
                     (&buf, &mut out)
@@ -198,9 +216,18 @@ pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, io: GroupNormGrads,
     param_dt.require_float("group_norm_backward")?;
     stat_dt.require_float("group_norm_backward")?;
     if sh.g == 0 || !sh.c.is_multiple_of(sh.g) {
-        return Err(Error::InvalidLayout { op: "group_norm_backward", reason: format!("{} groups do not divide {} channels", sh.g, sh.c) });
+        return Err(Error::InvalidLayout {
+            op: "group_norm_backward",
+            reason: format!("{} groups do not divide {} channels", sh.g, sh.c),
+        });
     }
-    let ins = [SendPtr::from_const(dy), SendPtr::from_const(x), SendPtr::from_const(mean), SendPtr::from_const(rstd), SendPtr::from_const(weight)];
+    let ins = [
+        SendPtr::from_const(dy),
+        SendPtr::from_const(x),
+        SendPtr::from_const(mean),
+        SendPtr::from_const(rstd),
+        SendPtr::from_const(weight),
+    ];
     let outs = [SendPtr::new(dx), SendPtr::new(dweight), SendPtr::new(dbias)];
     // SAFETY: forwarded contract.
     unsafe {
@@ -212,7 +239,15 @@ pub unsafe fn group_norm_backward(dt: DType, sh: GroupShape, io: GroupNormGrads,
     Ok(())
 }
 
-unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, ins: [SendPtr<u8>; 5], stat_dt: DType, param_dt: DType, outs: [SendPtr<u8>; 3], threads: usize) {
+unsafe fn group_norm_backward_in<F: Float + Element>(
+    dt: DType,
+    sh: GroupShape,
+    ins: [SendPtr<u8>; 5],
+    stat_dt: DType,
+    param_dt: DType,
+    outs: [SendPtr<u8>; 3],
+    threads: usize,
+) {
     let [dy, x, mean, rstd, weight] = ins;
     let [dx, dweight, dbias] = outs;
     let len = sh.group_len();
@@ -241,7 +276,8 @@ unsafe fn group_norm_backward_in<F: Float + Element>(dt: DType, sh: GroupShape, 
             v.iter_mut().for_each(|e| *e = (*e - mf) * rf);
             if want_params {
                 if sh.s == 1 {
-                    for (((pw, pb), &gj), &vj) in dw[c0..c0 + len].iter_mut().zip(&mut db[c0..c0 + len]).zip(&g).zip(&v) {
+                    for (((pw, pb), &gj), &vj) in dw[c0..c0 + len].iter_mut().zip(&mut db[c0..c0 + len]).zip(&g).zip(&v)
+                    {
                         *pw += (gj * vj).to_f64();
                         *pb += gj.to_f64();
                     }
@@ -354,7 +390,14 @@ pub struct BatchNormIo {
 ///
 /// # Safety
 /// `x`, `y` are `[n, c, s]` of `dt`; every non-null per-channel pointer holds `c` elements of `param_dt`.
-pub unsafe fn batch_norm(dt: DType, sh: BatchShape, param_dt: DType, p: BatchParams, io: BatchNormIo, threads: usize) -> Result<()> {
+pub unsafe fn batch_norm(
+    dt: DType,
+    sh: BatchShape,
+    param_dt: DType,
+    p: BatchParams,
+    io: BatchNormIo,
+    threads: usize,
+) -> Result<()> {
     let BatchNormIo { x, training, momentum, eps, y, save_mean, save_invstd } = io;
     dt.require_float("batch_norm")?;
     param_dt.require_float("batch_norm")?;
@@ -362,15 +405,39 @@ pub unsafe fn batch_norm(dt: DType, sh: BatchShape, param_dt: DType, p: BatchPar
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => batch_norm_in::<f64>((dt, param_dt), sh, SendPtr::from_const(x), p, hyper, [SendPtr::new(y), SendPtr::new(save_mean), SendPtr::new(save_invstd)], threads),
-            _ => batch_norm_in::<f32>((dt, param_dt), sh, SendPtr::from_const(x), p, hyper, [SendPtr::new(y), SendPtr::new(save_mean), SendPtr::new(save_invstd)], threads),
+            DType::F64 => batch_norm_in::<f64>(
+                (dt, param_dt),
+                sh,
+                SendPtr::from_const(x),
+                p,
+                hyper,
+                [SendPtr::new(y), SendPtr::new(save_mean), SendPtr::new(save_invstd)],
+                threads,
+            ),
+            _ => batch_norm_in::<f32>(
+                (dt, param_dt),
+                sh,
+                SendPtr::from_const(x),
+                p,
+                hyper,
+                [SendPtr::new(y), SendPtr::new(save_mean), SendPtr::new(save_invstd)],
+                threads,
+            ),
         }
     }
     Ok(())
 }
 
 /// `(dt, param_dt)`: the dtypes of the data and of the parameter vectors.
-unsafe fn batch_norm_in<F: Float + Element>((dt, param_dt): (DType, DType), sh: BatchShape, x: SendPtr<u8>, p: BatchParams, hyper: (bool, f64, f64), outs: [SendPtr<u8>; 3], threads: usize) {
+unsafe fn batch_norm_in<F: Float + Element>(
+    (dt, param_dt): (DType, DType),
+    sh: BatchShape,
+    x: SendPtr<u8>,
+    p: BatchParams,
+    hyper: (bool, f64, f64),
+    outs: [SendPtr<u8>; 3],
+    threads: usize,
+) {
     let (training, momentum, eps) = hyper;
     let [y, sm_p, si_p] = outs;
     let count = sh.n * sh.s;
@@ -439,11 +506,23 @@ pub struct BatchNormGrads {
 /// # Safety
 /// As [`batch_norm`]; `dy`, `dx` are `[n, c, s]` of `dt`; `save_mean`/`save_invstd`
 /// hold `c` elements when `training`.
-pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, param_dt: DType, p: BatchParams, io: BatchNormGrads, threads: usize) -> Result<()> {
+pub unsafe fn batch_norm_backward(
+    dt: DType,
+    sh: BatchShape,
+    param_dt: DType,
+    p: BatchParams,
+    io: BatchNormGrads,
+    threads: usize,
+) -> Result<()> {
     let BatchNormGrads { dy, x, save_mean, save_invstd, training, eps, dx, dweight, dbias } = io;
     dt.require_float("batch_norm_backward")?;
     param_dt.require_float("batch_norm_backward")?;
-    let ins = [SendPtr::from_const(dy), SendPtr::from_const(x), SendPtr::from_const(save_mean), SendPtr::from_const(save_invstd)];
+    let ins = [
+        SendPtr::from_const(dy),
+        SendPtr::from_const(x),
+        SendPtr::from_const(save_mean),
+        SendPtr::from_const(save_invstd),
+    ];
     let outs = [SendPtr::new(dx), SendPtr::new(dweight), SendPtr::new(dbias)];
     // SAFETY: forwarded contract.
     unsafe {
@@ -456,7 +535,15 @@ pub unsafe fn batch_norm_backward(dt: DType, sh: BatchShape, param_dt: DType, p:
 }
 
 /// `(dt, param_dt)`: the dtypes of the data and of the parameter vectors.
-unsafe fn batch_norm_backward_in<F: Float + Element>((dt, param_dt): (DType, DType), sh: BatchShape, ins: [SendPtr<u8>; 4], p: BatchParams, hyper: (bool, f64), outs: [SendPtr<u8>; 3], threads: usize) {
+unsafe fn batch_norm_backward_in<F: Float + Element>(
+    (dt, param_dt): (DType, DType),
+    sh: BatchShape,
+    ins: [SendPtr<u8>; 4],
+    p: BatchParams,
+    hyper: (bool, f64),
+    outs: [SendPtr<u8>; 3],
+    threads: usize,
+) {
     let [dy, x, save_mean, save_invstd] = ins;
     let [dx, dw_p, db_p] = outs;
     let (training, eps) = hyper;
@@ -468,7 +555,11 @@ unsafe fn batch_norm_backward_in<F: Float + Element>((dt, param_dt): (DType, DTy
             (w, param(param_dt, save_mean, sh.c, 0.0), param(param_dt, save_invstd, sh.c, 1.0))
         } else {
             let rv: Vec<f64> = param(param_dt, SendPtr::new(p.running_var), sh.c, 1.0);
-            (w, param(param_dt, SendPtr::new(p.running_mean), sh.c, 0.0), rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect())
+            (
+                w,
+                param(param_dt, SendPtr::new(p.running_mean), sh.c, 0.0),
+                rv.iter().map(|v| 1.0 / (v + eps).sqrt()).collect(),
+            )
         }
     };
     for_each_range(sh.c, thread_tasks(sh.c, count, threads), |first, end| {
@@ -521,7 +612,25 @@ mod tests {
         let mut y = vec![0.0; 24];
         let (mut mean, mut rstd) = (vec![0.0; 4], vec![0.0; 4]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { group_norm(DType::F64, sh, GroupNormIo { x: p(&x), param_dt: DType::F64, weight: p(&w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: mean.as_mut_ptr() as _, rstd: rstd.as_mut_ptr() as _ }, 1e-5, 2) }.unwrap();
+        unsafe {
+            group_norm(
+                DType::F64,
+                sh,
+                GroupNormIo {
+                    x: p(&x),
+                    param_dt: DType::F64,
+                    weight: p(&w),
+                    bias: p(&b),
+                    y: y.as_mut_ptr() as _,
+                    stat_dt: DType::F64,
+                    mean: mean.as_mut_ptr() as _,
+                    rstd: rstd.as_mut_ptr() as _,
+                },
+                1e-5,
+                2,
+            )
+        }
+        .unwrap();
         for grp in 0..4 {
             let xs = &x[grp * 6..grp * 6 + 6];
             let m: f64 = xs.iter().sum::<f64>() / 6.0;
@@ -547,7 +656,25 @@ mod tests {
             let mut y = vec![0.0; 12];
             let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { group_norm(DType::F64, sh, GroupNormIo { x: p(x), param_dt: DType::F64, weight: p(w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: m.as_mut_ptr() as _, rstd: s.as_mut_ptr() as _ }, 1e-5, 1) }.unwrap();
+            unsafe {
+                group_norm(
+                    DType::F64,
+                    sh,
+                    GroupNormIo {
+                        x: p(x),
+                        param_dt: DType::F64,
+                        weight: p(w),
+                        bias: p(&b),
+                        y: y.as_mut_ptr() as _,
+                        stat_dt: DType::F64,
+                        mean: m.as_mut_ptr() as _,
+                        rstd: s.as_mut_ptr() as _,
+                    },
+                    1e-5,
+                    1,
+                )
+            }
+            .unwrap();
             y.iter().zip(&r).map(|(a, b)| a * b).sum()
         };
         let mut y = vec![0.0; 12];
@@ -555,8 +682,41 @@ mod tests {
         let (mut dx, mut dw, mut db) = (vec![0.0; 12], vec![0.0; 2], vec![0.0; 2]);
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
-            group_norm(DType::F64, sh, GroupNormIo { x: p(&x), param_dt: DType::F64, weight: p(&w), bias: p(&b), y: y.as_mut_ptr() as _, stat_dt: DType::F64, mean: m.as_mut_ptr() as _, rstd: s.as_mut_ptr() as _ }, 1e-5, 1).unwrap();
-            group_norm_backward(DType::F64, sh, GroupNormGrads { dy: p(&r), x: p(&x), stat_dt: DType::F64, mean: p(&m), rstd: p(&s), param_dt: DType::F64, weight: p(&w), dx: dx.as_mut_ptr() as _, dweight: dw.as_mut_ptr() as _, dbias: db.as_mut_ptr() as _ }, 1).unwrap();
+            group_norm(
+                DType::F64,
+                sh,
+                GroupNormIo {
+                    x: p(&x),
+                    param_dt: DType::F64,
+                    weight: p(&w),
+                    bias: p(&b),
+                    y: y.as_mut_ptr() as _,
+                    stat_dt: DType::F64,
+                    mean: m.as_mut_ptr() as _,
+                    rstd: s.as_mut_ptr() as _,
+                },
+                1e-5,
+                1,
+            )
+            .unwrap();
+            group_norm_backward(
+                DType::F64,
+                sh,
+                GroupNormGrads {
+                    dy: p(&r),
+                    x: p(&x),
+                    stat_dt: DType::F64,
+                    mean: p(&m),
+                    rstd: p(&s),
+                    param_dt: DType::F64,
+                    weight: p(&w),
+                    dx: dx.as_mut_ptr() as _,
+                    dweight: dw.as_mut_ptr() as _,
+                    dbias: db.as_mut_ptr() as _,
+                },
+                1,
+            )
+            .unwrap();
         }
         for k in 0..12 {
             let (mut xp, mut xm) = (x.clone(), x.clone());
@@ -572,7 +732,8 @@ mod tests {
             let fd = (f(&x, &wp) - f(&x, &wm)) / 2e-6;
             assert!((fd - dw[k]).abs() < 1e-5, "dw[{k}]: {fd} vs {}", dw[k]);
         }
-        let want_db: Vec<f64> = (0..2).map(|c| (0..2).flat_map(|i| (0..3).map(move |j| (i * 2 + c) * 3 + j)).map(|k| r[k]).sum()).collect();
+        let want_db: Vec<f64> =
+            (0..2).map(|c| (0..2).flat_map(|i| (0..3).map(move |j| (i * 2 + c) * 3 + j)).map(|k| r[k]).sum()).collect();
         assert!((db[0] - want_db[0]).abs() < 1e-12 && (db[1] - want_db[1]).abs() < 1e-12);
     }
 
@@ -586,9 +747,32 @@ mod tests {
         let run = |x: &[f64], rm: &mut [f64], rv: &mut [f64]| -> (Vec<f64>, Vec<f64>, Vec<f64>) {
             let mut y = vec![0.0; 12];
             let (mut sm, mut si) = (vec![0.0; 2], vec![0.0; 2]);
-            let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: rm.as_mut_ptr() as _, running_var: rv.as_mut_ptr() as _ };
+            let prm = BatchParams {
+                weight: p(&w),
+                bias: p(&b),
+                running_mean: rm.as_mut_ptr() as _,
+                running_var: rv.as_mut_ptr() as _,
+            };
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { batch_norm(DType::F64, sh, DType::F64, prm, BatchNormIo { x: p(x), training: true, momentum: 0.1, eps: 1e-5, y: y.as_mut_ptr() as _, save_mean: sm.as_mut_ptr() as _, save_invstd: si.as_mut_ptr() as _ }, 2) }.unwrap();
+            unsafe {
+                batch_norm(
+                    DType::F64,
+                    sh,
+                    DType::F64,
+                    prm,
+                    BatchNormIo {
+                        x: p(x),
+                        training: true,
+                        momentum: 0.1,
+                        eps: 1e-5,
+                        y: y.as_mut_ptr() as _,
+                        save_mean: sm.as_mut_ptr() as _,
+                        save_invstd: si.as_mut_ptr() as _,
+                    },
+                    2,
+                )
+            }
+            .unwrap();
             (y, sm, si)
         };
         let (mut rm, mut rv) = (vec![0.0; 2], vec![1.0; 2]);
@@ -600,9 +784,34 @@ mod tests {
         assert!((rv[0] - (0.9 + 0.1 * v0 * 6.0 / 5.0)).abs() < 1e-12);
         let mut dx = vec![0.0; 12];
         let (mut dw, mut db) = (vec![0.0; 2], vec![0.0; 2]);
-        let prm = BatchParams { weight: p(&w), bias: p(&b), running_mean: std::ptr::null_mut(), running_var: std::ptr::null_mut() };
+        let prm = BatchParams {
+            weight: p(&w),
+            bias: p(&b),
+            running_mean: std::ptr::null_mut(),
+            running_var: std::ptr::null_mut(),
+        };
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { batch_norm_backward(DType::F64, sh, DType::F64, prm, BatchNormGrads { dy: p(&r), x: p(&x), save_mean: p(&sm), save_invstd: p(&si), training: true, eps: 1e-5, dx: dx.as_mut_ptr() as _, dweight: dw.as_mut_ptr() as _, dbias: db.as_mut_ptr() as _ }, 1) }.unwrap();
+        unsafe {
+            batch_norm_backward(
+                DType::F64,
+                sh,
+                DType::F64,
+                prm,
+                BatchNormGrads {
+                    dy: p(&r),
+                    x: p(&x),
+                    save_mean: p(&sm),
+                    save_invstd: p(&si),
+                    training: true,
+                    eps: 1e-5,
+                    dx: dx.as_mut_ptr() as _,
+                    dweight: dw.as_mut_ptr() as _,
+                    dbias: db.as_mut_ptr() as _,
+                },
+                1,
+            )
+        }
+        .unwrap();
         let f = |x: &[f64]| -> f64 {
             let (mut a, mut c) = (vec![0.0; 2], vec![1.0; 2]);
             run(x, &mut a, &mut c).0.iter().zip(&r).map(|(a, b)| a * b).sum()

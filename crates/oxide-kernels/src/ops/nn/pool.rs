@@ -28,8 +28,8 @@
 //! compare-and-selects vectorise.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{tasks_for, try_for_each_range};
+use crate::error::{Error, Result};
 
 /// How the windows of one axis are placed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +204,10 @@ impl Geometry {
         for a in axes {
             if let Window::Fixed { kernel, stride, dilation, .. } = a.window {
                 if kernel == 0 || stride == 0 || dilation == 0 {
-                    return Err(Error::InvalidLayout { op, reason: format!("kernel, stride and dilation must be positive, got {:?}", a.window) });
+                    return Err(Error::InvalidLayout {
+                        op,
+                        reason: format!("kernel, stride and dilation must be positive, got {:?}", a.window),
+                    });
                 }
             } else if a.output > 0 && a.input == 0 {
                 return Err(Error::InvalidLayout { op, reason: "adaptive pooling of an empty axis".into() });
@@ -219,7 +222,6 @@ impl Geometry {
         self.output.iter().product()
     }
 }
-
 
 /// Max pooling forward: for each of `planes` planes, the maximum of every
 /// window of `input` (`planes x D x H x W`, contiguous) goes to `output`
@@ -241,7 +243,15 @@ impl Geometry {
 /// # Safety
 /// `input` addresses `planes * D*H*W` readable elements of `dtype`; `output`
 /// and `indices` each `planes * OD*OH*OW` writable elements, not overlapping.
-pub unsafe fn max_pool(dtype: DType, planes: usize, axes: &[Axis; 3], input: *const u8, output: *mut u8, indices: *mut i64, threads: usize) -> Result<()> {
+pub unsafe fn max_pool(
+    dtype: DType,
+    planes: usize,
+    axes: &[Axis; 3],
+    input: *const u8,
+    output: *mut u8,
+    indices: *mut i64,
+    threads: usize,
+) -> Result<()> {
     let g = Geometry::new("max_pool", axes)?;
     with_pooled_dtype!(dtype, "max_pool", all, |T| {
         // SAFETY: caller contract.
@@ -251,7 +261,14 @@ pub unsafe fn max_pool(dtype: DType, planes: usize, axes: &[Axis; 3], input: *co
 
 /// # Safety
 /// As [`max_pool`], with `T` the element type of its dtype.
-unsafe fn max_pool_typed<T: Pooled>(g: &Geometry, planes: usize, input: usize, output: usize, indices: usize, threads: usize) -> Result<()> {
+unsafe fn max_pool_typed<T: Pooled>(
+    g: &Geometry,
+    planes: usize,
+    input: usize,
+    output: usize,
+    indices: usize,
+    threads: usize,
+) -> Result<()> {
     let [od_n, oh_n, ow_n] = g.output;
     let [_, h_n, w_n] = g.input;
     let (in_plane, out_plane) = (g.in_plane(), g.out_plane());
@@ -260,7 +277,17 @@ unsafe fn max_pool_typed<T: Pooled>(g: &Geometry, planes: usize, input: usize, o
     }
     if let Some((table, rounds)) = tap_table(g) {
         // SAFETY: forwarded contract.
-        return unsafe { max_pool_tabled::<T>(&table, rounds, Planes { count: planes, in_plane, out_plane }, input, output, indices, threads) };
+        return unsafe {
+            max_pool_tabled::<T>(
+                &table,
+                rounds,
+                Planes { count: planes, in_plane, out_plane },
+                input,
+                output,
+                indices,
+                threads,
+            )
+        };
     }
     // A row is one (plane, od, oh): OW outputs.
     let rows = planes * od_n * oh_n;
@@ -360,7 +387,15 @@ fn tap_table(g: &Geometry) -> Option<(Vec<u32>, usize)> {
 ///
 /// # Safety
 /// As [`max_pool`]; `table` is [`tap_table`]'s for the call's geometry.
-unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, shape: Planes, input: usize, output: usize, indices: usize, threads: usize) -> Result<()> {
+unsafe fn max_pool_tabled<T: Pooled>(
+    table: &[u32],
+    rounds: usize,
+    shape: Planes,
+    input: usize,
+    output: usize,
+    indices: usize,
+    threads: usize,
+) -> Result<()> {
     let Planes { count: planes, in_plane, out_plane } = shape;
     // Planes per block (their gather offsets must fit in u32) and outputs per plane per block.
     let bp = (TABLE_BLOCK / out_plane).clamp(1, (u32::MAX as usize / in_plane.max(1)).max(1)).min(planes);
@@ -370,8 +405,14 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, shape: Planes
     // offsets from the block's first plane.
     let (gather, within): (Vec<u32>, Vec<u32>) = if bp > 1 {
         (0..rounds)
-            .flat_map(|t| (0..bp).flat_map(move |pb| (0..out_plane).map(move |o| (pb * in_plane) as u32 + table[t * out_plane + o])))
-            .zip((0..rounds).flat_map(|t| (0..bp).flat_map(move |_| table[t * out_plane..(t + 1) * out_plane].iter().copied())))
+            .flat_map(|t| {
+                (0..bp)
+                    .flat_map(move |pb| (0..out_plane).map(move |o| (pb * in_plane) as u32 + table[t * out_plane + o]))
+            })
+            .zip(
+                (0..rounds)
+                    .flat_map(|t| (0..bp).flat_map(move |_| table[t * out_plane..(t + 1) * out_plane].iter().copied())),
+            )
             .unzip()
     } else {
         (Vec::new(), Vec::new())
@@ -398,7 +439,13 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, shape: Planes
                 }
             };
             // SAFETY: caller contract; the block's outputs are written by this task only.
-            let (src, dst, idx) = unsafe { ((input as *const T).add(p * in_plane), (output as *mut T).add(p * out_plane + o0), (indices as *mut i64).add(p * out_plane + o0)) };
+            let (src, dst, idx) = unsafe {
+                (
+                    (input as *const T).add(p * in_plane),
+                    (output as *mut T).add(p * out_plane + o0),
+                    (indices as *mut i64).add(p * out_plane + o0),
+                )
+            };
             let (best, at, vals) = (&mut best[..n], &mut at[..n], &mut vals[..n]);
             best.fill(T::ACC_LOWEST);
             at.copy_from_slice(round(0).1);
@@ -444,7 +491,14 @@ unsafe fn max_pool_tabled<T: Pooled>(table: &[u32], rounds: usize, shape: Planes
 /// `grad_output` and `indices` address `planes * out_plane` readable elements
 /// (of `dtype` / int64); `grad_input` `planes * in_plane` writable elements of
 /// `dtype`, overlapping neither.
-pub unsafe fn max_pool_backward(dtype: DType, shape: Planes, grad_output: *const u8, indices: *const i64, grad_input: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn max_pool_backward(
+    dtype: DType,
+    shape: Planes,
+    grad_output: *const u8,
+    indices: *const i64,
+    grad_input: *mut u8,
+    threads: usize,
+) -> Result<()> {
     let Planes { count: planes, in_plane, out_plane } = shape;
     with_pooled_dtype!(dtype, "max_pool_backward", all, |T| {
         let (go, ix, gi) = (grad_output as usize, indices as usize, grad_input as usize);
@@ -454,7 +508,8 @@ pub unsafe fn max_pool_backward(dtype: DType, shape: Planes, grad_output: *const
                 acc.iter_mut().for_each(|a| *a = T::ACC_ZERO);
                 // SAFETY: caller contract; plane p belongs to this task.
                 // wrapping_add: an empty grad_output may have a null pointer.
-                let (go, ix) = ((go as *const T).wrapping_add(p * out_plane), (ix as *const i64).wrapping_add(p * out_plane));
+                let (go, ix) =
+                    ((go as *const T).wrapping_add(p * out_plane), (ix as *const i64).wrapping_add(p * out_plane));
                 for o in 0..out_plane {
                     // SAFETY: o < out_plane.
                     let (i, v) = unsafe { (*ix.add(o), *go.add(o)) };
@@ -529,7 +584,15 @@ fn check_divisor(op: &'static str, axes: &[Axis; 3], divisor: Divisor) -> Result
 /// # Safety
 /// `input` addresses `planes * D*H*W` readable elements of `dtype`, `output`
 /// `planes * OD*OH*OW` writable ones, not overlapping.
-pub unsafe fn avg_pool(dtype: DType, planes: usize, axes: &[Axis; 3], divisor: Divisor, input: *const u8, output: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn avg_pool(
+    dtype: DType,
+    planes: usize,
+    axes: &[Axis; 3],
+    divisor: Divisor,
+    input: *const u8,
+    output: *mut u8,
+    threads: usize,
+) -> Result<()> {
     check_divisor("avg_pool", axes, divisor)?;
     let g = Geometry::new("avg_pool", axes)?;
     with_pooled_dtype!(dtype, "avg_pool", long, |T| {
@@ -547,7 +610,12 @@ pub unsafe fn avg_pool(dtype: DType, planes: usize, axes: &[Axis; 3], divisor: D
                 let (plane, oh) = (r / (od_n * oh_n), r % oh_n);
                 let od = (r / oh_n) % od_n;
                 // SAFETY: caller contract; row r's outputs belong to this task.
-                let (src, dst) = unsafe { ((input as *const T).add(plane * in_plane), (output as *mut T).add(plane * out_plane + (od * oh_n + oh) * ow_n)) };
+                let (src, dst) = unsafe {
+                    (
+                        (input as *const T).add(plane * in_plane),
+                        (output as *mut T).add(plane * out_plane + (od * oh_n + oh) * ow_n),
+                    )
+                };
                 let (sd, sh) = (&g.spans[0][od], &g.spans[1][oh]);
                 for (ow, sw) in g.spans[2].iter().enumerate() {
                     let v = if sd.len() == 0 || sh.len() == 0 || sw.len() == 0 {
@@ -585,7 +653,15 @@ pub unsafe fn avg_pool(dtype: DType, planes: usize, axes: &[Axis; 3], divisor: D
 /// # Safety
 /// `grad_output` addresses `planes * OD*OH*OW` readable elements of `dtype`,
 /// `grad_input` `planes * D*H*W` writable ones, not overlapping.
-pub unsafe fn avg_pool_backward(dtype: DType, planes: usize, axes: &[Axis; 3], divisor: Divisor, grad_output: *const u8, grad_input: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn avg_pool_backward(
+    dtype: DType,
+    planes: usize,
+    axes: &[Axis; 3],
+    divisor: Divisor,
+    grad_output: *const u8,
+    grad_input: *mut u8,
+    threads: usize,
+) -> Result<()> {
     check_divisor("avg_pool_backward", axes, divisor)?;
     let g = Geometry::new("avg_pool_backward", axes)?;
     with_pooled_dtype!(dtype, "avg_pool_backward", long, |T| {
@@ -642,7 +718,11 @@ mod tests {
     fn fixed(input: usize, kernel: usize, stride: usize, padding: usize, dilation: usize, ceil: bool) -> Axis {
         // PyTorch's output-size formula, ceil_mode included.
         let span = (input + 2 * padding) as i64 - (dilation * (kernel - 1) + 1) as i64;
-        let mut output = if ceil { (span + stride as i64 - 1).div_euclid(stride as i64) + 1 } else { span.div_euclid(stride as i64) + 1 };
+        let mut output = if ceil {
+            (span + stride as i64 - 1).div_euclid(stride as i64) + 1
+        } else {
+            span.div_euclid(stride as i64) + 1
+        };
         if ceil && (output - 1) * stride as i64 >= (input + padding) as i64 {
             output -= 1;
         }
@@ -670,7 +750,11 @@ mod tests {
             [Axis::unit(), fixed(7, 3, 2, 1, 1, false), fixed(6, 2, 2, 0, 1, true)],
             [Axis::unit(), fixed(9, 3, 2, 1, 2, true), fixed(5, 2, 1, 1, 3, false)],
             [fixed(5, 2, 2, 1, 1, true), fixed(4, 3, 1, 1, 1, false), fixed(6, 3, 3, 0, 1, true)],
-            [Axis { input: 7, output: 3, window: Window::Adaptive }, Axis { input: 5, output: 5, window: Window::Adaptive }, Axis { input: 4, output: 6, window: Window::Adaptive }],
+            [
+                Axis { input: 7, output: 3, window: Window::Adaptive },
+                Axis { input: 5, output: 5, window: Window::Adaptive },
+                Axis { input: 4, output: 6, window: Window::Adaptive },
+            ],
         ]
     }
 
@@ -690,13 +774,28 @@ mod tests {
                 for threads in [1, 4] {
                     let (mut y, mut idx) = (vec![0f32; planes * op], vec![-1i64; planes * op]);
                     // SAFETY: the pointers address live local buffers sized for the call.
-                    unsafe { max_pool(DType::F32, planes, &axes, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), threads) }.unwrap();
+                    unsafe {
+                        max_pool(
+                            DType::F32,
+                            planes,
+                            &axes,
+                            x.as_ptr() as *const u8,
+                            y.as_mut_ptr() as *mut u8,
+                            idx.as_mut_ptr(),
+                            threads,
+                        )
+                    }
+                    .unwrap();
                     let mut k = 0;
                     for p in 0..planes {
                         for od in 0..axes[0].output {
                             for oh in 0..axes[1].output {
                                 for ow in 0..axes[2].output {
-                                    let (td, th, tw) = (naive_taps(&axes[0], od).0, naive_taps(&axes[1], oh).0, naive_taps(&axes[2], ow).0);
+                                    let (td, th, tw) = (
+                                        naive_taps(&axes[0], od).0,
+                                        naive_taps(&axes[1], oh).0,
+                                        naive_taps(&axes[2], ow).0,
+                                    );
                                     let (mut best, mut at) = (f32::NEG_INFINITY, -1i64);
                                     for &d in &td {
                                         for &h in &th {
@@ -709,7 +808,11 @@ mod tests {
                                             }
                                         }
                                     }
-                                    assert_eq!((y[k].to_bits(), idx[k]), (best.to_bits(), at), "axes {axes:?} plane {p} out {od},{oh},{ow}");
+                                    assert_eq!(
+                                        (y[k].to_bits(), idx[k]),
+                                        (best.to_bits(), at),
+                                        "axes {axes:?} plane {p} out {od},{oh},{ow}"
+                                    );
                                     k += 1;
                                 }
                             }
@@ -719,7 +822,17 @@ mod tests {
                     let go: Vec<f32> = (0..planes * op).map(|i| (i % 5) as f32 + 0.5).collect();
                     let mut gi = vec![f32::NAN; planes * ip];
                     // SAFETY: the pointers address live local buffers sized for the call.
-                    unsafe { max_pool_backward(DType::F32, Planes { count: planes, in_plane: ip, out_plane: op }, go.as_ptr() as *const u8, idx.as_ptr(), gi.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                    unsafe {
+                        max_pool_backward(
+                            DType::F32,
+                            Planes { count: planes, in_plane: ip, out_plane: op },
+                            go.as_ptr() as *const u8,
+                            idx.as_ptr(),
+                            gi.as_mut_ptr() as *mut u8,
+                            threads,
+                        )
+                    }
+                    .unwrap();
                     let mut want = vec![0f32; planes * ip];
                     for (o, &i) in idx.iter().enumerate() {
                         want[(o / op) * ip + i as usize] += go[o];
@@ -741,13 +854,19 @@ mod tests {
             let divisors: Vec<Divisor> = if adaptive {
                 vec![Divisor::Adaptive]
             } else {
-                vec![Divisor::Window { count_include_pad: true }, Divisor::Window { count_include_pad: false }, Divisor::Override(3)]
+                vec![
+                    Divisor::Window { count_include_pad: true },
+                    Divisor::Window { count_include_pad: false },
+                    Divisor::Override(3),
+                ]
             };
             let dilated = axes.iter().any(|a| matches!(a.window, Window::Fixed { dilation, .. } if dilation > 1));
             for divisor in divisors {
                 let mut y = vec![0f64; planes * op];
                 // SAFETY: the pointers address live local buffers sized for the call.
-                let r = unsafe { avg_pool(DType::F64, planes, &axes, divisor, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 4) };
+                let r = unsafe {
+                    avg_pool(DType::F64, planes, &axes, divisor, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 4)
+                };
                 if dilated {
                     assert!(matches!(r, Err(Error::InvalidLayout { .. })));
                     continue;
@@ -756,14 +875,26 @@ mod tests {
                 let go: Vec<f64> = (0..planes * op).map(|i| (i % 7) as f64 - 2.0).collect();
                 let mut gi = vec![f64::NAN; planes * ip];
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { avg_pool_backward(DType::F64, planes, &axes, divisor, go.as_ptr() as *const u8, gi.as_mut_ptr() as *mut u8, 3) }.unwrap();
+                unsafe {
+                    avg_pool_backward(
+                        DType::F64,
+                        planes,
+                        &axes,
+                        divisor,
+                        go.as_ptr() as *const u8,
+                        gi.as_mut_ptr() as *mut u8,
+                        3,
+                    )
+                }
+                .unwrap();
                 let mut want_gi = vec![0f64; planes * ip];
                 let mut k = 0;
                 for p in 0..planes {
                     for od in 0..axes[0].output {
                         for oh in 0..axes[1].output {
                             for ow in 0..axes[2].output {
-                                let ((td, pd), (th, ph), (tw, pw)) = (naive_taps(&axes[0], od), naive_taps(&axes[1], oh), naive_taps(&axes[2], ow));
+                                let ((td, pd), (th, ph), (tw, pw)) =
+                                    (naive_taps(&axes[0], od), naive_taps(&axes[1], oh), naive_taps(&axes[2], ow));
                                 let n = (td.len() * th.len() * tw.len()) as f64;
                                 let div = |v: f64| match divisor {
                                     Divisor::Window { count_include_pad: true } => v / (pd * ph * pw) as f64,
@@ -799,28 +930,63 @@ mod tests {
         let x: Vec<bf16> = (0..16).map(|i| bf16::from_f32(i as f32 * 0.25)).collect();
         let (mut y, mut idx) = (vec![bf16::ZERO; 4], vec![0i64; 4]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { max_pool(DType::BF16, 1, &axes, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), 1) }.unwrap();
-        assert_eq!((y.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), idx), (vec![1.25, 1.75, 3.25, 3.75], vec![5, 7, 13, 15]));
+        unsafe {
+            max_pool(DType::BF16, 1, &axes, x.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), 1)
+        }
+        .unwrap();
+        assert_eq!(
+            (y.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), idx),
+            (vec![1.25, 1.75, 3.25, 3.75], vec![5, 7, 13, 15])
+        );
         let mut a = vec![bf16::ZERO; 4];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { avg_pool(DType::BF16, 1, &axes, Divisor::Window { count_include_pad: true }, x.as_ptr() as *const u8, a.as_mut_ptr() as *mut u8, 1) }.unwrap();
+        unsafe {
+            avg_pool(
+                DType::BF16,
+                1,
+                &axes,
+                Divisor::Window { count_include_pad: true },
+                x.as_ptr() as *const u8,
+                a.as_mut_ptr() as *mut u8,
+                1,
+            )
+        }
+        .unwrap();
         assert_eq!(a.iter().map(|v| v.to_f32()).collect::<Vec<_>>(), vec![0.625, 1.125, 2.625, 3.125]);
         // int64 averages truncate; int8 max starts below every value.
         let xi: Vec<i64> = (0..16).map(|i| -i).collect();
         let mut ai = vec![0i64; 4];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { avg_pool(DType::I64, 1, &axes, Divisor::Window { count_include_pad: true }, xi.as_ptr() as *const u8, ai.as_mut_ptr() as *mut u8, 1) }.unwrap();
+        unsafe {
+            avg_pool(
+                DType::I64,
+                1,
+                &axes,
+                Divisor::Window { count_include_pad: true },
+                xi.as_ptr() as *const u8,
+                ai.as_mut_ptr() as *mut u8,
+                1,
+            )
+        }
+        .unwrap();
         assert_eq!(ai, vec![-2, -4, -10, -12]);
         let x8: Vec<i8> = vec![-128; 16];
         let (mut y8, mut i8x) = (vec![0i8; 4], vec![0i64; 4]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { max_pool(DType::I8, 1, &axes, x8.as_ptr() as *const u8, y8.as_mut_ptr() as *mut u8, i8x.as_mut_ptr(), 1) }.unwrap();
+        unsafe {
+            max_pool(DType::I8, 1, &axes, x8.as_ptr() as *const u8, y8.as_mut_ptr() as *mut u8, i8x.as_mut_ptr(), 1)
+        }
+        .unwrap();
         assert_eq!((y8, i8x), (vec![-128; 4], vec![0, 2, 8, 10]));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { avg_pool(DType::I8, 1, &axes, Divisor::Adaptive, x8.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 1) };
+        let e = unsafe {
+            avg_pool(DType::I8, 1, &axes, Divisor::Adaptive, x8.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 1)
+        };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { avg_pool(DType::I8, 1, &axes, Divisor::Override(2), x8.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 1) };
+        let e = unsafe {
+            avg_pool(DType::I8, 1, &axes, Divisor::Override(2), x8.as_ptr() as *const u8, y.as_mut_ptr() as *mut u8, 1)
+        };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "avg_pool", dtype: DType::I8 }));
     }
 
@@ -830,7 +996,16 @@ mod tests {
         let mut gi = [0f32; 4];
         for bad in [[0i64, 4], [-1, 0]] {
             // SAFETY: the pointers address live local buffers sized for the call.
-            let e = unsafe { max_pool_backward(DType::F32, Planes { count: 1, in_plane: 4, out_plane: 2 }, go.as_ptr() as *const u8, bad.as_ptr(), gi.as_mut_ptr() as *mut u8, 1) };
+            let e = unsafe {
+                max_pool_backward(
+                    DType::F32,
+                    Planes { count: 1, in_plane: 4, out_plane: 2 },
+                    go.as_ptr() as *const u8,
+                    bad.as_ptr(),
+                    gi.as_mut_ptr() as *mut u8,
+                    1,
+                )
+            };
             assert!(matches!(e, Err(Error::InvalidValue { .. })));
         }
     }
@@ -839,8 +1014,12 @@ mod tests {
     fn empty_inputs_touch_nothing() {
         let axes = [Axis::unit(), fixed(4, 2, 2, 0, 1, false), Axis { input: 3, output: 0, window: Window::Adaptive }];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { max_pool(DType::F32, 2, &axes, std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 4) }.unwrap();
+        unsafe { max_pool(DType::F32, 2, &axes, std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 4) }
+            .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { max_pool(DType::F32, 0, &[Axis::unit(); 3], std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 4) }.unwrap();
+        unsafe {
+            max_pool(DType::F32, 0, &[Axis::unit(); 3], std::ptr::null(), std::ptr::null_mut(), std::ptr::null_mut(), 4)
+        }
+        .unwrap();
     }
 }

@@ -30,10 +30,10 @@
 //! not depend on the thread count.
 
 use crate::dtype::{DType, Element};
-use crate::error::Result;
 use crate::engine::iter::{load, store, GRAIN};
 use crate::engine::math::Float;
 use crate::engine::SendPtr;
+use crate::error::Result;
 
 /// Gate elements per chunk of rows. Fixed, not derived from the thread count,
 /// so that the chunk-wise bias-gradient sums are reproducible.
@@ -217,7 +217,12 @@ pub unsafe fn lstm_cell(dt: DType, batch: usize, hidden: usize, io: LstmCell, th
     Ok(())
 }
 
-unsafe fn lstm_cell_in<F: Float + Element>(cell: Cell, [igates, hgates, cx]: [Mat; 3], [b_ih, b_hh]: [*const u8; 2], [hy, cy, ws]: [SendPtr<u8>; 3]) {
+unsafe fn lstm_cell_in<F: Float + Element>(
+    cell: Cell,
+    [igates, hgates, cx]: [Mat; 3],
+    [b_ih, b_hh]: [*const u8; 2],
+    [hy, cy, ws]: [SendPtr<u8>; 3],
+) {
     let Cell { dt, batch, h, threads } = cell;
     // SAFETY: 4h elements each when non-null.
     let bias: Vec<F> = unsafe { bias_sum(dt, b_ih, b_hh, 4 * h) };
@@ -270,7 +275,13 @@ unsafe fn lstm_cell_in<F: Float + Element>(cell: Cell, [igates, hgates, cx]: [Ma
 ///
 /// # Safety
 /// As [`lstm_cell`].
-pub unsafe fn lstm_cell_backward(dt: DType, batch: usize, hidden: usize, io: LstmCellGrads, threads: usize) -> Result<()> {
+pub unsafe fn lstm_cell_backward(
+    dt: DType,
+    batch: usize,
+    hidden: usize,
+    io: LstmCellGrads,
+    threads: usize,
+) -> Result<()> {
     let LstmCellGrads { grad_hy, grad_cy, cx, cy, workspace, grad_gates, grad_cx, grad_bias } = io;
     dt.require_float("_thnn_fused_lstm_cell_backward_impl")?;
     if hidden == 0 {
@@ -280,14 +291,32 @@ pub unsafe fn lstm_cell_backward(dt: DType, batch: usize, hidden: usize, io: Lst
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => lstm_cell_backward_in::<f64>(cell, [grad_hy, grad_cy, cx, cy, workspace], SendPtr::new(grad_gates), SendPtr::new(grad_cx), grad_bias),
-            _ => lstm_cell_backward_in::<f32>(cell, [grad_hy, grad_cy, cx, cy, workspace], SendPtr::new(grad_gates), SendPtr::new(grad_cx), grad_bias),
+            DType::F64 => lstm_cell_backward_in::<f64>(
+                cell,
+                [grad_hy, grad_cy, cx, cy, workspace],
+                SendPtr::new(grad_gates),
+                SendPtr::new(grad_cx),
+                grad_bias,
+            ),
+            _ => lstm_cell_backward_in::<f32>(
+                cell,
+                [grad_hy, grad_cy, cx, cy, workspace],
+                SendPtr::new(grad_gates),
+                SendPtr::new(grad_cx),
+                grad_bias,
+            ),
         }
     }
     Ok(())
 }
 
-unsafe fn lstm_cell_backward_in<F: Float + Element>(cell: Cell, ins: [Mat; 5], gg: SendPtr<u8>, gcx: SendPtr<u8>, gbias: *mut u8) {
+unsafe fn lstm_cell_backward_in<F: Float + Element>(
+    cell: Cell,
+    ins: [Mat; 5],
+    gg: SendPtr<u8>,
+    gcx: SendPtr<u8>,
+    gbias: *mut u8,
+) {
     let Cell { dt, batch, h, threads } = cell;
     let [grad_hy, grad_cy, cx, cy, workspace] = ins;
     let want_bias = !gbias.is_null();
@@ -358,18 +387,29 @@ pub unsafe fn gru_cell(dt: DType, batch: usize, hidden: usize, io: GruCell, thre
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => gru_cell_in::<f64>(cell, [igates, hgates, hx], [b_ih, b_hh], SendPtr::new(hy), SendPtr::new(workspace)),
-            _ => gru_cell_in::<f32>(cell, [igates, hgates, hx], [b_ih, b_hh], SendPtr::new(hy), SendPtr::new(workspace)),
+            DType::F64 => {
+                gru_cell_in::<f64>(cell, [igates, hgates, hx], [b_ih, b_hh], SendPtr::new(hy), SendPtr::new(workspace))
+            }
+            _ => {
+                gru_cell_in::<f32>(cell, [igates, hgates, hx], [b_ih, b_hh], SendPtr::new(hy), SendPtr::new(workspace))
+            }
         }
     }
     Ok(())
 }
 
-unsafe fn gru_cell_in<F: Float + Element>(cell: Cell, ins: [Mat; 3], biases: [*const u8; 2], hy: SendPtr<u8>, ws: SendPtr<u8>) {
+unsafe fn gru_cell_in<F: Float + Element>(
+    cell: Cell,
+    ins: [Mat; 3],
+    biases: [*const u8; 2],
+    hy: SendPtr<u8>,
+    ws: SendPtr<u8>,
+) {
     let Cell { dt, batch, h, threads } = cell;
     let [igates, hgates, hx] = ins;
     // SAFETY: 3h elements each when non-null.
-    let (bi, bh): (Vec<F>, Vec<F>) = unsafe { (bias_sum(dt, biases[0], std::ptr::null(), 3 * h), bias_sum(dt, biases[1], std::ptr::null(), 3 * h)) };
+    let (bi, bh): (Vec<F>, Vec<F>) =
+        unsafe { (bias_sum(dt, biases[0], std::ptr::null(), 3 * h), bias_sum(dt, biases[1], std::ptr::null(), 3 * h)) };
     chunks(batch, 3 * h, threads, |first, rows| {
         let (mut ig, mut hg) = (vec![F::ZERO; 3 * h], vec![F::ZERO; 3 * h]);
         let (mut w, mut hy_row) = (vec![F::ZERO; 5 * h], vec![F::ZERO; h]);
@@ -423,8 +463,22 @@ unsafe fn gru_cell_in<F: Float + Element>(cell: Cell, ins: [Mat; 3], biases: [*c
 ///
 /// # Safety
 /// As [`lstm_cell`].
-pub unsafe fn gru_cell_backward(dt: DType, batch: usize, hidden: usize, io: GruCellGrads, threads: usize) -> Result<()> {
-    let GruCellGrads { grad_hy, workspace, grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias } = io;
+pub unsafe fn gru_cell_backward(
+    dt: DType,
+    batch: usize,
+    hidden: usize,
+    io: GruCellGrads,
+    threads: usize,
+) -> Result<()> {
+    let GruCellGrads {
+        grad_hy,
+        workspace,
+        grad_input_gates,
+        grad_hidden_gates,
+        grad_hx,
+        grad_input_bias,
+        grad_hidden_bias,
+    } = io;
     dt.require_float("_thnn_fused_gru_cell_backward")?;
     if hidden == 0 {
         return Ok(());
@@ -434,14 +488,22 @@ pub unsafe fn gru_cell_backward(dt: DType, batch: usize, hidden: usize, io: GruC
     // SAFETY: forwarded contract.
     unsafe {
         match dt {
-            DType::F64 => gru_cell_backward_in::<f64>(cell, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias]),
+            DType::F64 => {
+                gru_cell_backward_in::<f64>(cell, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias])
+            }
             _ => gru_cell_backward_in::<f32>(cell, grad_hy, workspace, outs, [grad_input_bias, grad_hidden_bias]),
         }
     }
     Ok(())
 }
 
-unsafe fn gru_cell_backward_in<F: Float + Element>(cell: Cell, grad_hy: Mat, workspace: Mat, outs: [SendPtr<u8>; 3], gbias: [*mut u8; 2]) {
+unsafe fn gru_cell_backward_in<F: Float + Element>(
+    cell: Cell,
+    grad_hy: Mat,
+    workspace: Mat,
+    outs: [SendPtr<u8>; 3],
+    gbias: [*mut u8; 2],
+) {
     let Cell { dt, batch, h, threads } = cell;
     let [gi_out, gh_out, ghx_out] = outs;
     let want_bias = !gbias[0].is_null() || !gbias[1].is_null();
@@ -520,7 +582,14 @@ mod tests {
     }
 
     /// Naive LSTM forward in double: (hy, cy, workspace).
-    fn lstm_ref(b: usize, h: usize, ig: &[f64], hg: &[f64], cx: &[f64], bias: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    fn lstm_ref(
+        b: usize,
+        h: usize,
+        ig: &[f64],
+        hg: &[f64],
+        cx: &[f64],
+        bias: &[f64],
+    ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
         let (mut hy, mut cy, mut ws) = (vec![0.0; b * h], vec![0.0; b * h], vec![0.0; b * 4 * h]);
         for r in 0..b {
             for j in 0..h {
@@ -550,18 +619,42 @@ mod tests {
         let ig = vals(b * 4 * h, 0.37);
         // hgates stored transposed ([4h, b] memory): column stride b, row stride 1.
         let hg = vals(b * 4 * h, 0.91);
-        let hg_t: Vec<f64> = (0..4 * h).flat_map(|k| (0..b).map(move |r| (r, k))).map(|(r, k)| hg[r * 4 * h + k]).collect();
+        let hg_t: Vec<f64> =
+            (0..4 * h).flat_map(|k| (0..b).map(move |r| (r, k))).map(|(r, k)| hg[r * 4 * h + k]).collect();
         let cx = vals(b * h, 1.3);
         let b_ih = vals(4 * h, 0.13);
         let b_hh = vals(4 * h, 0.71);
         for with_bias in [true, false] {
-            let bias: Vec<f64> = if with_bias { b_ih.iter().zip(&b_hh).map(|(a, c)| a + c).collect() } else { vec![0.0; 4 * h] };
+            let bias: Vec<f64> =
+                if with_bias { b_ih.iter().zip(&b_hh).map(|(a, c)| a + c).collect() } else { vec![0.0; 4 * h] };
             let (want_hy, want_cy, want_ws) = lstm_ref(b, h, &ig, &hg, &cx, &bias);
             let (mut hy, mut cy, mut ws) = (vec![0.0; b * h], vec![0.0; b * h], vec![0.0; b * 4 * h]);
             let hgm = Mat { ptr: hg_t.as_ptr() as *const u8, row_stride: 1, col_stride: b as isize };
-            let (pi, ph) = if with_bias { (b_ih.as_ptr() as *const u8, b_hh.as_ptr() as *const u8) } else { (std::ptr::null(), std::ptr::null()) };
+            let (pi, ph) = if with_bias {
+                (b_ih.as_ptr() as *const u8, b_hh.as_ptr() as *const u8)
+            } else {
+                (std::ptr::null(), std::ptr::null())
+            };
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { lstm_cell(DType::F64, b, h, LstmCell { igates: m(&ig, 4 * h), hgates: hgm, cx: m(&cx, h), b_ih: pi, b_hh: ph, hy: hy.as_mut_ptr() as _, cy: cy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 2) }.unwrap();
+            unsafe {
+                lstm_cell(
+                    DType::F64,
+                    b,
+                    h,
+                    LstmCell {
+                        igates: m(&ig, 4 * h),
+                        hgates: hgm,
+                        cx: m(&cx, h),
+                        b_ih: pi,
+                        b_hh: ph,
+                        hy: hy.as_mut_ptr() as _,
+                        cy: cy.as_mut_ptr() as _,
+                        workspace: ws.as_mut_ptr() as _,
+                    },
+                    2,
+                )
+            }
+            .unwrap();
             close(&hy, &want_hy, 1e-12);
             close(&cy, &want_cy, 1e-12);
             close(&ws, &want_ws, 1e-12);
@@ -584,7 +677,23 @@ mod tests {
         let (mut gg, mut gcx, mut gb) = (vec![0.0; b * 4 * h], vec![0.0; b * h], vec![0.0; 4 * h]);
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
-            lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: m(&rc, h), cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg.as_mut_ptr() as _, grad_cx: gcx.as_mut_ptr() as _, grad_bias: gb.as_mut_ptr() as _ }, 1).unwrap();
+            lstm_cell_backward(
+                DType::F64,
+                b,
+                h,
+                LstmCellGrads {
+                    grad_hy: m(&rh, h),
+                    grad_cy: m(&rc, h),
+                    cx: m(&cx, h),
+                    cy: m(&cy, h),
+                    workspace: m(&ws, 4 * h),
+                    grad_gates: gg.as_mut_ptr() as _,
+                    grad_cx: gcx.as_mut_ptr() as _,
+                    grad_bias: gb.as_mut_ptr() as _,
+                },
+                1,
+            )
+            .unwrap();
         }
         for k in 0..b * 4 * h {
             let (mut p, mut q) = (ig.clone(), ig.clone());
@@ -607,14 +716,46 @@ mod tests {
         let none = Mat::contiguous(std::ptr::null(), h);
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
-            lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: none, cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg2.as_mut_ptr() as _, grad_cx: gcx2.as_mut_ptr() as _, grad_bias: std::ptr::null_mut() }, 1).unwrap();
+            lstm_cell_backward(
+                DType::F64,
+                b,
+                h,
+                LstmCellGrads {
+                    grad_hy: m(&rh, h),
+                    grad_cy: none,
+                    cx: m(&cx, h),
+                    cy: m(&cy, h),
+                    workspace: m(&ws, 4 * h),
+                    grad_gates: gg2.as_mut_ptr() as _,
+                    grad_cx: gcx2.as_mut_ptr() as _,
+                    grad_bias: std::ptr::null_mut(),
+                },
+                1,
+            )
+            .unwrap();
         }
         let zeros = vec![0.0; b * h];
         let mut gg3 = vec![0.0; b * 4 * h];
         let mut gcx3 = vec![0.0; b * h];
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
-            lstm_cell_backward(DType::F64, b, h, LstmCellGrads { grad_hy: m(&rh, h), grad_cy: m(&zeros, h), cx: m(&cx, h), cy: m(&cy, h), workspace: m(&ws, 4 * h), grad_gates: gg3.as_mut_ptr() as _, grad_cx: gcx3.as_mut_ptr() as _, grad_bias: std::ptr::null_mut() }, 1).unwrap();
+            lstm_cell_backward(
+                DType::F64,
+                b,
+                h,
+                LstmCellGrads {
+                    grad_hy: m(&rh, h),
+                    grad_cy: m(&zeros, h),
+                    cx: m(&cx, h),
+                    cy: m(&cy, h),
+                    workspace: m(&ws, 4 * h),
+                    grad_gates: gg3.as_mut_ptr() as _,
+                    grad_cx: gcx3.as_mut_ptr() as _,
+                    grad_bias: std::ptr::null_mut(),
+                },
+                1,
+            )
+            .unwrap();
         }
         assert_eq!(gg2, gg3);
         assert_eq!(gcx2, gcx3);
@@ -650,17 +791,51 @@ mod tests {
         let (want_hy, want_ws) = gru_ref(b, h, &ig, &hg, &hx, &bi, &bh);
         let (mut hy, mut ws) = (vec![0.0; b * h], vec![0.0; b * 5 * h]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { gru_cell(DType::F64, b, h, GruCell { igates: m(&ig, 3 * h), hgates: m(&hg, 3 * h), hx: m(&hx, h), b_ih: bi.as_ptr() as _, b_hh: bh.as_ptr() as _, hy: hy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 1) }.unwrap();
+        unsafe {
+            gru_cell(
+                DType::F64,
+                b,
+                h,
+                GruCell {
+                    igates: m(&ig, 3 * h),
+                    hgates: m(&hg, 3 * h),
+                    hx: m(&hx, h),
+                    b_ih: bi.as_ptr() as _,
+                    b_hh: bh.as_ptr() as _,
+                    hy: hy.as_mut_ptr() as _,
+                    workspace: ws.as_mut_ptr() as _,
+                },
+                1,
+            )
+        }
+        .unwrap();
         close(&hy, &want_hy, 1e-12);
         close(&ws, &want_ws, 1e-12);
 
         let rg = vals(b * h, 1.9);
-        let loss = |ig: &[f64], hg: &[f64], hx: &[f64]| gru_ref(b, h, ig, hg, hx, &bi, &bh).0.iter().zip(&rg).map(|(a, c)| a * c).sum::<f64>();
+        let loss = |ig: &[f64], hg: &[f64], hx: &[f64]| {
+            gru_ref(b, h, ig, hg, hx, &bi, &bh).0.iter().zip(&rg).map(|(a, c)| a * c).sum::<f64>()
+        };
         let (mut gi, mut gh, mut ghx) = (vec![0.0; b * 3 * h], vec![0.0; b * 3 * h], vec![0.0; b * h]);
         let (mut gbi, mut gbh) = (vec![0.0; 3 * h], vec![0.0; 3 * h]);
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
-            gru_cell_backward(DType::F64, b, h, GruCellGrads { grad_hy: m(&rg, h), workspace: m(&ws, 5 * h), grad_input_gates: gi.as_mut_ptr() as _, grad_hidden_gates: gh.as_mut_ptr() as _, grad_hx: ghx.as_mut_ptr() as _, grad_input_bias: gbi.as_mut_ptr() as _, grad_hidden_bias: gbh.as_mut_ptr() as _ }, 2).unwrap();
+            gru_cell_backward(
+                DType::F64,
+                b,
+                h,
+                GruCellGrads {
+                    grad_hy: m(&rg, h),
+                    workspace: m(&ws, 5 * h),
+                    grad_input_gates: gi.as_mut_ptr() as _,
+                    grad_hidden_gates: gh.as_mut_ptr() as _,
+                    grad_hx: ghx.as_mut_ptr() as _,
+                    grad_input_bias: gbi.as_mut_ptr() as _,
+                    grad_hidden_bias: gbh.as_mut_ptr() as _,
+                },
+                2,
+            )
+            .unwrap();
         }
         let fd = |which: usize, k: usize| {
             let mut args = [ig.clone(), hg.clone(), hx.clone()];
@@ -692,11 +867,45 @@ mod tests {
         let run = |threads: usize| {
             let (mut hy, mut ws) = (vec![0f32; b * h], vec![0f32; b * 5 * h]);
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { gru_cell(DType::F32, b, h, GruCell { igates: mf(&ig, 3 * h), hgates: mf(&hg, 3 * h), hx: mf(&hx, h), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: hy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, threads) }.unwrap();
+            unsafe {
+                gru_cell(
+                    DType::F32,
+                    b,
+                    h,
+                    GruCell {
+                        igates: mf(&ig, 3 * h),
+                        hgates: mf(&hg, 3 * h),
+                        hx: mf(&hx, h),
+                        b_ih: std::ptr::null(),
+                        b_hh: std::ptr::null(),
+                        hy: hy.as_mut_ptr() as _,
+                        workspace: ws.as_mut_ptr() as _,
+                    },
+                    threads,
+                )
+            }
+            .unwrap();
             let (mut gi, mut gh, mut ghx) = (vec![0f32; b * 3 * h], vec![0f32; b * 3 * h], vec![0f32; b * h]);
             let (mut gbi, mut gbh) = (vec![0f32; 3 * h], vec![0f32; 3 * h]);
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { gru_cell_backward(DType::F32, b, h, GruCellGrads { grad_hy: mf(&hx, h), workspace: mf(&ws, 5 * h), grad_input_gates: gi.as_mut_ptr() as _, grad_hidden_gates: gh.as_mut_ptr() as _, grad_hx: ghx.as_mut_ptr() as _, grad_input_bias: gbi.as_mut_ptr() as _, grad_hidden_bias: gbh.as_mut_ptr() as _ }, threads) }.unwrap();
+            unsafe {
+                gru_cell_backward(
+                    DType::F32,
+                    b,
+                    h,
+                    GruCellGrads {
+                        grad_hy: mf(&hx, h),
+                        workspace: mf(&ws, 5 * h),
+                        grad_input_gates: gi.as_mut_ptr() as _,
+                        grad_hidden_gates: gh.as_mut_ptr() as _,
+                        grad_hx: ghx.as_mut_ptr() as _,
+                        grad_input_bias: gbi.as_mut_ptr() as _,
+                        grad_hidden_bias: gbh.as_mut_ptr() as _,
+                    },
+                    threads,
+                )
+            }
+            .unwrap();
             (hy, gbi, gbh)
         };
         let (hy1, gbi1, gbh1) = run(1);
@@ -718,7 +927,25 @@ mod tests {
         let mb = |v: &[bf16], c: usize| Mat::contiguous(v.as_ptr() as *const u8, c);
         let (mut hy, mut cy, mut ws) = (vec![bf16::ZERO; b * h], vec![bf16::ZERO; b * h], vec![bf16::ZERO; b * 4 * h]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { lstm_cell(DType::BF16, b, h, LstmCell { igates: mb(&ig, 4 * h), hgates: mb(&zeros, 4 * h), cx: mb(&cx, h), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: hy.as_mut_ptr() as _, cy: cy.as_mut_ptr() as _, workspace: ws.as_mut_ptr() as _ }, 1) }.unwrap();
+        unsafe {
+            lstm_cell(
+                DType::BF16,
+                b,
+                h,
+                LstmCell {
+                    igates: mb(&ig, 4 * h),
+                    hgates: mb(&zeros, 4 * h),
+                    cx: mb(&cx, h),
+                    b_ih: std::ptr::null(),
+                    b_hh: std::ptr::null(),
+                    hy: hy.as_mut_ptr() as _,
+                    cy: cy.as_mut_ptr() as _,
+                    workspace: ws.as_mut_ptr() as _,
+                },
+                1,
+            )
+        }
+        .unwrap();
         let up = |v: &[bf16]| v.iter().map(|x| x.to_f64()).collect::<Vec<_>>();
         let (want_hy, want_cy, _) = lstm_ref(b, h, &up(&ig), &vec![0.0; b * 4 * h], &up(&cx), &vec![0.0; 4 * h]);
         close(&up(&hy), &want_hy, 1e-2);
@@ -728,7 +955,23 @@ mod tests {
     #[test]
     fn integer_dtypes_are_rejected() {
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { gru_cell(DType::I32, 1, 1, GruCell { igates: Mat::contiguous(std::ptr::null(), 3), hgates: Mat::contiguous(std::ptr::null(), 3), hx: Mat::contiguous(std::ptr::null(), 1), b_ih: std::ptr::null(), b_hh: std::ptr::null(), hy: std::ptr::null_mut(), workspace: std::ptr::null_mut() }, 1) };
+        let e = unsafe {
+            gru_cell(
+                DType::I32,
+                1,
+                1,
+                GruCell {
+                    igates: Mat::contiguous(std::ptr::null(), 3),
+                    hgates: Mat::contiguous(std::ptr::null(), 3),
+                    hx: Mat::contiguous(std::ptr::null(), 1),
+                    b_ih: std::ptr::null(),
+                    b_hh: std::ptr::null(),
+                    hy: std::ptr::null_mut(),
+                    workspace: std::ptr::null_mut(),
+                },
+                1,
+            )
+        };
         assert!(matches!(e, Err(Error::UnsupportedDtype { .. })));
     }
 }

@@ -9,12 +9,11 @@
 //! input is half.
 
 use crate::dtype::{DType, Element};
-use crate::error::Result;
 use crate::engine::iter::{for_each_range, load, store, thread_tasks};
 use crate::engine::lanes;
 use crate::engine::math::Float;
 use crate::engine::SendPtr;
-
+use crate::error::Result;
 
 /// The `[outer, dim, inner]` geometry of a call (softmax runs along `dim`),
 /// whether it is the log variant, and the threads allowed.
@@ -31,7 +30,10 @@ struct Rows {
 unsafe fn load_row<F: Element>(dt: DType, p: SendPtr<u8>, r: usize, inner: usize, dst: &mut [F]) {
     let sz = dt.size();
     // SAFETY: the row lies inside the tensor (caller contract).
-    unsafe { load(dt, p.get().offset(at(r, 0, dst.len(), inner, sz)), (inner * sz) as isize, dst.len(), dst).expect("checked dtype") }
+    unsafe {
+        load(dt, p.get().offset(at(r, 0, dst.len(), inner, sz)), (inner * sz) as isize, dst.len(), dst)
+            .expect("checked dtype")
+    }
 }
 
 /// Stores `src` as row `r` of a `[outer, dim, inner]` tensor.
@@ -76,7 +78,14 @@ pub struct Span {
 ///
 /// # Safety
 /// `input` and `out` hold `outer * dim * inner` elements of their dtypes; `out` is writable.
-pub unsafe fn softmax(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, span: Span, threads: usize) -> Result<()> {
+pub unsafe fn softmax(
+    in_dt: DType,
+    input: *const u8,
+    out_dt: DType,
+    out: *mut u8,
+    span: Span,
+    threads: usize,
+) -> Result<()> {
     let Span { outer, dim, inner, log } = span;
     in_dt.require_float("softmax")?;
     out_dt.require_float("softmax")?;
@@ -90,7 +99,13 @@ pub unsafe fn softmax(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u
     }
 }
 
-unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt: DType, out: *mut u8, geo: Rows) -> Result<()> {
+unsafe fn softmax_in<F: Float + Element>(
+    in_dt: DType,
+    input: *const u8,
+    out_dt: DType,
+    out: *mut u8,
+    geo: Rows,
+) -> Result<()> {
     let Rows { outer, dim, inner, log, threads } = geo;
     if dim == 0 || outer * inner == 0 {
         return Ok(());
@@ -117,7 +132,10 @@ unsafe fn softmax_in<F: Float + Element>(in_dt: DType, input: *const u8, out_dt:
             if direct {
                 // SAFETY: row r lies inside both tensors (contract), which are distinct; rows are disjoint between tasks.
                 let (x, y) = unsafe {
-                    (std::slice::from_raw_parts((src.get() as *const F).add(r * dim), dim), std::slice::from_raw_parts_mut((dst.get() as *mut F).add(r * dim), dim))
+                    (
+                        std::slice::from_raw_parts((src.get() as *const F).add(r * dim), dim),
+                        std::slice::from_raw_parts_mut((dst.get() as *mut F).add(r * dim), dim),
+                    )
                 };
                 softmax_row(x, y, &mut e, log, round);
             } else {
@@ -158,7 +176,15 @@ fn softmax_row<F: Float>(x: &[F], y: &mut [F], e: &mut [F], log: bool, round: im
 ///
 /// # Safety
 /// All three hold `outer * dim * inner` elements, `[outer, dim, inner]` contiguous.
-pub unsafe fn softmax_backward(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, span: Span, threads: usize) -> Result<()> {
+pub unsafe fn softmax_backward(
+    dt: DType,
+    grad: *const u8,
+    output: *const u8,
+    gin_dt: DType,
+    grad_input: *mut u8,
+    span: Span,
+    threads: usize,
+) -> Result<()> {
     let Span { outer, dim, inner, log } = span;
     dt.require_float("softmax_backward")?;
     gin_dt.require_float("softmax_backward")?;
@@ -172,7 +198,14 @@ pub unsafe fn softmax_backward(dt: DType, grad: *const u8, output: *const u8, gi
     }
 }
 
-unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, output: *const u8, gin_dt: DType, grad_input: *mut u8, geo: Rows) -> Result<()> {
+unsafe fn softmax_backward_in<F: Float + Element>(
+    dt: DType,
+    grad: *const u8,
+    output: *const u8,
+    gin_dt: DType,
+    grad_input: *mut u8,
+    geo: Rows,
+) -> Result<()> {
     let Rows { outer, dim, inner, log, threads } = geo;
     if dim == 0 || outer * inner == 0 {
         return Ok(());
@@ -180,7 +213,11 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
     let (g, y, gi) = (SendPtr::from_const(grad), SendPtr::from_const(output), SendPtr::new(grad_input));
     // As in the forward: float32/float64 rows along the last dimension in place, unless
     // grad_input shares memory with an input (then the buffers keep the reads first).
-    let direct = inner == 1 && dt == F::DTYPE && gin_dt == F::DTYPE && !std::ptr::eq(grad_input, grad) && !std::ptr::eq(grad_input, output);
+    let direct = inner == 1
+        && dt == F::DTYPE
+        && gin_dt == F::DTYPE
+        && !std::ptr::eq(grad_input, grad)
+        && !std::ptr::eq(grad_input, output);
     let rows = outer * inner;
     for_each_range(rows, thread_tasks(rows, dim.max(1), threads), |first, end| {
         let (g, y, gi) = (g, y, gi);
@@ -191,7 +228,11 @@ unsafe fn softmax_backward_in<F: Float + Element>(dt: DType, grad: *const u8, ou
                 // SAFETY: row r lies inside every tensor (contract); grad_input is distinct from both inputs; rows are disjoint between tasks.
                 let (gr, yr, out) = unsafe {
                     let row = |p: SendPtr<u8>| (p.get() as *mut F).add(r * dim);
-                    (std::slice::from_raw_parts(row(g), dim), std::slice::from_raw_parts(row(y), dim), std::slice::from_raw_parts_mut(row(gi), dim))
+                    (
+                        std::slice::from_raw_parts(row(g), dim),
+                        std::slice::from_raw_parts(row(y), dim),
+                        std::slice::from_raw_parts_mut(row(gi), dim),
+                    )
                 };
                 softmax_backward_row(gr, yr, out, log);
             } else {
@@ -246,7 +287,17 @@ mod tests {
             for log in [false, true] {
                 let mut y = vec![0.0; x.len()];
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 2) }.unwrap();
+                unsafe {
+                    softmax(
+                        DType::F64,
+                        x.as_ptr() as *const u8,
+                        DType::F64,
+                        y.as_mut_ptr() as *mut u8,
+                        Span { outer, dim, inner, log },
+                        2,
+                    )
+                }
+                .unwrap();
                 let r = naive_softmax(&x, outer, dim, inner, log);
                 for (a, b) in y.iter().zip(&r) {
                     assert!((a - b).abs() < 1e-12, "{outer},{dim},{inner} log={log}: {a} vs {b}");
@@ -265,10 +316,29 @@ mod tests {
             let mut gi = vec![0.0; 12];
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe {
-                softmax(DType::F64, x.as_ptr() as *const u8, DType::F64, y.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 1).unwrap();
-                softmax_backward(DType::F64, g.as_ptr() as *const u8, y.as_ptr() as *const u8, DType::F64, gi.as_mut_ptr() as *mut u8, Span { outer, dim, inner, log }, 1).unwrap();
+                softmax(
+                    DType::F64,
+                    x.as_ptr() as *const u8,
+                    DType::F64,
+                    y.as_mut_ptr() as *mut u8,
+                    Span { outer, dim, inner, log },
+                    1,
+                )
+                .unwrap();
+                softmax_backward(
+                    DType::F64,
+                    g.as_ptr() as *const u8,
+                    y.as_ptr() as *const u8,
+                    DType::F64,
+                    gi.as_mut_ptr() as *mut u8,
+                    Span { outer, dim, inner, log },
+                    1,
+                )
+                .unwrap();
             }
-            let f = |x: &[f64]| -> f64 { naive_softmax(x, outer, dim, inner, log).iter().zip(&g).map(|(a, b)| a * b).sum() };
+            let f = |x: &[f64]| -> f64 {
+                naive_softmax(x, outer, dim, inner, log).iter().zip(&g).map(|(a, b)| a * b).sum()
+            };
             for k in 0..12 {
                 let (mut xp, mut xm) = (x.clone(), x.clone());
                 xp[k] += 1e-6;

@@ -3,8 +3,8 @@
 //! detecting non-finite values, then grow or back off the loss scale.
 
 use crate::dtype::{DType, Element};
-use crate::error::Result;
 use crate::engine::layout::Layout;
+use crate::error::Result;
 use crate::with_real_dtype;
 
 /// Multiplies every element of `data` by `inv_scale` in place (skipped when
@@ -48,7 +48,14 @@ unsafe fn unscale_typed<T: Element>(layout: &Layout<1>, data: *mut T, inv_scale:
 /// overflow (`found_inf > 0`) the scale backs off and the tracker resets;
 /// otherwise the tracker counts successful steps and every `growth_interval`
 /// steps the scale grows (kept only if the grown scale is finite).
-pub fn update_scale(scale: &mut f32, growth_tracker: &mut i32, found_inf: f32, growth_factor: f64, backoff_factor: f64, growth_interval: i64) {
+pub fn update_scale(
+    scale: &mut f32,
+    growth_tracker: &mut i32,
+    found_inf: f32,
+    growth_factor: f64,
+    backoff_factor: f64,
+    growth_interval: i64,
+) {
     if found_inf > 0.0 {
         *scale *= backoff_factor as f32;
         *growth_tracker = 0;
@@ -79,7 +86,7 @@ mod tests {
         assert_eq!(v, [1.0, 2.0, 4.0]);
         let mut w = [1.0f64, f64::INFINITY, 3.0, f64::NAN];
         let l = Layout::new("t", &[2], [&[2]]).unwrap(); // only elements 0 and 2
-        // SAFETY: 2 elements at stride 2 in 4.
+                                                         // SAFETY: 2 elements at stride 2 in 4.
         assert!(!unsafe { unscale_and_check(DType::F64, &l, w.as_mut_ptr() as *mut u8, 1.0).unwrap() });
         let l = Layout::new("t", &[4], [&[1]]).unwrap();
         // SAFETY: 4 elements.

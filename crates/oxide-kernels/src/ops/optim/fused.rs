@@ -13,12 +13,11 @@
 //! tensors are staged through float32 blocks of [`BLOCK`] elements. Tensors of
 //! [`GRAIN`] elements or more are split over the rayon pool.
 
-
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{load, store, BLOCK, GRAIN};
-use crate::engine::SendPtr;
 use crate::engine::math::Float;
+use crate::engine::SendPtr;
+use crate::error::{Error, Result};
 
 // Blocks of the engine's `BLOCK` elements are the unit of parallel work and the
 // size of the float32 staging buffers of half-precision tensors (5 x 4 KiB on
@@ -109,7 +108,14 @@ fn blocks(n: usize, threads: usize, f: impl Fn(usize, usize) + Sync) {
 /// Every non-null pointer addresses at least `start + len` elements of `dt`;
 /// written operands overlap nothing else.
 #[inline(always)]
-unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [SendPtr<u8>; N], writes: [bool; N], start: usize, len: usize, f: &impl Fn([&mut [F]; N])) {
+unsafe fn staged<F: Float + Element, const N: usize>(
+    dt: DType,
+    ptrs: [SendPtr<u8>; N],
+    writes: [bool; N],
+    start: usize,
+    len: usize,
+    f: &impl Fn([&mut [F]; N]),
+) {
     if dt == F::DTYPE {
         // SAFETY: caller contract.
         f(ptrs.map(|p| unsafe { slice::<F>(p, start, len) }));
@@ -130,7 +136,11 @@ unsafe fn staged<F: Float + Element, const N: usize>(dt: DType, ptrs: [SendPtr<u
         f(bufs.each_mut().map(|b| {
             let present = !ptrs[k].is_null();
             k += 1;
-            if present { &mut b[..l] } else { &mut b[..0] }
+            if present {
+                &mut b[..l]
+            } else {
+                &mut b[..0]
+            }
         }));
         for ((p, b), w) in ptrs.iter().zip(bufs.iter()).zip(writes) {
             if w && !p.get().is_null() {
@@ -179,7 +189,13 @@ pub unsafe fn adam(dt: DType, n: usize, t: AdamTensors, h: Adam, threads: usize)
 }
 
 /// `L2`: classic Adam weight decay (`g += wd * p`); `AMS`: amsgrad.
-unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType, n: usize, ptrs: [*mut u8; 5], h: Adam, threads: usize) {
+unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(
+    dt: DType,
+    n: usize,
+    ptrs: [*mut u8; 5],
+    h: Adam,
+    threads: usize,
+) {
     let ptrs = ptrs.map(SendPtr::new);
     let c = |v: f64| F::from_f64(v);
     // The sign flip of `maximize` is exact, so it may follow the unscaling.
@@ -234,7 +250,15 @@ unsafe fn adam_in<F: Float + Element, const L2: bool, const AMS: bool>(dt: DType
 ///
 /// # Safety
 /// As [`adam`].
-pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *mut u8, momentum_buffer: *mut u8, h: Sgd, threads: usize) -> Result<()> {
+pub unsafe fn sgd(
+    dt: DType,
+    n: usize,
+    param: *mut u8,
+    grad: *mut u8,
+    momentum_buffer: *mut u8,
+    h: Sgd,
+    threads: usize,
+) -> Result<()> {
     dt.require_float("_fused_sgd_")?;
     if h.momentum != 0.0 && momentum_buffer.is_null() {
         return Err(Error::InvalidValue { op: "_fused_sgd_", reason: "momentum needs momentum buffers".into() });
@@ -259,7 +283,13 @@ pub unsafe fn sgd(dt: DType, n: usize, param: *mut u8, grad: *mut u8, momentum_b
 }
 
 /// `WD`: weight decay (`g += wd * p`); `MOM`: momentum buffer.
-unsafe fn sgd_in<F: Float + Element, const WD: bool, const MOM: bool>(dt: DType, n: usize, ptrs: [*mut u8; 3], h: Sgd, threads: usize) {
+unsafe fn sgd_in<F: Float + Element, const WD: bool, const MOM: bool>(
+    dt: DType,
+    n: usize,
+    ptrs: [*mut u8; 3],
+    h: Sgd,
+    threads: usize,
+) {
     let ptrs = ptrs.map(SendPtr::new);
     let c = |v: f64| F::from_f64(v);
     let (unscale, sign) = (c(h.grad_scale.map_or(1.0, |s| 1.0 / s)), c(if h.maximize { -1.0 } else { 1.0 }));
@@ -308,9 +338,35 @@ mod tests {
         let mut v: Vec<f64> = vec![0.01; n];
         let mut vmax: Vec<f64> = vec![0.02; n];
         let (p0, m0, v0) = (p.clone(), m.clone(), v.clone());
-        let h = Adam { lr: 1e-2, beta1: 0.9, beta2: 0.99, weight_decay: 0.1, eps: 1e-8, amsgrad: true, maximize: false, decoupled: true, step: 3.0, grad_scale: Some(2.0) };
+        let h = Adam {
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.99,
+            weight_decay: 0.1,
+            eps: 1e-8,
+            amsgrad: true,
+            maximize: false,
+            decoupled: true,
+            step: 3.0,
+            grad_scale: Some(2.0),
+        };
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { adam(DType::F64, n, AdamTensors { param: p.as_mut_ptr() as _, grad: g.as_mut_ptr() as _, exp_avg: m.as_mut_ptr() as _, exp_avg_sq: v.as_mut_ptr() as _, max_exp_avg_sq: vmax.as_mut_ptr() as _ }, h, 2) }.unwrap();
+        unsafe {
+            adam(
+                DType::F64,
+                n,
+                AdamTensors {
+                    param: p.as_mut_ptr() as _,
+                    grad: g.as_mut_ptr() as _,
+                    exp_avg: m.as_mut_ptr() as _,
+                    exp_avg_sq: v.as_mut_ptr() as _,
+                    max_exp_avg_sq: vmax.as_mut_ptr() as _,
+                },
+                h,
+                2,
+            )
+        }
+        .unwrap();
         for k in 0..n {
             let gk = g0[k] / 2.0;
             // With a grad scale the gradient is left unscaled, as CPU's fused kernel leaves it.
@@ -329,7 +385,16 @@ mod tests {
         let mut p = [1.0f32, -2.0];
         let mut g = [0.5f32, 0.25];
         let mut buf = [9.0f32, 9.0];
-        let h = Sgd { lr: 0.1, weight_decay: 0.0, momentum: 0.9, dampening: 0.0, nesterov: true, maximize: false, is_first_step: true, grad_scale: None };
+        let h = Sgd {
+            lr: 0.1,
+            weight_decay: 0.0,
+            momentum: 0.9,
+            dampening: 0.0,
+            nesterov: true,
+            maximize: false,
+            is_first_step: true,
+            grad_scale: None,
+        };
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { sgd(DType::F32, 2, p.as_mut_ptr() as _, g.as_mut_ptr() as _, buf.as_mut_ptr() as _, h, 1) }.unwrap();
         assert_eq!(buf, g);
@@ -371,22 +436,62 @@ mod tests {
         let vmax0: Vec<f64> = (0..n).map(|k| 0.012 + (k % 5) as f64 * 1e-3).collect();
         for bits in 0..32u32 {
             let h = Adam {
-                lr: 1e-2, beta1: 0.9, beta2: 0.999, weight_decay: if bits & 1 != 0 { 0.05 } else { 0.0 }, eps: 1e-8,
-                amsgrad: bits & 2 != 0, maximize: bits & 4 != 0, decoupled: bits & 8 != 0, step: 4.0,
+                lr: 1e-2,
+                beta1: 0.9,
+                beta2: 0.999,
+                weight_decay: if bits & 1 != 0 { 0.05 } else { 0.0 },
+                eps: 1e-8,
+                amsgrad: bits & 2 != 0,
+                maximize: bits & 4 != 0,
+                decoupled: bits & 8 != 0,
+                step: 4.0,
                 grad_scale: (bits & 16 != 0).then_some(4.0),
             };
             let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
             let (mut p, mut gf, mut m, mut v, mut vmax) = (f(&p0), f(&g), f(&m0), f(&v0), f(&vmax0));
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { adam(DType::F32, n, AdamTensors { param: p.as_mut_ptr() as _, grad: gf.as_mut_ptr() as _, exp_avg: m.as_mut_ptr() as _, exp_avg_sq: v.as_mut_ptr() as _, max_exp_avg_sq: vmax.as_mut_ptr() as _ }, h, 2) }.unwrap();
+            unsafe {
+                adam(
+                    DType::F32,
+                    n,
+                    AdamTensors {
+                        param: p.as_mut_ptr() as _,
+                        grad: gf.as_mut_ptr() as _,
+                        exp_avg: m.as_mut_ptr() as _,
+                        exp_avg_sq: v.as_mut_ptr() as _,
+                        max_exp_avg_sq: vmax.as_mut_ptr() as _,
+                    },
+                    h,
+                    2,
+                )
+            }
+            .unwrap();
             let h16 = |v: &[f64]| v.iter().map(|&x| half::f16::from_f64(x)).collect::<Vec<_>>();
             let (mut p16, mut g16, mut m16, mut v16, mut vmax16) = (h16(&p0), h16(&g), h16(&m0), h16(&v0), h16(&vmax0));
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { adam(DType::F16, n, AdamTensors { param: p16.as_mut_ptr() as _, grad: g16.as_mut_ptr() as _, exp_avg: m16.as_mut_ptr() as _, exp_avg_sq: v16.as_mut_ptr() as _, max_exp_avg_sq: vmax16.as_mut_ptr() as _ }, h, 2) }.unwrap();
+            unsafe {
+                adam(
+                    DType::F16,
+                    n,
+                    AdamTensors {
+                        param: p16.as_mut_ptr() as _,
+                        grad: g16.as_mut_ptr() as _,
+                        exp_avg: m16.as_mut_ptr() as _,
+                        exp_avg_sq: v16.as_mut_ptr() as _,
+                        max_exp_avg_sq: vmax16.as_mut_ptr() as _,
+                    },
+                    h,
+                    2,
+                )
+            }
+            .unwrap();
             for k in 0..n {
                 let (pw, mw, vw, vmw) = adam_ref(p0[k], g[k], m0[k], v0[k], vmax0[k], &h);
                 let close = |got: f64, want: f64, tol: f64| (got - want).abs() <= tol * (1.0 + want.abs());
-                assert!(close(p[k] as f64, pw, 1e-5) && close(m[k] as f64, mw, 1e-5) && close(v[k] as f64, vw, 1e-5), "f32 bits={bits} k={k}");
+                assert!(
+                    close(p[k] as f64, pw, 1e-5) && close(m[k] as f64, mw, 1e-5) && close(v[k] as f64, vw, 1e-5),
+                    "f32 bits={bits} k={k}"
+                );
                 assert!(close(vmax[k] as f64, vmw, 1e-5), "f32 vmax bits={bits} k={k}");
                 // float16 inputs are rounded copies, so compare with the reference on those.
                 let r = |x: f64| half::f16::from_f64(x).to_f64();
@@ -398,7 +503,11 @@ mod tests {
                 // The gradient: unscaled in place with a grad scale (exact: the scale is 4), else untouched.
                 let gw = g[k] as f32 / h.grad_scale.unwrap_or(1.0) as f32;
                 assert_eq!(gf[k], gw, "f32 grad bits={bits} k={k}");
-                assert_eq!(g16[k], half::f16::from_f64(r(g[k]) / h.grad_scale.unwrap_or(1.0)), "f16 grad bits={bits} k={k}");
+                assert_eq!(
+                    g16[k],
+                    half::f16::from_f64(r(g[k]) / h.grad_scale.unwrap_or(1.0)),
+                    "f16 grad bits={bits} k={k}"
+                );
             }
         }
     }
@@ -410,11 +519,20 @@ mod tests {
         let g: Vec<f32> = (0..n).map(|k| (k as f32 * 0.7).cos()).collect();
         let b0: Vec<f32> = (0..n).map(|k| (k as f32 * 0.2).sin() * 0.1).collect();
         for bits in 0..16u32 {
-            let h = Sgd { lr: 0.1, weight_decay: if bits & 1 != 0 { 0.01 } else { 0.0 }, momentum: if bits & 2 != 0 { 0.9 } else { 0.0 },
-                dampening: 0.1, nesterov: bits & 4 != 0, maximize: bits & 8 != 0, is_first_step: false, grad_scale: None };
+            let h = Sgd {
+                lr: 0.1,
+                weight_decay: if bits & 1 != 0 { 0.01 } else { 0.0 },
+                momentum: if bits & 2 != 0 { 0.9 } else { 0.0 },
+                dampening: 0.1,
+                nesterov: bits & 4 != 0,
+                maximize: bits & 8 != 0,
+                is_first_step: false,
+                grad_scale: None,
+            };
             let (mut p, mut b, mut gm) = (p0.clone(), b0.clone(), g.clone());
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { sgd(DType::F32, n, p.as_mut_ptr() as _, gm.as_mut_ptr() as _, b.as_mut_ptr() as _, h, 2) }.unwrap();
+            unsafe { sgd(DType::F32, n, p.as_mut_ptr() as _, gm.as_mut_ptr() as _, b.as_mut_ptr() as _, h, 2) }
+                .unwrap();
             for k in 0..n {
                 let (pk, gk0) = (p0[k] as f64, g[k] as f64);
                 let mut gk = if h.maximize { -gk0 } else { gk0 } + h.weight_decay * pk;
@@ -423,7 +541,10 @@ mod tests {
                     bk = bk * 0.9 + 0.9 * gk;
                     gk = if h.nesterov { gk + 0.9 * bk } else { bk };
                 }
-                assert!((p[k] as f64 - (pk - 0.1 * gk)).abs() < 1e-5 && (b[k] as f64 - bk).abs() < 1e-5, "bits={bits} k={k}");
+                assert!(
+                    (p[k] as f64 - (pk - 0.1 * gk)).abs() < 1e-5 && (b[k] as f64 - bk).abs() < 1e-5,
+                    "bits={bits} k={k}"
+                );
             }
         }
     }

@@ -1,4 +1,4 @@
 //! Optimizer kernels: fused parameter updates and the AMP grad scaler.
 
-pub mod fused;
 pub mod amp;
+pub mod fused;

@@ -12,8 +12,8 @@
 //! by inversion; log-normal as exp(normal), as in PyTorch's CPU kernels.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::layout::Layout;
+use crate::error::{Error, Result};
 use crate::with_real_dtype;
 
 /// A counter-based source of random bits: block `index` -> 128 bits.
@@ -90,7 +90,11 @@ impl Distribution {
             Distribution::Uniform { from, to } => {
                 let v = T::from_f64(self.draw(b));
                 // Rounding into a narrow type can reach `to`; the interval is half-open.
-                if v.to_f64() >= to && to > from { T::from_f64(from) } else { v }
+                if v.to_f64() >= to && to > from {
+                    T::from_f64(from)
+                } else {
+                    v
+                }
             }
             _ => T::from_f64(self.draw(b)),
         }
@@ -104,7 +108,13 @@ impl Distribution {
 ///
 /// # Safety
 /// Every element addressed by `layout` must be valid for writes.
-pub unsafe fn sample(dtype: DType, layout: &Layout<1>, dst: *mut u8, dist: Distribution, bits: &impl BitSource) -> Result<()> {
+pub unsafe fn sample(
+    dtype: DType,
+    layout: &Layout<1>,
+    dst: *mut u8,
+    dist: Distribution,
+    bits: &impl BitSource,
+) -> Result<()> {
     // SAFETY: forwarded caller contract.
     with_real_dtype!(dtype, "random", |T| unsafe { sample_typed::<T>(layout, dst, dist, bits) });
     Ok(())
@@ -132,7 +142,13 @@ unsafe fn sample_typed<T: Element>(layout: &Layout<1>, dst: *mut u8, dist: Distr
 ///
 /// # Safety
 /// Both operands' elements must be valid (`dst` for writes, `p` for reads).
-pub unsafe fn bernoulli_tensor(dtype: DType, layout: &Layout<2>, dst: *mut u8, p: *const f64, bits: &impl BitSource) -> Result<()> {
+pub unsafe fn bernoulli_tensor(
+    dtype: DType,
+    layout: &Layout<2>,
+    dst: *mut u8,
+    p: *const f64,
+    bits: &impl BitSource,
+) -> Result<()> {
     let l = layout.coalesced();
     let last = l.shape.len().saturating_sub(1);
     let ps = l.strides[1].get(last).copied().unwrap_or(1);
@@ -145,7 +161,10 @@ pub unsafe fn bernoulli_tensor(dtype: DType, layout: &Layout<2>, dst: *mut u8, p
         }
     });
     if !valid {
-        return Err(Error::InvalidValue { op: "bernoulli_", reason: "Expected p_in >= 0 && p_in <= 1 to be true, but got false.".into() });
+        return Err(Error::InvalidValue {
+            op: "bernoulli_",
+            reason: "Expected p_in >= 0 && p_in <= 1 to be true, but got false.".into(),
+        });
     }
     // SAFETY: forwarded caller contract.
     with_real_dtype!(dtype, "bernoulli_", |T| unsafe { bernoulli_typed::<T>(layout, dst as *mut T, p, bits) });
@@ -177,13 +196,28 @@ unsafe fn bernoulli_typed<T: Element>(layout: &Layout<2>, dst: *mut T, p: *const
 ///
 /// # Safety
 /// All three operands' elements must be valid (out for writes).
-pub unsafe fn masked_scale(dtype: DType, layout: &Layout<3>, out: *mut u8, input: *const u8, mask: *const bool, scale: f64) -> Result<()> {
+pub unsafe fn masked_scale(
+    dtype: DType,
+    layout: &Layout<3>,
+    out: *mut u8,
+    input: *const u8,
+    mask: *const bool,
+    scale: f64,
+) -> Result<()> {
     // SAFETY: forwarded caller contract.
-    with_real_dtype!(dtype, "masked_scale", |T| unsafe { masked_scale_typed::<T>(layout, out as *mut T, input as *const T, mask, scale) });
+    with_real_dtype!(dtype, "masked_scale", |T| unsafe {
+        masked_scale_typed::<T>(layout, out as *mut T, input as *const T, mask, scale)
+    });
     Ok(())
 }
 
-unsafe fn masked_scale_typed<T: Element>(layout: &Layout<3>, out: *mut T, input: *const T, mask: *const bool, scale: f64) {
+unsafe fn masked_scale_typed<T: Element>(
+    layout: &Layout<3>,
+    out: *mut T,
+    input: *const T,
+    mask: *const bool,
+    scale: f64,
+) {
     let l = layout.coalesced();
     let last = l.shape.len().saturating_sub(1);
     let s = |k: usize| l.strides[k].get(last).copied().unwrap_or(1);
@@ -193,7 +227,8 @@ unsafe fn masked_scale_typed<T: Element>(layout: &Layout<3>, out: *mut T, input:
             // SAFETY: all offsets are in the caller's layout.
             unsafe {
                 let keep = mask.offset(om + i * sm).read_unaligned();
-                let v = if keep { input.offset(oi + i * si).read_unaligned().mul_scalar(scale) } else { T::from_i64(0) };
+                let v =
+                    if keep { input.offset(oi + i * si).read_unaligned().mul_scalar(scale) } else { T::from_i64(0) };
                 out.offset(oo + i * so).write_unaligned(v);
             }
         }
@@ -223,15 +258,29 @@ pub fn randperm(n: usize, bits: &impl BitSource) -> Vec<i64> {
 ///
 /// Errors: [`Error::InvalidValue`] with CPU PyTorch's messages for a negative,
 /// infinite or NaN weight, or a row summing to 0.
-pub fn multinomial<T: Element>(weights: &[T], rows: usize, categories: usize, samples: usize, replacement: bool, bits: &impl BitSource, out: &mut [i64]) -> Result<()> {
+pub fn multinomial<T: Element>(
+    weights: &[T],
+    rows: usize,
+    categories: usize,
+    samples: usize,
+    replacement: bool,
+    bits: &impl BitSource,
+    out: &mut [i64],
+) -> Result<()> {
     for r in 0..rows {
         let w: Vec<f64> = weights[r * categories..(r + 1) * categories].iter().map(|x| x.to_f64()).collect();
         if w.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            return Err(Error::InvalidValue { op: "multinomial", reason: "probability tensor contains either `inf`, `nan` or element < 0".into() });
+            return Err(Error::InvalidValue {
+                op: "multinomial",
+                reason: "probability tensor contains either `inf`, `nan` or element < 0".into(),
+            });
         }
         let total: f64 = w.iter().sum();
         if total <= 0.0 {
-            return Err(Error::InvalidValue { op: "multinomial", reason: "invalid multinomial distribution (sum of probabilities <= 0)".into() });
+            return Err(Error::InvalidValue {
+                op: "multinomial",
+                reason: "invalid multinomial distribution (sum of probabilities <= 0)".into(),
+            });
         }
         let row_out = &mut out[r * samples..(r + 1) * samples];
         if replacement {
@@ -327,13 +376,19 @@ mod tests {
         let mut v = vec![0i16; 10_000];
         let l = Layout::new("t", &[10_000], [&[1]]).unwrap();
         // SAFETY: 10_000 elements.
-        unsafe { sample(DType::I16, &l, v.as_mut_ptr() as *mut u8, Distribution::Integers { base: -3, range: 7 }, &bits).unwrap() };
+        unsafe {
+            sample(DType::I16, &l, v.as_mut_ptr() as *mut u8, Distribution::Integers { base: -3, range: 7 }, &bits)
+                .unwrap()
+        };
         assert!(v.iter().all(|x| (-3..4).contains(x)));
         assert!((-3..4).all(|k| v.contains(&k)));
         let mut h = vec![half::bf16::ZERO; 50_000];
         let l = Layout::new("t", &[50_000], [&[1]]).unwrap();
         // SAFETY: 50_000 elements.
-        unsafe { sample(DType::BF16, &l, h.as_mut_ptr() as *mut u8, Distribution::Uniform { from: 0.0, to: 1.0 }, &bits).unwrap() };
+        unsafe {
+            sample(DType::BF16, &l, h.as_mut_ptr() as *mut u8, Distribution::Uniform { from: 0.0, to: 1.0 }, &bits)
+                .unwrap()
+        };
         assert!(h.iter().all(|x| x.to_f64() >= 0.0 && x.to_f64() < 1.0));
     }
 
@@ -344,12 +399,17 @@ mod tests {
         let mut strided = vec![0f64; 12];
         let l = Layout::new("t", &[6], [&[2]]).unwrap();
         // SAFETY: 6 elements at stride 2 within 12.
-        unsafe { sample(DType::F64, &l, strided.as_mut_ptr() as *mut u8, Distribution::Normal { mean: 0.0, std: 1.0 }, &bits).unwrap() };
+        unsafe {
+            sample(DType::F64, &l, strided.as_mut_ptr() as *mut u8, Distribution::Normal { mean: 0.0, std: 1.0 }, &bits)
+                .unwrap()
+        };
         assert_eq!(strided.iter().step_by(2).copied().collect::<Vec<_>>(), contiguous);
         assert!(strided.iter().skip(1).step_by(2).all(|x| *x == 0.0));
         let l = Layout::new("t", &[2], [&[1]]).unwrap();
         // SAFETY: rejected before any access.
-        assert!(unsafe { sample(DType::C64, &l, std::ptr::null_mut(), Distribution::Bernoulli { p: 0.5 }, &bits) }.is_err());
+        assert!(
+            unsafe { sample(DType::C64, &l, std::ptr::null_mut(), Distribution::Bernoulli { p: 0.5 }, &bits) }.is_err()
+        );
     }
 
     #[test]
@@ -358,7 +418,8 @@ mod tests {
         let mut untouched = [3.0f32; 2];
         let l2 = Layout::new("t", &[2], [&[1], &[1]]).unwrap();
         // SAFETY: 2 elements each.
-        assert!(unsafe { bernoulli_tensor(DType::F32, &l2, untouched.as_mut_ptr() as *mut u8, bad.as_ptr(), &bits) }.is_err());
+        assert!(unsafe { bernoulli_tensor(DType::F32, &l2, untouched.as_mut_ptr() as *mut u8, bad.as_ptr(), &bits) }
+            .is_err());
         assert_eq!(untouched, [3.0, 3.0], "nothing is written when a probability is invalid");
         let p = [0.0f64, 1.0, 0.0, 1.0];
         let mut out = [7.0f32; 4];
@@ -371,7 +432,10 @@ mod tests {
         let mut res = [9.0f32; 4];
         let l = Layout::new("t", &[4], [&[1], &[1], &[1]]).unwrap();
         // SAFETY: 4 elements each.
-        unsafe { masked_scale(DType::F32, &l, res.as_mut_ptr() as *mut u8, input.as_ptr() as *const u8, mask.as_ptr(), 2.0).unwrap() };
+        unsafe {
+            masked_scale(DType::F32, &l, res.as_mut_ptr() as *mut u8, input.as_ptr() as *const u8, mask.as_ptr(), 2.0)
+                .unwrap()
+        };
         assert_eq!(res, [2.0, 0.0, 6.0, 0.0]);
     }
 

@@ -7,18 +7,33 @@
 //! only differs where a float16/bfloat16 bin exceeds 2048/256 elements.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::tasks_for;
+use crate::error::{Error, Result};
 
 /// The integral dtypes CPU's `bincount` dispatches (`AT_DISPATCH_INTEGRAL_TYPES`).
 macro_rules! with_bincount_dtype {
     ($dtype:expr, |$T:ident| $body:expr) => {
         match $dtype {
-            DType::U8 => { type $T = u8; $body }
-            DType::I8 => { type $T = i8; $body }
-            DType::I16 => { type $T = i16; $body }
-            DType::I32 => { type $T = i32; $body }
-            DType::I64 => { type $T = i64; $body }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
             d => return Err(Error::UnsupportedDtype { op: "bincount", dtype: d }),
         }
     };
@@ -62,7 +77,15 @@ pub struct Weights {
 ///
 /// # Safety
 /// `data` as in [`bincount_range`], the weights likewise; `out` holds `nbins` writable elements.
-pub unsafe fn bincount(dtype: DType, n: usize, data: *const u8, stride: isize, weights: Option<Weights>, out: *mut u8, nbins: usize) -> Result<()> {
+pub unsafe fn bincount(
+    dtype: DType,
+    n: usize,
+    data: *const u8,
+    stride: isize,
+    weights: Option<Weights>,
+    out: *mut u8,
+    nbins: usize,
+) -> Result<()> {
     unsafe fn count<T: Element, W: Element + std::ops::AddAssign + Default>(
         n: usize,
         data: *const u8,
@@ -92,11 +115,25 @@ pub unsafe fn bincount(dtype: DType, n: usize, data: *const u8, stride: isize, w
             None => unsafe { count::<T, i64>(n, data, stride, |_| 1, out as *mut i64, nbins) },
             // SAFETY: caller contract.
             Some(w) if w.dtype == DType::F32 => unsafe {
-                count::<T, f32>(n, data, stride, |i| (w.ptr as *const f32).offset(i as isize * w.stride).read_unaligned(), out as *mut f32, nbins)
+                count::<T, f32>(
+                    n,
+                    data,
+                    stride,
+                    |i| (w.ptr as *const f32).offset(i as isize * w.stride).read_unaligned(),
+                    out as *mut f32,
+                    nbins,
+                )
             },
             // SAFETY: caller contract.
             Some(w) if w.dtype == DType::F64 => unsafe {
-                count::<T, f64>(n, data, stride, |i| (w.ptr as *const f64).offset(i as isize * w.stride).read_unaligned(), out as *mut f64, nbins)
+                count::<T, f64>(
+                    n,
+                    data,
+                    stride,
+                    |i| (w.ptr as *const f64).offset(i as isize * w.stride).read_unaligned(),
+                    out as *mut f64,
+                    nbins,
+                )
             },
             Some(w) => Err(Error::UnsupportedDtype { op: "bincount (weights)", dtype: w.dtype }),
         }
@@ -154,7 +191,15 @@ pub struct Bins {
 ///
 /// # Safety
 /// Pointers address the stated elements; `hist` does not overlap the inputs.
-pub unsafe fn histc(dtype: DType, n: usize, input: *const u8, stride: isize, bins: Bins, hist: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn histc(
+    dtype: DType,
+    n: usize,
+    input: *const u8,
+    stride: isize,
+    bins: Bins,
+    hist: *mut u8,
+    threads: usize,
+) -> Result<()> {
     let nedges = bins.nedges;
     if nedges < 2 {
         return Err(Error::InvalidLayout { op: "histc", reason: format!("{nedges} bin edges") });
@@ -202,7 +247,11 @@ unsafe fn histc_typed<T: BinFloat>(n: usize, input: usize, stride: isize, bins: 
     };
     let tasks = tasks_for(n, 1, threads);
     let chunk = n.div_ceil(tasks).max(1);
-    let partial: Vec<Vec<i64>> = if tasks <= 1 { vec![count(0, n)] } else { crate::engine::iter::map_tasks(tasks, |t| count((t * chunk).min(n), ((t + 1) * chunk).min(n))) };
+    let partial: Vec<Vec<i64>> = if tasks <= 1 {
+        vec![count(0, n)]
+    } else {
+        crate::engine::iter::map_tasks(tasks, |t| count((t * chunk).min(n), ((t + 1) * chunk).min(n)))
+    };
     for b in 0..bins {
         let total: i64 = partial.iter().map(|p| p[b]).sum();
         // SAFETY: caller contract; b < bins.
@@ -226,13 +275,17 @@ mod tests {
         assert_eq!(unsafe { bincount_range(DType::U8, 0, std::ptr::null(), 1) }.unwrap(), None);
         let mut out = [7i64; 11];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, None, out.as_mut_ptr() as *mut u8, 11) }.unwrap();
+        unsafe { bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, None, out.as_mut_ptr() as *mut u8, 11) }
+            .unwrap();
         assert_eq!(out, [1, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0]);
         let w = [0.1f32, 0.2, 0.3, 0.4, 0.5, 0.6];
         let mut out = [0f32; 10];
         let weights = Weights { dtype: DType::F32, ptr: w.as_ptr() as *const u8, stride: 1 };
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, Some(weights), out.as_mut_ptr() as *mut u8, 10) }.unwrap();
+        unsafe {
+            bincount(DType::I16, 6, data.as_ptr() as *const u8, 1, Some(weights), out.as_mut_ptr() as *mut u8, 10)
+        }
+        .unwrap();
         // input order: ((0.1 + 0.3) + 0.6) in float
         assert_eq!(out[3], (0.1f32 + 0.3) + 0.6);
         assert_eq!((out[0], out[1], out[9]), (0.2, 0.4, 0.5));
@@ -272,13 +325,35 @@ mod tests {
             for threads in [1, 4] {
                 let mut h = vec![0f64; 8];
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { histc(DType::F64, values.len(), values.as_ptr() as *const u8, 1, Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: local }, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                unsafe {
+                    histc(
+                        DType::F64,
+                        values.len(),
+                        values.as_ptr() as *const u8,
+                        1,
+                        Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: local },
+                        h.as_mut_ptr() as *mut u8,
+                        threads,
+                    )
+                }
+                .unwrap();
                 assert_eq!(h, want);
                 let v32: Vec<f32> = values.iter().map(|&v| v as f32).collect();
                 let e32: Vec<f32> = edges.iter().map(|&v| v as f32).collect();
                 let mut h = vec![0f32; 8];
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { histc(DType::F32, v32.len(), v32.as_ptr() as *const u8, 1, Bins { edges: e32.as_ptr() as *const u8, nedges: 9, local_search: local }, h.as_mut_ptr() as *mut u8, threads) }.unwrap();
+                unsafe {
+                    histc(
+                        DType::F32,
+                        v32.len(),
+                        v32.as_ptr() as *const u8,
+                        1,
+                        Bins { edges: e32.as_ptr() as *const u8, nedges: 9, local_search: local },
+                        h.as_mut_ptr() as *mut u8,
+                        threads,
+                    )
+                }
+                .unwrap();
                 assert_eq!(h.iter().map(|&x| x as f64).collect::<Vec<_>>(), want);
             }
         }
@@ -286,11 +361,32 @@ mod tests {
         let eh: Vec<half::f16> = edges.iter().map(|&v| half::f16::from_f64(v)).collect();
         let mut h = vec![half::f16::ZERO; 8];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { histc(DType::F16, 200, vh.as_ptr() as *const u8, 1, Bins { edges: eh.as_ptr() as *const u8, nedges: 9, local_search: true }, h.as_mut_ptr() as *mut u8, 1) }.unwrap();
+        unsafe {
+            histc(
+                DType::F16,
+                200,
+                vh.as_ptr() as *const u8,
+                1,
+                Bins { edges: eh.as_ptr() as *const u8, nedges: 9, local_search: true },
+                h.as_mut_ptr() as *mut u8,
+                1,
+            )
+        }
+        .unwrap();
         let wanth = naive(&vh.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), &edges);
         assert_eq!(h.iter().map(|v| v.to_f64()).collect::<Vec<_>>(), wanth);
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { histc(DType::I64, 0, std::ptr::null(), 1, Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: false }, h.as_mut_ptr() as *mut u8, 1) };
+        let e = unsafe {
+            histc(
+                DType::I64,
+                0,
+                std::ptr::null(),
+                1,
+                Bins { edges: edges.as_ptr() as *const u8, nedges: 9, local_search: false },
+                h.as_mut_ptr() as *mut u8,
+                1,
+            )
+        };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "histc", dtype: DType::I64 }));
     }
 }

@@ -43,9 +43,18 @@ impl<T: NonZero> NonZero for [T; 2] {
 macro_rules! with_nz_type {
     ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
         match $dtype {
-            DType::C32 => { type $T = [half::f16; 2]; $body }
-            DType::C64 => { type $T = [f32; 2]; $body }
-            DType::C128 => { type $T = [f64; 2]; $body }
+            DType::C32 => {
+                type $T = [half::f16; 2];
+                $body
+            }
+            DType::C64 => {
+                type $T = [f32; 2];
+                $body
+            }
+            DType::C128 => {
+                type $T = [f64; 2];
+                $body
+            }
             d => with_real_dtype!(d, $op, |$T| $body),
         }
     };
@@ -53,7 +62,10 @@ macro_rules! with_nz_type {
 
 fn check_layout(op: &'static str, shape: &[usize], strides: &[isize]) -> Result<()> {
     if shape.len() != strides.len() {
-        return Err(Error::InvalidLayout { op, reason: format!("{} strides for {} dimensions", strides.len(), shape.len()) });
+        return Err(Error::InvalidLayout {
+            op,
+            reason: format!("{} strides for {} dimensions", strides.len(), shape.len()),
+        });
     }
     Ok(())
 }
@@ -66,7 +78,12 @@ fn check_layout(op: &'static str, shape: &[usize], strides: &[isize]) -> Result<
 /// # Safety
 /// Every element addressed by `shape`/`strides` (in elements of `T`) from
 /// `data` must be readable as `T`.
-unsafe fn for_each_row<T>(shape: &[usize], strides: &[isize], data: *const T, mut f: impl FnMut(&[usize], *const T, usize, isize) -> Result<()>) -> Result<()> {
+unsafe fn for_each_row<T>(
+    shape: &[usize],
+    strides: &[isize],
+    data: *const T,
+    mut f: impl FnMut(&[usize], *const T, usize, isize) -> Result<()>,
+) -> Result<()> {
     let nd = shape.len();
     if nd == 0 {
         return f(&[], data, 1, 0);
@@ -144,10 +161,20 @@ pub unsafe fn count_nonzero(dtype: DType, shape: &[usize], strides: &[isize], da
 ///
 /// # Safety
 /// As [`count_nonzero`]; `out` must address `count * shape.len()` writable int64.
-pub unsafe fn nonzero(dtype: DType, shape: &[usize], strides: &[isize], data: *const u8, out: *mut i64, count: usize) -> Result<()> {
+pub unsafe fn nonzero(
+    dtype: DType,
+    shape: &[usize],
+    strides: &[isize],
+    data: *const u8,
+    out: *mut i64,
+    count: usize,
+) -> Result<()> {
     check_layout("nonzero", shape, strides)?;
     let nd = shape.len();
-    let changed = || Error::InvalidValue { op: "nonzero", reason: format!("nonzero: the tensor changed while its {count} nonzero elements were being listed") };
+    let changed = || Error::InvalidValue {
+        op: "nonzero",
+        reason: format!("nonzero: the tensor changed while its {count} nonzero elements were being listed"),
+    };
     with_nz_type!(dtype, "nonzero", |T| {
         let mut found = 0usize;
         // SAFETY: caller contract; rows are written only while found < count.
@@ -290,7 +317,7 @@ mod tests {
         let e = unsafe { nonzero(DType::F32, &[3], &[1], p, out.as_mut_ptr(), 1) };
         assert!(matches!(e, Err(Error::InvalidValue { op: "nonzero", .. })));
         assert_eq!(out, [0, -1, -1, -1]); // nothing past `count` rows
-        // SAFETY: the pointers address live local buffers sized for the call.
+                                          // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { nonzero(DType::F32, &[3], &[1], p, out.as_mut_ptr(), 3) };
         assert!(matches!(e, Err(Error::InvalidValue { .. })));
         // SAFETY: the pointers address live local buffers sized for the call.

@@ -25,8 +25,8 @@
 //! themselves (one [`Reducer`] per op) are in [`super::reducers`].
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{for_each_range, load, store, tasks_for, Operand, TensorIter, BLOCK, GRAIN};
+use crate::error::{Error, Result};
 
 use super::reducers::{ArgExtremum, CountNonzero, Extremum, Logical, Norm, Prod, Sum, Welford};
 
@@ -54,9 +54,14 @@ pub enum ReduceOp {
     Min,
     /// Welford variance with `correction`; `take_sqrt` gives the standard
     /// deviation. A second output, when present, receives the mean.
-    StdVar { correction: f64, take_sqrt: bool },
+    StdVar {
+        correction: f64,
+        take_sqrt: bool,
+    },
     /// Vector p-norm (`inf`, `-inf`, 0, 1, 2 or any other p).
-    Norm { p: f64 },
+    Norm {
+        p: f64,
+    },
     /// Elements that are not zero (NaN counts), into int64, from any real dtype.
     CountNonzero,
 }
@@ -202,8 +207,22 @@ fn split(it: &TensorIter) -> Split {
     let nout = it.noutputs;
     let input = it.ntensors() - 1;
     let is_reduced = |d: usize| it.shape[d] != 1 && (0..nout).all(|k| it.strides[k][d] == 0);
-    let mut kept = TensorIter { shape: vec![], operands: it.operands.clone(), strides: vec![vec![]; it.ntensors()], noutputs: nout, threads: it.threads, round_through: None };
-    let mut reduced = TensorIter { shape: vec![], operands: vec![it.operands[input]], strides: vec![vec![]], noutputs: 0, threads: it.threads, round_through: None };
+    let mut kept = TensorIter {
+        shape: vec![],
+        operands: it.operands.clone(),
+        strides: vec![vec![]; it.ntensors()],
+        noutputs: nout,
+        threads: it.threads,
+        round_through: None,
+    };
+    let mut reduced = TensorIter {
+        shape: vec![],
+        operands: vec![it.operands[input]],
+        strides: vec![vec![]],
+        noutputs: 0,
+        threads: it.threads,
+        round_through: None,
+    };
     for d in 0..it.shape.len() {
         if is_reduced(d) {
             reduced.shape.push(it.shape[d]);
@@ -247,7 +266,14 @@ fn split(it: &TensorIter) -> Split {
 ///
 /// # Safety
 /// The addressed input elements are readable.
-unsafe fn fold_range<R: Reducer>(r: &R, red: &TensorIter, base: isize, start: usize, end: usize, s: &mut R::State) -> Result<()> {
+unsafe fn fold_range<R: Reducer>(
+    r: &R,
+    red: &TensorIter,
+    base: isize,
+    start: usize,
+    end: usize,
+    s: &mut R::State,
+) -> Result<()> {
     let input: Operand = red.operands[0];
     let stride = red.inner_stride(0);
     let direct = input.dtype == R::In::DTYPE && stride == std::mem::size_of::<R::In>() as isize;
@@ -346,7 +372,8 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                     let parts: Vec<Result<R::State>> = crate::engine::iter::map_tasks(tasks, |t| {
                         let mut s = r.init();
                         // SAFETY: forwarded contract.
-                        unsafe { fold_range(r, &sp.reduced, offs[input], t * chunk, ((t + 1) * chunk).min(nr), &mut s) }.map(|_| s)
+                        unsafe { fold_range(r, &sp.reduced, offs[input], t * chunk, ((t + 1) * chunk).min(nr), &mut s) }
+                            .map(|_| s)
                     });
                     let mut s = r.init();
                     for p in parts {
@@ -405,7 +432,12 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                             }
                             if contiguous && first + 4 <= rlen {
                                 // SAFETY: rows `first..first + 4` hold n contiguous elements of the accumulation type.
-                                let row = |k: usize| unsafe { std::slice::from_raw_parts(in_op.ptr.offset(base + roffs[0] + (first + k) as isize * rs) as *const R::In, n) };
+                                let row = |k: usize| unsafe {
+                                    std::slice::from_raw_parts(
+                                        in_op.ptr.offset(base + roffs[0] + (first + k) as isize * rs) as *const R::In,
+                                        n,
+                                    )
+                                };
                                 r.step_rows(&mut states[..n], [row(0), row(1), row(2), row(3)], index);
                                 index += 4;
                                 first += 4;
@@ -417,7 +449,11 @@ pub(crate) unsafe fn run_reducer<R: Reducer>(r: &R, it: &TensorIter) -> Result<(
                             let p = unsafe { in_op.ptr.offset(off) };
                             if contiguous {
                                 // SAFETY: n contiguous elements of the accumulation type.
-                                r.step_lanes(&mut states[..n], unsafe { std::slice::from_raw_parts(p as *const R::In, n) }, index);
+                                r.step_lanes(
+                                    &mut states[..n],
+                                    unsafe { std::slice::from_raw_parts(p as *const R::In, n) },
+                                    index,
+                                );
                             } else {
                                 // SAFETY: n contiguous elements of the accumulation type.
                                 if let Err(e) = unsafe { load::<R::In>(in_op.dtype, p, s_in, n, &mut buf) } {
@@ -470,9 +506,18 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     macro_rules! by_acc {
         ($dt:expr, |$A:ident| $e:expr) => {
             match $dt {
-                DType::F32 | DType::F16 | DType::BF16 => { type $A = f32; $e }
-                DType::F64 => { type $A = f64; $e }
-                _ => { type $A = i64; $e }
+                DType::F32 | DType::F16 | DType::BF16 => {
+                    type $A = f32;
+                    $e
+                }
+                DType::F64 => {
+                    type $A = f64;
+                    $e
+                }
+                _ => {
+                    type $A = i64;
+                    $e
+                }
             }
         };
     }
@@ -480,7 +525,10 @@ pub unsafe fn reduce(op: ReduceOp, it: &TensorIter) -> Result<()> {
     unsafe {
         match op {
             ReduceOp::Sum | ReduceOp::Mean | ReduceOp::NanSum => {
-                by_acc!(out_dt, |A| run_reducer(&Sum::<A> { mean: op == ReduceOp::Mean, skip_nan: op == ReduceOp::NanSum, _a: P }, it))
+                by_acc!(out_dt, |A| run_reducer(
+                    &Sum::<A> { mean: op == ReduceOp::Mean, skip_nan: op == ReduceOp::NanSum, _a: P },
+                    it
+                ))
             }
             ReduceOp::Prod => by_acc!(out_dt, |A| run_reducer(&Prod::<A>(P), it)),
             ReduceOp::Amax | ReduceOp::Amin => {
@@ -525,7 +573,14 @@ mod tests {
 
     /// Reduces a (rows, cols) row-major f32 matrix along `dim` (PyTorch order)
     /// through a TensorIter laid out as make_reduction would, and returns the result.
-    fn reduce_2d<O: Element>(op: ReduceOp, x: &mut [f32], rows: usize, cols: usize, dim: usize, threads: usize) -> Vec<O> {
+    fn reduce_2d<O: Element>(
+        op: ReduceOp,
+        x: &mut [f32],
+        rows: usize,
+        cols: usize,
+        dim: usize,
+        threads: usize,
+    ) -> Vec<O> {
         let nout = if dim == 0 { cols } else { rows };
         let mut out = vec![O::from_i64(0); nout];
         let os = std::mem::size_of::<O>() as i64;
@@ -570,12 +625,21 @@ mod tests {
         let mut out = [0f32];
         let mut idx = [0i64];
         for (op, want) in [(ReduceOp::Sum, x.iter().map(|&v| v as f64).sum::<f64>()), (ReduceOp::Amax, 100.0)] {
-            let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
+            let it = TensorIter::new(
+                "t",
+                &[n as i64],
+                vec![(operand(&mut out), &[0][..]), (operand(&mut x), &[4][..])],
+                1,
+                4,
+            )
+            .unwrap();
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { reduce(op, &it) }.unwrap();
             assert_eq!(out[0] as f64, want, "{op:?}");
         }
-        let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut idx), &[0][..]), (operand(&mut x), &[4][..])], 1, 4).unwrap();
+        let it =
+            TensorIter::new("t", &[n as i64], vec![(operand(&mut idx), &[0][..]), (operand(&mut x), &[4][..])], 1, 4)
+                .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { reduce(ReduceOp::ArgMax, &it) }.unwrap();
         assert_eq!(idx[0], (n - 2) as i64);
@@ -713,7 +777,8 @@ mod tests {
         let mut flags: Vec<bool> = (0..n).map(|i| i % 3 == 0).collect();
         let mut out = [0i64];
         let mut run = |op: ReduceOp, input: Operand, esz: i64| {
-            let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (input, &[esz][..])], 1, 2).unwrap();
+            let it = TensorIter::new("t", &[n as i64], vec![(operand(&mut out), &[0][..]), (input, &[esz][..])], 1, 2)
+                .unwrap();
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe { reduce(op, &it) }.unwrap();
             out[0]
@@ -729,7 +794,9 @@ mod tests {
         assert_eq!(run(ReduceOp::Prod, operand(&mut small), 1), 6);
         let mut floats = vec![0.0f32, -0.0, f32::NAN, 1e-40, 2.0];
         let mut out = [0i64];
-        let it = TensorIter::new("t", &[5], vec![(operand(&mut out), &[0][..]), (operand(&mut floats), &[4][..])], 1, 1).unwrap();
+        let it =
+            TensorIter::new("t", &[5], vec![(operand(&mut out), &[0][..]), (operand(&mut floats), &[4][..])], 1, 1)
+                .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { reduce(ReduceOp::CountNonzero, &it) }.unwrap();
         assert_eq!(out[0], 3);

@@ -21,12 +21,16 @@ fn sum_lanes<A: Num>(xs: &[A]) -> A {
         // SAFETY: A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
             // SAFETY: A is the slice's element type, checked by its dtype.
-            let t = crate::engine::lanes::avx2::sum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            let t = crate::engine::lanes::avx2::sum_f32(unsafe {
+                std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len())
+            });
             return A::from_f64(t as f64);
         }
         if A::DTYPE == DType::F64 {
             // SAFETY: A is the slice's element type, checked by its dtype.
-            let t = crate::engine::lanes::avx2::sum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            let t = crate::engine::lanes::avx2::sum_f64(unsafe {
+                std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len())
+            });
             return A::from_f64(t);
         }
     }
@@ -57,12 +61,16 @@ fn nansum_lanes<A: Num>(xs: &[A]) -> A {
         // SAFETY: A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
             // SAFETY: A is the slice's element type, checked by its dtype.
-            let t = crate::engine::lanes::avx2::nansum_f32(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            let t = crate::engine::lanes::avx2::nansum_f32(unsafe {
+                std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len())
+            });
             return A::from_f64(t as f64);
         }
         if A::DTYPE == DType::F64 {
             // SAFETY: A is the slice's element type, checked by its dtype.
-            let t = crate::engine::lanes::avx2::nansum_f64(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            let t = crate::engine::lanes::avx2::nansum_f64(unsafe {
+                std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len())
+            });
             return A::from_f64(t);
         }
     }
@@ -229,12 +237,16 @@ fn extremum_lanes<A: Num, const MAX: bool>(xs: &[A]) -> (A, bool) {
         // SAFETY: A is the slice's element type, checked by its dtype.
         if A::DTYPE == DType::F32 {
             // SAFETY: A is the slice's element type, checked by its dtype.
-            let (v, nan) = crate::engine::lanes::avx2::extremum_f32::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len()) });
+            let (v, nan) = crate::engine::lanes::avx2::extremum_f32::<MAX>(unsafe {
+                std::slice::from_raw_parts(xs.as_ptr() as *const f32, xs.len())
+            });
             return (A::from_f64(v as f64), nan);
         }
         if A::DTYPE == DType::F64 {
             // SAFETY: A is the slice's element type, checked by its dtype.
-            let (v, nan) = crate::engine::lanes::avx2::extremum_f64::<MAX>(unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len()) });
+            let (v, nan) = crate::engine::lanes::avx2::extremum_f64::<MAX>(unsafe {
+                std::slice::from_raw_parts(xs.as_ptr() as *const f64, xs.len())
+            });
             return (A::from_f64(v), nan);
         }
     }
@@ -277,7 +289,11 @@ impl Reducer for Logical {
         *s = if self.all { *s & x } else { *s | x };
     }
     fn combine(&self, a: bool, b: bool) -> bool {
-        if self.all { a & b } else { a | b }
+        if self.all {
+            a & b
+        } else {
+            a | b
+        }
     }
     fn finish(&self, s: bool, _: usize) -> [bool; 2] {
         [s, false]
@@ -330,7 +346,11 @@ impl<A: Num> Reducer for ArgExtremum<A> {
     }
     fn finish(&self, s: Self::State, _: usize) -> [f64; 2] {
         let (v, i) = s.map_or((0.0, 0.0), |(v, i)| (v.to_f64(), i as f64));
-        if self.with_values { [v, i] } else { [i, 0.0] }
+        if self.with_values {
+            [v, i]
+        } else {
+            [i, 0.0]
+        }
     }
 }
 
@@ -403,7 +423,11 @@ impl<F: Float> Reducer for Norm<F> {
     type State = F;
     type Out = F;
     fn init(&self) -> F {
-        if self.p == f64::NEG_INFINITY { F::infinity() } else { F::ZERO }
+        if self.p == f64::NEG_INFINITY {
+            F::infinity()
+        } else {
+            F::ZERO
+        }
     }
     #[inline(always)]
     fn step(&self, s: &mut F, x: F, _: i64) {

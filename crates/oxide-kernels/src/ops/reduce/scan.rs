@@ -20,9 +20,9 @@
 //!   (`cummax_cummin_helper`).
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{load, store, tasks_for, try_for_each_range, BLOCK};
 use crate::engine::math::Num;
+use crate::error::{Error, Result};
 use crate::with_real_dtype;
 
 /// Which cumulative operation [`scan`] runs.
@@ -126,8 +126,19 @@ pub struct View<'a> {
 /// of `indices` writable as i64, for the duration of the call. Outputs must
 /// not overlap each other, and may overlap the input only element for element
 /// (same address for the same index).
-pub unsafe fn scan(op: ScanOp, shape: &[usize], dim: usize, input: View, out: View, indices: Option<(*mut i64, &[isize])>, threads: usize) -> Result<()> {
-    let (View { dtype: in_dtype, ptr: input, strides: in_strides }, View { dtype: out_dtype, ptr: out, strides: out_strides }) = (input, out);
+pub unsafe fn scan(
+    op: ScanOp,
+    shape: &[usize],
+    dim: usize,
+    input: View,
+    out: View,
+    indices: Option<(*mut i64, &[isize])>,
+    threads: usize,
+) -> Result<()> {
+    let (
+        View { dtype: in_dtype, ptr: input, strides: in_strides },
+        View { dtype: out_dtype, ptr: out, strides: out_strides },
+    ) = (input, out);
     let name = op.name();
     let nd = shape.len();
     let layout = |reason: String| Err(Error::InvalidLayout { op: name, reason });
@@ -135,7 +146,11 @@ pub unsafe fn scan(op: ScanOp, shape: &[usize], dim: usize, input: View, out: Vi
         return layout(format!("dimension {dim} out of range for {nd} dimensions"));
     }
     if in_strides.len() != nd || out_strides.len() != nd {
-        return layout(format!("{} input and {} output strides for {nd} dimensions", in_strides.len(), out_strides.len()));
+        return layout(format!(
+            "{} input and {} output strides for {nd} dimensions",
+            in_strides.len(),
+            out_strides.len()
+        ));
     }
     let extremum = matches!(op, ScanOp::CumMax | ScanOp::CumMin);
     let (idx_ptr, idx_strides): (*mut i64, &[isize]) = match indices {
@@ -252,7 +267,13 @@ unsafe fn sum_prod<O: ScanAcc>(prod: bool, line: &Line, lines: &Lines, start: us
 ///
 /// # Safety
 /// As [`scan`]; `in_dtype` is `T`'s dtype and `line.idx` is non-null.
-unsafe fn extremum_lines<T: Element + PartialOrd>(max: bool, line: &Line, lines: &Lines, start: usize, end: usize) -> Result<()> {
+unsafe fn extremum_lines<T: Element + PartialOrd>(
+    max: bool,
+    line: &Line,
+    lines: &Lines,
+    start: usize,
+    end: usize,
+) -> Result<()> {
     #[inline(always)]
     fn is_nan<T: PartialOrd>(x: T) -> bool {
         x.partial_cmp(&x).is_none()
@@ -279,7 +300,9 @@ unsafe fn extremum_lines<T: Element + PartialOrd>(max: bool, line: &Line, lines:
                 }
                 vals.push(best);
                 // SAFETY: caller contract: element j of the index line is writable as i64.
-                unsafe { ((line.idx as *mut u8).offset(o[2] + j as isize * line.idx_stride) as *mut i64).write_unaligned(at) };
+                unsafe {
+                    ((line.idx as *mut u8).offset(o[2] + j as isize * line.idx_stride) as *mut i64).write_unaligned(at)
+                };
             }
             // SAFETY: caller contract: elements i..i+m of the value line are writable as out_dtype.
             unsafe {
@@ -322,7 +345,12 @@ mod tests {
 
     /// Reference: `f(line values) -> outputs` applied to each line of a
     /// logical tensor `x` (row-major, contiguous) along `dim`.
-    fn per_line<X: Copy, Y: Copy + Default>(shape: &[usize], dim: usize, x: &[X], f: impl Fn(&[X]) -> Vec<Y>) -> Vec<Y> {
+    fn per_line<X: Copy, Y: Copy + Default>(
+        shape: &[usize],
+        dim: usize,
+        x: &[X],
+        f: impl Fn(&[X]) -> Vec<Y>,
+    ) -> Vec<Y> {
         let cs = contiguous(shape);
         let step = cs[dim] as usize;
         let mut y = vec![Y::default(); x.len()];
@@ -383,11 +411,12 @@ mod tests {
 
     fn cumsum_ref(line: &[f64]) -> Vec<f64> {
         let mut acc = 0.0;
-        line.iter().map(|&v| {
-            acc += v;
-            acc
-        })
-        .collect()
+        line.iter()
+            .map(|&v| {
+                acc += v;
+                acc
+            })
+            .collect()
     }
 
     /// PyTorch's cummax/cummin rule, in f64.
@@ -439,11 +468,13 @@ mod tests {
         let x: Vec<i64> = vec![3, -2, 5, 1 << 40, 1 << 40];
         let (got, _) = run::<i64, i64>(ScanOp::CumProd, &[5], 0, &x, &[1], 1);
         let mut acc = 1i64;
-        let want: Vec<i64> = x.iter().map(|&v| {
-            acc = acc.wrapping_mul(v);
-            acc
-        })
-        .collect();
+        let want: Vec<i64> = x
+            .iter()
+            .map(|&v| {
+                acc = acc.wrapping_mul(v);
+                acc
+            })
+            .collect();
         assert_eq!(got, want);
         // Float input to an int64 output truncates each element first.
         let x: Vec<f32> = vec![1.7, 1.7, -0.5, 2.9];
@@ -542,7 +573,8 @@ mod tests {
         let transposed = vec![300 * 40 / 40, 1, 7 * 300]; // dim 2 slowest in memory
         for dim in 0..3 {
             for (op, max) in [(ScanOp::CumMax, true), (ScanOp::CumMin, false)] {
-                let want = per_line(&shape, dim, &x, |l| cumext_ref(max, &l.iter().map(|&v| v as f64).collect::<Vec<_>>()));
+                let want =
+                    per_line(&shape, dim, &x, |l| cumext_ref(max, &l.iter().map(|&v| v as f64).collect::<Vec<_>>()));
                 for st in [contiguous(&shape), transposed.clone()] {
                     for threads in [1, 8] {
                         let (v, i) = run::<f32, f32>(op, &shape, dim, &x, &st, threads);
@@ -574,7 +606,18 @@ mod tests {
         let n = x.len();
         let p = x.as_mut_ptr() as *mut u8;
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { scan(ScanOp::CumSum, &[n], 0, View { dtype: DType::F64, ptr: p, strides: &[1] }, View { dtype: DType::F64, ptr: p, strides: &[1] }, None, 1) }.unwrap();
+        unsafe {
+            scan(
+                ScanOp::CumSum,
+                &[n],
+                0,
+                View { dtype: DType::F64, ptr: p, strides: &[1] },
+                View { dtype: DType::F64, ptr: p, strides: &[1] },
+                None,
+                1,
+            )
+        }
+        .unwrap();
         assert!(x.iter().enumerate().all(|(i, &v)| v == (i * (i + 1) / 2) as f64));
     }
 
@@ -585,7 +628,18 @@ mod tests {
         for op in [ScanOp::CumSum, ScanOp::CumMax] {
             let idx = Some((std::ptr::null_mut::<i64>(), &[1isize, 1][..]));
             // SAFETY: the pointers address live local buffers sized for the call.
-            unsafe { scan(op, &[0, 3], 1, View { dtype: DType::F32, ptr: null, strides: &[3, 1] }, View { dtype: DType::F32, ptr: null, strides: &[3, 1] }, idx, 4) }.unwrap();
+            unsafe {
+                scan(
+                    op,
+                    &[0, 3],
+                    1,
+                    View { dtype: DType::F32, ptr: null, strides: &[3, 1] },
+                    View { dtype: DType::F32, ptr: null, strides: &[3, 1] },
+                    idx,
+                    4,
+                )
+            }
+            .unwrap();
         }
         // 0-dim as shape [1].
         let (v, _) = run::<f32, f64>(ScanOp::CumProd, &[1], 0, &[2.5], &[0], 1);
@@ -595,19 +649,69 @@ mod tests {
         let mut b = [0u8; 64];
         let p = b.as_mut_ptr();
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { scan(ScanOp::CumSum, &[2], 0, View { dtype: DType::C64, ptr: p, strides: &[1] }, View { dtype: DType::C64, ptr: p, strides: &[1] }, None, 1) };
+        let e = unsafe {
+            scan(
+                ScanOp::CumSum,
+                &[2],
+                0,
+                View { dtype: DType::C64, ptr: p, strides: &[1] },
+                View { dtype: DType::C64, ptr: p, strides: &[1] },
+                None,
+                1,
+            )
+        };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "cumsum", dtype: DType::C64 }));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { scan(ScanOp::CumProd, &[2], 0, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::C128, ptr: p, strides: &[1] }, None, 1) };
+        let e = unsafe {
+            scan(
+                ScanOp::CumProd,
+                &[2],
+                0,
+                View { dtype: DType::F32, ptr: p, strides: &[1] },
+                View { dtype: DType::C128, ptr: p, strides: &[1] },
+                None,
+                1,
+            )
+        };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "cumprod", dtype: DType::C128 }));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { scan(ScanOp::CumMax, &[2], 0, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[1] }, None, 1) };
+        let e = unsafe {
+            scan(
+                ScanOp::CumMax,
+                &[2],
+                0,
+                View { dtype: DType::F32, ptr: p, strides: &[1] },
+                View { dtype: DType::F32, ptr: p, strides: &[1] },
+                None,
+                1,
+            )
+        };
         assert!(matches!(e, Err(Error::InvalidLayout { op: "cummax", .. })));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { scan(ScanOp::CumSum, &[2], 1, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[1] }, None, 1) };
+        let e = unsafe {
+            scan(
+                ScanOp::CumSum,
+                &[2],
+                1,
+                View { dtype: DType::F32, ptr: p, strides: &[1] },
+                View { dtype: DType::F32, ptr: p, strides: &[1] },
+                None,
+                1,
+            )
+        };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { scan(ScanOp::CumSum, &[2, 2], 1, View { dtype: DType::F32, ptr: p, strides: &[1] }, View { dtype: DType::F32, ptr: p, strides: &[2, 1] }, None, 1) };
+        let e = unsafe {
+            scan(
+                ScanOp::CumSum,
+                &[2, 2],
+                1,
+                View { dtype: DType::F32, ptr: p, strides: &[1] },
+                View { dtype: DType::F32, ptr: p, strides: &[2, 1] },
+                None,
+                1,
+            )
+        };
         assert!(matches!(e, Err(Error::InvalidLayout { .. })));
     }
 }

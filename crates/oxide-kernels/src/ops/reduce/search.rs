@@ -5,10 +5,9 @@
 //! `!(b > v)` for the right) as CPU PyTorch writes them, so a NaN value lands
 //! after every boundary and NaN boundaries compare as CPU's do.
 
-
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::iter::{for_each_range, tasks_for};
+use crate::error::{Error, Result};
 
 /// The shape of one [`searchsorted`] call: the dtype of values and
 /// boundaries, `nvalues` values, `per_row` of them per boundary row of `len`
@@ -41,7 +40,14 @@ pub struct Search {
 ///
 /// # Safety
 /// Pointers address the stated contiguous elements; `sorter` entries are in `0..len`.
-pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, sorter: *const i64, out: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn searchsorted(
+    s: Search,
+    values: *const u8,
+    boundaries: *const u8,
+    sorter: *const i64,
+    out: *mut u8,
+    threads: usize,
+) -> Result<()> {
     let Search { dtype, per_row, out_dtype, .. } = s;
     if !matches!(out_dtype, DType::I64 | DType::I32) {
         return Err(Error::UnsupportedDtype { op: "searchsorted (out)", dtype: out_dtype });
@@ -49,7 +55,16 @@ pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, 
     macro_rules! go {
         ($T:ty) => {
             // SAFETY: forwarded contract.
-            unsafe { search_typed::<$T>(Search { per_row: per_row.max(1), ..s }, values as usize, boundaries as usize, sorter as usize, out as usize, threads) }
+            unsafe {
+                search_typed::<$T>(
+                    Search { per_row: per_row.max(1), ..s },
+                    values as usize,
+                    boundaries as usize,
+                    sorter as usize,
+                    out as usize,
+                    threads,
+                )
+            }
         };
     }
     match dtype {
@@ -72,7 +87,14 @@ pub unsafe fn searchsorted(s: Search, values: *const u8, boundaries: *const u8, 
 /// `T` the element type of `s.dtype` and `s.per_row >= 1`.
 // The negated comparisons are CPU PyTorch's, on purpose: see the module documentation (NaN order).
 #[allow(clippy::neg_cmp_op_on_partial_ord)]
-unsafe fn search_typed<T: Element + PartialOrd>(s: Search, values: usize, boundaries: usize, sorter: usize, out: usize, threads: usize) {
+unsafe fn search_typed<T: Element + PartialOrd>(
+    s: Search,
+    values: usize,
+    boundaries: usize,
+    sorter: usize,
+    out: usize,
+    threads: usize,
+) {
     let Search { nvalues, per_row, len, right, out_dtype, .. } = s;
     let run = |a: usize, b: usize| {
         for i in a..b {
@@ -119,7 +141,15 @@ mod tests {
         *seed >> 33
     }
 
-    fn search<T: Element>(values: &[T], per_row: usize, bd: &[T], len: usize, sorter: Option<&[i64]>, right: bool, threads: usize) -> Vec<i64> {
+    fn search<T: Element>(
+        values: &[T],
+        per_row: usize,
+        bd: &[T],
+        len: usize,
+        sorter: Option<&[i64]>,
+        right: bool,
+        threads: usize,
+    ) -> Vec<i64> {
         let mut out = vec![-1i64; values.len()];
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
@@ -178,10 +208,29 @@ mod tests {
         assert_eq!(search::<f32>(&[1.0], 1, &[], 0, None, false, 1), [0]);
         let mut out = [0i32; 2];
         // SAFETY: the pointers address live local buffers sized for the call.
-        unsafe { searchsorted(Search { dtype: DType::U8, nvalues: 2, per_row: 2, len: 2, right: false, out_dtype: DType::I32 }, [0u8, 9].as_ptr(), [1u8, 5].as_ptr(), std::ptr::null(), out.as_mut_ptr() as *mut u8, 1) }.unwrap();
+        unsafe {
+            searchsorted(
+                Search { dtype: DType::U8, nvalues: 2, per_row: 2, len: 2, right: false, out_dtype: DType::I32 },
+                [0u8, 9].as_ptr(),
+                [1u8, 5].as_ptr(),
+                std::ptr::null(),
+                out.as_mut_ptr() as *mut u8,
+                1,
+            )
+        }
+        .unwrap();
         assert_eq!(out, [0, 2]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        let e = unsafe { searchsorted(Search { dtype: DType::Bool, nvalues: 1, per_row: 1, len: 1, right: false, out_dtype: DType::I64 }, [0u8].as_ptr(), [1u8].as_ptr(), std::ptr::null(), out.as_mut_ptr() as *mut u8, 1) };
+        let e = unsafe {
+            searchsorted(
+                Search { dtype: DType::Bool, nvalues: 1, per_row: 1, len: 1, right: false, out_dtype: DType::I64 },
+                [0u8].as_ptr(),
+                [1u8].as_ptr(),
+                std::ptr::null(),
+                out.as_mut_ptr() as *mut u8,
+                1,
+            )
+        };
         assert_eq!(e, Err(Error::UnsupportedDtype { op: "searchsorted", dtype: DType::Bool }));
     }
 }

@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
-use crate::error::Result;
 use crate::engine::iter::{for_each_range, tasks_for, GRAIN};
+use crate::error::Result;
 use crate::with_real_dtype;
 
 /// An element type with an order-preserving `u64` key.
@@ -46,7 +46,11 @@ fn f64_key(v: f64) -> u64 {
         return u64::MAX;
     }
     let bits = (v + 0.0).to_bits(); // -0.0 + 0.0 == +0.0
-    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
 }
 
 macro_rules! float_key {
@@ -76,7 +80,15 @@ float_key!(f32, f64, half::f16, half::bf16);
 /// # Safety
 /// `data` must address `rows * len` readable and writable elements of
 /// `dtype`, and `indices` `rows * len` writable int64, not overlapping `data`.
-pub unsafe fn sort_rows(dtype: DType, rows: usize, len: usize, data: *mut u8, indices: *mut i64, descending: bool, threads: usize) -> Result<()> {
+pub unsafe fn sort_rows(
+    dtype: DType,
+    rows: usize,
+    len: usize,
+    data: *mut u8,
+    indices: *mut i64,
+    descending: bool,
+    threads: usize,
+) -> Result<()> {
     with_real_dtype!(dtype, "sort", |T| {
         if rows == 0 || len == 0 {
             return Ok(());
@@ -95,7 +107,14 @@ struct Scratch<T> {
 
 /// # Safety
 /// As [`sort_rows`], with `T` the element type of `dtype`.
-unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: usize, descending: bool, threads: usize) {
+unsafe fn sort_typed<T: SortKey>(
+    rows: usize,
+    len: usize,
+    data: usize,
+    indices: usize,
+    descending: bool,
+    threads: usize,
+) {
     let total = rows.saturating_mul(len);
     let tasks = tasks_for(total, 1, threads);
     // Few long rows: sort each one with rayon's parallel sort.
@@ -104,7 +123,16 @@ unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: 
         let mut s = Scratch { vals: Vec::with_capacity(len), pairs: Vec::with_capacity(len) };
         for r in start..end {
             // SAFETY: caller contract; row r is only touched by this call.
-            unsafe { sort_row::<T>(&mut s, (data as *mut T).add(r * len), (indices as *mut i64).add(r * len), len, descending, parallel_row) };
+            unsafe {
+                sort_row::<T>(
+                    &mut s,
+                    (data as *mut T).add(r * len),
+                    (indices as *mut i64).add(r * len),
+                    len,
+                    descending,
+                    parallel_row,
+                )
+            };
         }
     };
     if tasks <= 1 || parallel_row {
@@ -119,7 +147,14 @@ unsafe fn sort_typed<T: SortKey>(rows: usize, len: usize, data: usize, indices: 
 /// # Safety
 /// `row` must address `len` readable and writable `T`, `idx` `len` writable int64.
 #[inline]
-unsafe fn sort_row<T: SortKey>(s: &mut Scratch<T>, row: *mut T, idx: *mut i64, len: usize, descending: bool, parallel: bool) {
+unsafe fn sort_row<T: SortKey>(
+    s: &mut Scratch<T>,
+    row: *mut T,
+    idx: *mut i64,
+    len: usize,
+    descending: bool,
+    parallel: bool,
+) {
     s.vals.clear();
     s.pairs.clear();
     for i in 0..len {
@@ -170,13 +205,22 @@ mod tests {
 
     /// Sorts `x` (rows x len) with `sort_rows` and checks values (bitwise)
     /// and indices against a naive stable sort with comparator `cmp`.
-    fn check<T: Element + PartialEq + std::fmt::Debug>(x: &[T], rows: usize, len: usize, cmp: impl Fn(T, T) -> Ordering, bits: impl Fn(T) -> u64) {
+    fn check<T: Element + PartialEq + std::fmt::Debug>(
+        x: &[T],
+        rows: usize,
+        len: usize,
+        cmp: impl Fn(T, T) -> Ordering,
+        bits: impl Fn(T) -> u64,
+    ) {
         for descending in [false, true] {
             for threads in [1, 4] {
                 let mut data = x.to_vec();
                 let mut idx = vec![-1i64; x.len()];
                 // SAFETY: the pointers address live local buffers sized for the call.
-                unsafe { sort_rows(T::DTYPE, rows, len, data.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), descending, threads) }.unwrap();
+                unsafe {
+                    sort_rows(T::DTYPE, rows, len, data.as_mut_ptr() as *mut u8, idx.as_mut_ptr(), descending, threads)
+                }
+                .unwrap();
                 for r in 0..rows {
                     let row = &x[r * len..(r + 1) * len];
                     let mut perm: Vec<usize> = (0..len).collect();
@@ -235,7 +279,9 @@ mod tests {
     fn integers_and_bool() {
         let (rows, len) = (9, 70);
         let mut s = 11;
-        let x: Vec<i64> = (0..rows * len).map(|_| (lcg(&mut s) % 9) as i64 - 4 + if lcg(&mut s).is_multiple_of(7) { i64::MIN / 2 } else { 0 }).collect();
+        let x: Vec<i64> = (0..rows * len)
+            .map(|_| (lcg(&mut s) % 9) as i64 - 4 + if lcg(&mut s).is_multiple_of(7) { i64::MIN / 2 } else { 0 })
+            .collect();
         check(&x, rows, len, |a: i64, b| a.cmp(&b), |v| v as u64);
         let xi8: Vec<i8> = x.iter().map(|&v| v as i8).collect();
         check(&xi8, rows, len, |a: i8, b| a.cmp(&b), |v| v as u64);

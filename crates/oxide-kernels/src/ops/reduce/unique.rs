@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 
 use crate::dtype::DType;
-use crate::error::Result;
 use crate::engine::iter::GRAIN;
+use crate::error::Result;
 use crate::ops::reduce::sort::SortKey;
 use crate::with_real_dtype;
 
@@ -28,7 +28,14 @@ use crate::with_real_dtype;
 ///
 /// # Safety
 /// `data` holds `n * m` readable elements, `perm` `n` writable int64.
-pub unsafe fn argsort_rows(dtype: DType, n: usize, m: usize, data: *const u8, perm: *mut i64, threads: usize) -> Result<()> {
+pub unsafe fn argsort_rows(
+    dtype: DType,
+    n: usize,
+    m: usize,
+    data: *const u8,
+    perm: *mut i64,
+    threads: usize,
+) -> Result<()> {
     with_real_dtype!(dtype, "unique", |T| {
         // SAFETY: caller contract.
         unsafe { argsort_typed::<T>(n, m, data as *const T, perm, threads) };
@@ -43,7 +50,12 @@ unsafe fn argsort_typed<T: SortKey>(n: usize, m: usize, data: *const T, perm: *m
         return;
     }
     // SAFETY: caller contract (an empty tensor's pointer may be null: not read).
-    let (data, perm) = unsafe { (if m == 0 { &[][..] } else { std::slice::from_raw_parts(data, n * m) }, std::slice::from_raw_parts_mut(perm, n)) };
+    let (data, perm) = unsafe {
+        (
+            if m == 0 { &[][..] } else { std::slice::from_raw_parts(data, n * m) },
+            std::slice::from_raw_parts_mut(perm, n),
+        )
+    };
     let parallel = threads > 1 && n * m.max(1) >= 2 * GRAIN;
     if m == 1 {
         // (key, position) pairs are unique, so the unstable sort gives the stable order.
@@ -79,7 +91,14 @@ unsafe fn argsort_typed<T: SortKey>(n: usize, m: usize, data: *const T, perm: *m
 ///
 /// # Safety
 /// `data` holds `n` readable bytes; the outputs are writable as described.
-pub unsafe fn unique_bytes(dtype: DType, n: usize, data: *const u8, values: *mut u8, inverse: *mut i64, counts: *mut i64) -> Result<usize> {
+pub unsafe fn unique_bytes(
+    dtype: DType,
+    n: usize,
+    data: *const u8,
+    values: *mut u8,
+    inverse: *mut i64,
+    counts: *mut i64,
+) -> Result<usize> {
     // The rank of a byte in ascending order of its dtype: int8 orders -128 first.
     let rank: fn(u8) -> usize = match dtype {
         DType::Bool | DType::U8 => |b: u8| b as usize,
@@ -96,10 +115,13 @@ pub unsafe fn unique_bytes(dtype: DType, n: usize, data: *const u8, values: *mut
             c.iter().for_each(|&b| h[rank(b)] += 1);
             h
         })
-        .reduce(|| [0u64; 256], |mut a, b| {
-            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-            a
-        });
+        .reduce(
+            || [0u64; 256],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
     // Position of each present rank among the distinct values, and the values themselves.
     let mut position = [0i64; 256];
     let mut k = 0usize;
@@ -151,7 +173,14 @@ pub struct Groups {
 /// # Safety
 /// `data` holds `n * m` elements; `perm` (if non-null) is a permutation of
 /// `0..n`; `reps` and `counts` hold `n` writable int64, `inverse` `n`.
-pub unsafe fn unique_consecutive(dtype: DType, n: usize, m: usize, data: *const u8, perm: *const i64, out: Groups) -> Result<usize> {
+pub unsafe fn unique_consecutive(
+    dtype: DType,
+    n: usize,
+    m: usize,
+    data: *const u8,
+    perm: *const i64,
+    out: Groups,
+) -> Result<usize> {
     with_real_dtype!(dtype, "unique", |T| {
         // SAFETY: caller contract.
         Ok(unsafe { groups::<T>(n, m, data as *const T, perm, out) })
@@ -216,7 +245,17 @@ mod tests {
         for (dtype, want) in [(DType::U8, vec![0u8, 3, 7, 0x80, 255]), (DType::I8, vec![0x80, 255, 0, 3, 7])] {
             let (mut values, mut counts, mut inverse) = ([0u8; 256], [0i64; 256], vec![0i64; data.len()]);
             // SAFETY: the pointers address live local buffers sized for the call.
-            let k = unsafe { unique_bytes(dtype, data.len(), data.as_ptr(), values.as_mut_ptr(), inverse.as_mut_ptr(), counts.as_mut_ptr()) }.unwrap();
+            let k = unsafe {
+                unique_bytes(
+                    dtype,
+                    data.len(),
+                    data.as_ptr(),
+                    values.as_mut_ptr(),
+                    inverse.as_mut_ptr(),
+                    counts.as_mut_ptr(),
+                )
+            }
+            .unwrap();
             assert_eq!(&values[..k], &want[..], "{dtype:?}");
             for (i, &b) in data.iter().enumerate() {
                 assert_eq!(values[inverse[i] as usize], b);
@@ -228,10 +267,30 @@ mod tests {
         let bools = [1u8, 0, 1];
         let mut values = [0u8; 256];
         // SAFETY: the pointers address live local buffers sized for the call.
-        let k = unsafe { unique_bytes(DType::Bool, 3, bools.as_ptr(), values.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()) }.unwrap();
+        let k = unsafe {
+            unique_bytes(
+                DType::Bool,
+                3,
+                bools.as_ptr(),
+                values.as_mut_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        }
+        .unwrap();
         assert_eq!(&values[..k], &[0, 1]);
         // SAFETY: the pointers address live local buffers sized for the call.
-        assert!(unsafe { unique_bytes(DType::I16, 0, std::ptr::null(), values.as_mut_ptr(), std::ptr::null_mut(), std::ptr::null_mut()) }.is_err());
+        assert!(unsafe {
+            unique_bytes(
+                DType::I16,
+                0,
+                std::ptr::null(),
+                values.as_mut_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        }
+        .is_err());
     }
     use crate::dtype::Element;
     use crate::error::Error;
@@ -315,7 +374,17 @@ mod tests {
         let mut inv = [9i64; 3];
         let out = Groups { reps: reps.as_mut_ptr(), inverse: inv.as_mut_ptr(), counts: std::ptr::null_mut() };
         // SAFETY: the pointers address live local buffers sized for the call.
-        let k = unsafe { unique_consecutive(DType::F32, 3, 0, std::ptr::NonNull::<f32>::dangling().as_ptr() as *const u8, std::ptr::null(), out) }.unwrap();
+        let k = unsafe {
+            unique_consecutive(
+                DType::F32,
+                3,
+                0,
+                std::ptr::NonNull::<f32>::dangling().as_ptr() as *const u8,
+                std::ptr::null(),
+                out,
+            )
+        }
+        .unwrap();
         assert_eq!((k, reps[0], inv), (1, 0, [0, 0, 0]));
         // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { argsort_rows(DType::C64, 1, 1, std::ptr::null(), std::ptr::null_mut(), 1) };

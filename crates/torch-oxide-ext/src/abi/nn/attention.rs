@@ -15,23 +15,40 @@ pub struct OxideAttention {
 }
 
 /// The extents of an attention call, checked across query, key and value.
-fn attention_dims(op: &'static str, q: &Operand, k: &Operand, v: &Operand) -> Result<oxide_kernels::ops::nn::attention::Dims, AbiError> {
+fn attention_dims(
+    op: &'static str,
+    q: &Operand,
+    k: &Operand,
+    v: &Operand,
+) -> Result<oxide_kernels::ops::nn::attention::Dims, AbiError> {
     for o in [q, k, v] {
         rank_is(op, o, 4)?;
     }
     let (qe, ke, ve) = (q.extents(), k.extents(), v.extents());
     let (batch, heads_q, len_q, dim_qk) = (qe[0], qe[1], qe[2], qe[3]);
     let (heads_kv, len_kv, dim_v) = (ke[1], ke[2], ve[3]);
-    let consistent = ke[0] == batch && ve[0] == batch && ve[1] == heads_kv && ke[3] == dim_qk && ve[2] == len_kv && heads_kv > 0 && heads_q % heads_kv == 0;
+    let consistent = ke[0] == batch
+        && ve[0] == batch
+        && ve[1] == heads_kv
+        && ke[3] == dim_qk
+        && ve[2] == len_kv
+        && heads_kv > 0
+        && heads_q % heads_kv == 0;
     if !consistent {
-        return Err(AbiError::Invalid(format!("{op}: query {:?}, key {:?} and value {:?} do not match", q.sizes, k.sizes, v.sizes)));
+        return Err(AbiError::Invalid(format!(
+            "{op}: query {:?}, key {:?} and value {:?} do not match",
+            q.sizes, k.sizes, v.sizes
+        )));
     }
     Ok(oxide_kernels::ops::nn::attention::Dims { batch, heads_q, heads_kv, len_q, len_kv, dim_qk, dim_v })
 }
 
 /// A decoded 4-d operand as the attention kernels take it.
 fn attention_operand(o: &Operand) -> oxide_kernels::ops::nn::attention::Operand {
-    oxide_kernels::ops::nn::attention::Operand { ptr: o.data as *mut u8, strides: [o.strides[0], o.strides[1], o.strides[2], o.strides[3]] }
+    oxide_kernels::ops::nn::attention::Operand {
+        ptr: o.data as *mut u8,
+        strides: [o.strides[0], o.strides[1], o.strides[2], o.strides[3]],
+    }
 }
 
 /// The dtype logsumexp is kept in: float64 for float64 inputs, else float32.
@@ -50,7 +67,12 @@ fn lse_dtype(dt: DType) -> DType {
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `out` is a valid pointer.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_attention_dropout_blocks(query: OxideTensor, key: OxideTensor, value: OxideTensor, out: *mut u64) -> i32 {
+pub unsafe extern "C" fn oxide_attention_dropout_blocks(
+    query: OxideTensor,
+    key: OxideTensor,
+    value: OxideTensor,
+    out: *mut u64,
+) -> i32 {
     const OP: &str = "scaled_dot_product_attention";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -103,13 +125,28 @@ fn with_attention<T>(
 /// `attention` is valid; each [`OxideTensor`] describes live memory (see
 /// [`operands`]); outputs overlap no input.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_attention_forward(on: OxideLaunch, out: OxideTensor, logsumexp: OxideTensor, query: OxideTensor, key: OxideTensor, value: OxideTensor, bias: OxideTensor, attention: *const OxideAttention) -> i32 {
+pub unsafe extern "C" fn oxide_attention_forward(
+    on: OxideLaunch,
+    out: OxideTensor,
+    logsumexp: OxideTensor,
+    query: OxideTensor,
+    key: OxideTensor,
+    value: OxideTensor,
+    bias: OxideTensor,
+    attention: *const OxideAttention,
+) -> i32 {
     const OP: &str = "scaled_dot_product_attention";
     ffi(|| {
         // SAFETY: the function's contract.
         let [out, lse, q, k, v, bias] = unsafe { operands(OP, [&out, &logsumexp, &query, &key, &value, &bias]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (out, lse, q, k, v) = (out.ok_or_else(missing)?, lse.ok_or_else(missing)?, q.ok_or_else(missing)?, k.ok_or_else(missing)?, v.ok_or_else(missing)?);
+        let (out, lse, q, k, v) = (
+            out.ok_or_else(missing)?,
+            lse.ok_or_else(missing)?,
+            q.ok_or_else(missing)?,
+            k.ok_or_else(missing)?,
+            v.ok_or_else(missing)?,
+        );
         // SAFETY: the function's contract.
         let a = unsafe { attention.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
         with_attention(OP, &on, a, [&q, &k, &v], &bias, |att| {
@@ -155,9 +192,33 @@ pub unsafe extern "C" fn oxide_attention_backward(
     const OP: &str = "scaled_dot_product_attention_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [gq, gk, gv, gb, grad_out, out, lse, q, k, v, bias] = unsafe { operands(OP, [&grad_query, &grad_key, &grad_value, &grad_bias, &grad_out, &out, &logsumexp, &query, &key, &value, &bias]) }?;
+        let [gq, gk, gv, gb, grad_out, out, lse, q, k, v, bias] = unsafe {
+            operands(
+                OP,
+                [
+                    &grad_query,
+                    &grad_key,
+                    &grad_value,
+                    &grad_bias,
+                    &grad_out,
+                    &out,
+                    &logsumexp,
+                    &query,
+                    &key,
+                    &value,
+                    &bias,
+                ],
+            )
+        }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (grad_out, out, lse, q, k, v) = (grad_out.ok_or_else(missing)?, out.ok_or_else(missing)?, lse.ok_or_else(missing)?, q.ok_or_else(missing)?, k.ok_or_else(missing)?, v.ok_or_else(missing)?);
+        let (grad_out, out, lse, q, k, v) = (
+            grad_out.ok_or_else(missing)?,
+            out.ok_or_else(missing)?,
+            lse.ok_or_else(missing)?,
+            q.ok_or_else(missing)?,
+            k.ok_or_else(missing)?,
+            v.ok_or_else(missing)?,
+        );
         // SAFETY: the function's contract.
         let a = unsafe { attention.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
         with_attention(OP, &on, a, [&q, &k, &v], &bias, |att| {
@@ -181,7 +242,15 @@ pub unsafe extern "C" fn oxide_attention_backward(
             launch(&on, || {
                 // SAFETY: every operand was decoded and checked to have the sizes `att.dims` implies;
                 // the kernel addresses them through their own strides.
-                unsafe { oxide_kernels::ops::nn::attention::backward(att, attention_operand(&out), attention_operand(&grad_out), lse.src(), grads) }
+                unsafe {
+                    oxide_kernels::ops::nn::attention::backward(
+                        att,
+                        attention_operand(&out),
+                        attention_operand(&grad_out),
+                        lse.src(),
+                        grads,
+                    )
+                }
             })
         })
     })

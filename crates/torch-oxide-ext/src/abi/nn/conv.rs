@@ -24,7 +24,15 @@ pub struct OxideConv {
 }
 
 /// Refuses convolution operands that do not match `c` (see [`OxideConv`]).
-fn conv_operands(op: &'static str, c: &OxideConv, cv: &oxide_kernels::ops::nn::conv::Conv, input: &Option<Operand>, weight: &Option<Operand>, output: &Option<Operand>, bias: &Option<Operand>) -> Result<(), AbiError> {
+fn conv_operands(
+    op: &'static str,
+    c: &OxideConv,
+    cv: &oxide_kernels::ops::nn::conv::Conv,
+    input: &Option<Operand>,
+    weight: &Option<Operand>,
+    output: &Option<Operand>,
+    bias: &Option<Operand>,
+) -> Result<(), AbiError> {
     let (_, wl, _) = cv.lens();
     let nd = c.ndim;
     let expect = |o: &Option<Operand>, channels: i64, spatial: &[i64; 3]| -> Result<(), AbiError> {
@@ -49,7 +57,14 @@ fn conv_operands(op: &'static str, c: &OxideConv, cv: &oxide_kernels::ops::nn::c
 /// `conv` is valid; each [`OxideTensor`] describes live memory (see
 /// [`operands`]); the output overlaps no input.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_convolution(on: OxideLaunch, output: OxideTensor, input: OxideTensor, weight: OxideTensor, bias: OxideTensor, conv: *const OxideConv) -> i32 {
+pub unsafe extern "C" fn oxide_convolution(
+    on: OxideLaunch,
+    output: OxideTensor,
+    input: OxideTensor,
+    weight: OxideTensor,
+    bias: OxideTensor,
+    conv: *const OxideConv,
+) -> i32 {
     const OP: &str = "convolution";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -91,8 +106,10 @@ pub unsafe extern "C" fn oxide_convolution_backward(
     const OP: &str = "convolution_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [grad_input, grad_weight, grad_bias, grad_output, input, weight] = unsafe { operands(OP, [&grad_input, &grad_weight, &grad_bias, &grad_output, &input, &weight]) }?;
-        let go = grad_output.ok_or_else(|| AbiError::Invalid(format!("{OP}: a required operand is missing (null data)")))?;
+        let [grad_input, grad_weight, grad_bias, grad_output, input, weight] =
+            unsafe { operands(OP, [&grad_input, &grad_weight, &grad_bias, &grad_output, &input, &weight]) }?;
+        let go =
+            grad_output.ok_or_else(|| AbiError::Invalid(format!("{OP}: a required operand is missing (null data)")))?;
         // SAFETY: the function's contract.
         let c = unsafe { conv.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
         let cv = conv_desc(c)?;
@@ -102,7 +119,11 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         let dt = optional_dtype(OP, &[&grad_output, &input, &weight, &grad_input, &grad_weight, &grad_bias], go.dtype)?;
         conv_operands(OP, c, &cv, &input, &weight, &grad_output, &grad_bias)?;
         conv_operands(OP, c, &cv, &grad_input, &grad_weight, &None, &None)?;
-        let grads = Grads { input: grad_input.map(|g| g.dst()), weight: grad_weight.map(|g| g.dst()), bias: grad_bias.map(|g| g.dst()) };
+        let grads = Grads {
+            input: grad_input.map(|g| g.dst()),
+            weight: grad_weight.map(|g| g.dst()),
+            bias: grad_bias.map(|g| g.dst()),
+        };
         let (x, w) = (src_or_null(&input), src_or_null(&weight));
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the sizes `cv` implies;
@@ -133,7 +154,13 @@ pub struct OxideUnfold {
 /// # Safety
 /// `geometry` is valid; each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_unfold(on: OxideLaunch, dst: OxideTensor, src: OxideTensor, geometry: *const OxideUnfold, fold: bool) -> i32 {
+pub unsafe extern "C" fn oxide_unfold(
+    on: OxideLaunch,
+    dst: OxideTensor,
+    src: OxideTensor,
+    geometry: *const OxideUnfold,
+    fold: bool,
+) -> i32 {
     let op: &'static str = if fold { "col2im" } else { "im2col" };
     ffi(|| {
         // SAFETY: the function's contract.
@@ -143,7 +170,9 @@ pub unsafe extern "C" fn oxide_unfold(on: OxideLaunch, dst: OxideTensor, src: Ox
         let (images, columns) = if fold { (&dst, &src) } else { (&src, &dst) };
         rank_is(op, images, 4)?;
         let e = images.extents();
-        let pair = |what: &str, a: [i64; 2]| -> Result<[usize; 2], AbiError> { Ok([size(op, what, a[0])?, size(op, what, a[1])?]) };
+        let pair = |what: &str, a: [i64; 2]| -> Result<[usize; 2], AbiError> {
+            Ok([size(op, what, a[0])?, size(op, what, a[1])?])
+        };
         let u = oxide_kernels::ops::nn::conv::Unfold {
             batch: e[0],
             channels: e[1],
@@ -173,10 +202,21 @@ pub unsafe extern "C" fn oxide_unfold(on: OxideLaunch, dst: OxideTensor, src: Ox
 fn conv_desc(c: &OxideConv) -> Result<oxide_kernels::ops::nn::conv::Conv, AbiError> {
     use oxide_kernels::ops::nn::conv::{Conv, Spatial, MAX_SPATIAL};
     if c.ndim == 0 || c.ndim > MAX_SPATIAL {
-        return Err(AbiError::Invalid(format!("convolution over {} spatial dimensions (1 to {MAX_SPATIAL} supported)", c.ndim)));
+        return Err(AbiError::Invalid(format!(
+            "convolution over {} spatial dimensions (1 to {MAX_SPATIAL} supported)",
+            c.ndim
+        )));
     }
     let s = |a: &[i64; 3]| -> Vec<i64> { a[..c.ndim].to_vec() };
-    let (input, output, kernel, stride, padding, dilation) = (s(&c.input), s(&c.output), s(&c.kernel), s(&c.stride), s(&c.padding), s(&c.dilation));
-    let spatial = Spatial { input: &input, output: &output, kernel: &kernel, stride: &stride, padding: &padding, dilation: &dilation };
+    let (input, output, kernel, stride, padding, dilation) =
+        (s(&c.input), s(&c.output), s(&c.kernel), s(&c.stride), s(&c.padding), s(&c.dilation));
+    let spatial = Spatial {
+        input: &input,
+        output: &output,
+        kernel: &kernel,
+        stride: &stride,
+        padding: &padding,
+        dilation: &dilation,
+    };
     Ok(Conv::new(c.batch, c.in_channels, c.out_channels, c.groups, c.transposed, spatial)?)
 }

@@ -57,11 +57,21 @@ pub unsafe extern "C" fn oxide_embedding_bag(
     const OP: &str = "embedding_bag";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [output, offset2bag, bag_size, max_indices, indices, offsets, weight, psw] =
-            unsafe { operands(OP, [&output, &offset2bag, &bag_size, &max_indices, &indices, &offsets, &weight, &per_sample_weights]) }?;
+        let [output, offset2bag, bag_size, max_indices, indices, offsets, weight, psw] = unsafe {
+            operands(
+                OP,
+                [&output, &offset2bag, &bag_size, &max_indices, &indices, &offsets, &weight, &per_sample_weights],
+            )
+        }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (output, offset2bag, bag_size, indices, offsets, weight) =
-            (output.ok_or_else(missing)?, offset2bag.ok_or_else(missing)?, bag_size.ok_or_else(missing)?, indices.ok_or_else(missing)?, offsets.ok_or_else(missing)?, weight.ok_or_else(missing)?);
+        let (output, offset2bag, bag_size, indices, offsets, weight) = (
+            output.ok_or_else(missing)?,
+            offset2bag.ok_or_else(missing)?,
+            bag_size.ok_or_else(missing)?,
+            indices.ok_or_else(missing)?,
+            offsets.ok_or_else(missing)?,
+            weight.ok_or_else(missing)?,
+        );
         let mode = Mode::from_code(mode)?;
         let (num_weights, dim) = matrix_dims(OP, &weight)?;
         let n = indices.numel;
@@ -87,8 +97,20 @@ pub unsafe extern "C" fn oxide_embedding_bag(
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count the bags imply.
             unsafe {
-                let bags = Bags { indices: index_slice(&indices, n), offsets: index_slice(&offsets, offsets.numel), include_last_offset, num_weights, dim, padding_idx };
-                let out = BagOutputs { output: output.dst(), offset2bag: offset2bag.dst() as *mut i64, bag_size: bag_size.dst() as *mut i64, max_indices };
+                let bags = Bags {
+                    indices: index_slice(&indices, n),
+                    offsets: index_slice(&offsets, offsets.numel),
+                    include_last_offset,
+                    num_weights,
+                    dim,
+                    padding_idx,
+                };
+                let out = BagOutputs {
+                    output: output.dst(),
+                    offset2bag: offset2bag.dst() as *mut i64,
+                    bag_size: bag_size.dst() as *mut i64,
+                    max_indices,
+                };
                 embedding_bag(dt, &bags, mode, weight.src(), psw.map(|p| p.src()), out, on.threads())
             }
         })
@@ -122,16 +144,25 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
     const OP: &str = "embedding_bag_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [grad_weight, grad, indices, offset2bag, bag_size, max_indices, psw] =
-            unsafe { operands(OP, [&grad_weight, &grad, &indices, &offset2bag, &bag_size, &max_indices, &per_sample_weights]) }?;
+        let [grad_weight, grad, indices, offset2bag, bag_size, max_indices, psw] = unsafe {
+            operands(OP, [&grad_weight, &grad, &indices, &offset2bag, &bag_size, &max_indices, &per_sample_weights])
+        }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (grad_weight, grad, indices, offset2bag, bag_size) =
-            (grad_weight.ok_or_else(missing)?, grad.ok_or_else(missing)?, indices.ok_or_else(missing)?, offset2bag.ok_or_else(missing)?, bag_size.ok_or_else(missing)?);
+        let (grad_weight, grad, indices, offset2bag, bag_size) = (
+            grad_weight.ok_or_else(missing)?,
+            grad.ok_or_else(missing)?,
+            indices.ok_or_else(missing)?,
+            offset2bag.ok_or_else(missing)?,
+            bag_size.ok_or_else(missing)?,
+        );
         let mode = Mode::from_code(mode)?;
         let (num_weights, dim) = matrix_dims(OP, &grad_weight)?;
         let (num_bags, grad_dim) = matrix_dims(OP, &grad)?;
         if grad_dim != dim {
-            return Err(AbiError::Invalid(format!("{OP}: gradient of sizes {:?} for a weight of sizes {:?}", grad.sizes, grad_weight.sizes)));
+            return Err(AbiError::Invalid(format!(
+                "{OP}: gradient of sizes {:?} for a weight of sizes {:?}",
+                grad.sizes, grad_weight.sizes
+            )));
         }
         let n = indices.numel;
         let dt = common_dtype(OP, &[&grad, &grad_weight])?;
@@ -179,16 +210,28 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]); `out` overlaps nothing.
 #[no_mangle]
-pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(on: OxideLaunch, out: OxideTensor, grad: OxideTensor, weight: OxideTensor, indices: OxideTensor, offset2bag: OxideTensor, padding_idx: i64) -> i32 {
+pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(
+    on: OxideLaunch,
+    out: OxideTensor,
+    grad: OxideTensor,
+    weight: OxideTensor,
+    indices: OxideTensor,
+    offset2bag: OxideTensor,
+    padding_idx: i64,
+) -> i32 {
     use oxide_kernels::ops::nn::embedding::{per_sample_weights_backward, SampleBags};
     const OP: &str = "embedding_bag_per_sample_weights_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [out, grad, weight, indices, offset2bag] = unsafe { required(OP, [&out, &grad, &weight, &indices, &offset2bag]) }?;
+        let [out, grad, weight, indices, offset2bag] =
+            unsafe { required(OP, [&out, &grad, &weight, &indices, &offset2bag]) }?;
         let (num_weights, dim) = matrix_dims(OP, &weight)?;
         let (num_bags, grad_dim) = matrix_dims(OP, &grad)?;
         if grad_dim != dim {
-            return Err(AbiError::Invalid(format!("{OP}: gradient of sizes {:?} for a weight of sizes {:?}", grad.sizes, weight.sizes)));
+            return Err(AbiError::Invalid(format!(
+                "{OP}: gradient of sizes {:?} for a weight of sizes {:?}",
+                grad.sizes, weight.sizes
+            )));
         }
         let n = indices.numel;
         let dt = common_dtype(OP, &[&out, &grad, &weight])?;
@@ -200,7 +243,14 @@ pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(on: Oxi
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count the bags imply.
             unsafe {
-                let bags = SampleBags { indices: index_slice(&indices, n), offset2bag: index_slice(&offset2bag, n), num_bags, num_weights, dim, padding_idx };
+                let bags = SampleBags {
+                    indices: index_slice(&indices, n),
+                    offset2bag: index_slice(&offset2bag, n),
+                    num_bags,
+                    num_weights,
+                    dim,
+                    padding_idx,
+                };
                 per_sample_weights_backward(dt, &bags, grad.src(), weight.src(), out.dst(), on.threads())
             }
         })

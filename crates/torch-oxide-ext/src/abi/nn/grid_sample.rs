@@ -4,16 +4,34 @@ use super::*;
 
 /// The kernel's description of a 2-d grid sampling of the 4-d `input` `(N, C,
 /// H, W)` at the 4-d `grid` `(N, H_out, W_out, 2)`.
-fn grid_sample_desc(op: &'static str, input: &Operand, grid: &Operand, interpolation: i64, padding: i64, align_corners: bool) -> Result<oxide_kernels::ops::nn::grid_sample::GridSample, AbiError> {
+fn grid_sample_desc(
+    op: &'static str,
+    input: &Operand,
+    grid: &Operand,
+    interpolation: i64,
+    padding: i64,
+    align_corners: bool,
+) -> Result<oxide_kernels::ops::nn::grid_sample::GridSample, AbiError> {
     use oxide_kernels::ops::nn::grid_sample::GridSample;
     rank_is(op, input, 4)?;
     rank_is(op, grid, 4)?;
     let (i, g) = (input.extents(), grid.extents());
     if g[0] != i[0] || g[3] != 2 {
-        return Err(AbiError::Invalid(format!("{op}: grid of sizes {:?} for an input of sizes {:?}", grid.sizes, input.sizes)));
+        return Err(AbiError::Invalid(format!(
+            "{op}: grid of sizes {:?} for an input of sizes {:?}",
+            grid.sizes, input.sizes
+        )));
     }
     let (interpolation, padding) = GridSample::modes(interpolation, padding)?;
-    Ok(GridSample { batch: i[0], channels: i[1], input: [i[2], i[3]], output: [g[1], g[2]], interpolation, padding, align_corners })
+    Ok(GridSample {
+        batch: i[0],
+        channels: i[1],
+        input: [i[2], i[3]],
+        output: [g[1], g[2]],
+        interpolation,
+        padding,
+        align_corners,
+    })
 }
 
 /// `grid_sampler_2d` (`oxide_kernels::ops::nn::grid_sample::grid_sample_2d`):
@@ -24,7 +42,15 @@ fn grid_sample_desc(op: &'static str, input: &Operand, grid: &Operand, interpola
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_grid_sample_2d(on: OxideLaunch, output: OxideTensor, input: OxideTensor, grid: OxideTensor, interpolation: i64, padding: i64, align_corners: bool) -> i32 {
+pub unsafe extern "C" fn oxide_grid_sample_2d(
+    on: OxideLaunch,
+    output: OxideTensor,
+    input: OxideTensor,
+    grid: OxideTensor,
+    interpolation: i64,
+    padding: i64,
+    align_corners: bool,
+) -> i32 {
     const OP: &str = "grid_sampler_2d";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -37,7 +63,16 @@ pub unsafe extern "C" fn oxide_grid_sample_2d(on: OxideLaunch, output: OxideTens
         output.contiguous(OP)?;
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the sizes `gs` describes.
-            unsafe { oxide_kernels::ops::nn::grid_sample::grid_sample_2d(dt, &gs, input.src(), grid.src(), output.dst(), on.threads()) }
+            unsafe {
+                oxide_kernels::ops::nn::grid_sample::grid_sample_2d(
+                    dt,
+                    &gs,
+                    input.src(),
+                    grid.src(),
+                    output.dst(),
+                    on.threads(),
+                )
+            }
         })
     })
 }
@@ -65,9 +100,15 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
     const OP: &str = "grid_sampler_2d_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [grad_input, grad_grid, grad_output, input, grid] = unsafe { operands(OP, [&grad_input, &grad_grid, &grad_output, &input, &grid]) }?;
+        let [grad_input, grad_grid, grad_output, input, grid] =
+            unsafe { operands(OP, [&grad_input, &grad_grid, &grad_output, &input, &grid]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (grad_grid, grad_output, input, grid) = (grad_grid.ok_or_else(missing)?, grad_output.ok_or_else(missing)?, input.ok_or_else(missing)?, grid.ok_or_else(missing)?);
+        let (grad_grid, grad_output, input, grid) = (
+            grad_grid.ok_or_else(missing)?,
+            grad_output.ok_or_else(missing)?,
+            input.ok_or_else(missing)?,
+            grid.ok_or_else(missing)?,
+        );
         let gs = grid_sample_desc(OP, &input, &grid, interpolation, padding, align_corners)?;
         let dt = common_dtype(OP, &[&input, &grid, &grad_output, &grad_grid])?;
         input.contiguous(OP)?;
@@ -84,7 +125,17 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
         let grads = GridGrads { input: grad_input.map(|g| g.dst()), grid: grad_grid.dst() };
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the sizes `gs` describes.
-            unsafe { oxide_kernels::ops::nn::grid_sample::grid_sample_2d_backward(dt, &gs, grad_output.src(), input.src(), grid.src(), grads, on.threads()) }
+            unsafe {
+                oxide_kernels::ops::nn::grid_sample::grid_sample_2d_backward(
+                    dt,
+                    &gs,
+                    grad_output.src(),
+                    input.src(),
+                    grid.src(),
+                    grads,
+                    on.threads(),
+                )
+            }
         })
     })
 }

@@ -24,14 +24,29 @@ fn nll_ncs(op: &'static str, input: &Operand) -> Result<(usize, usize, usize), A
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_nll_loss(on: OxideLaunch, out: OxideTensor, total_weight: OxideTensor, input: OxideTensor, target: OxideTensor, weight: OxideTensor, reduction: i64, ignore_index: i64) -> i32 {
+pub unsafe extern "C" fn oxide_nll_loss(
+    on: OxideLaunch,
+    out: OxideTensor,
+    total_weight: OxideTensor,
+    input: OxideTensor,
+    target: OxideTensor,
+    weight: OxideTensor,
+    reduction: i64,
+    ignore_index: i64,
+) -> i32 {
     use oxide_kernels::ops::nn::nll::{NllShape, Reduction};
     const OP: &str = "nll_loss";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [out, total_weight, input, target, weight] = unsafe { operands(OP, [&out, &total_weight, &input, &target, &weight]) }?;
+        let [out, total_weight, input, target, weight] =
+            unsafe { operands(OP, [&out, &total_weight, &input, &target, &weight]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (out, total_weight, input, target) = (out.ok_or_else(missing)?, total_weight.ok_or_else(missing)?, input.ok_or_else(missing)?, target.ok_or_else(missing)?);
+        let (out, total_weight, input, target) = (
+            out.ok_or_else(missing)?,
+            total_weight.ok_or_else(missing)?,
+            input.ok_or_else(missing)?,
+            target.ok_or_else(missing)?,
+        );
         let (n, c, s) = nll_ncs(OP, &input)?;
         let reduction = Reduction::from_code(reduction)?;
         let dt = common_dtype(OP, &[&input, &out, &total_weight])?;
@@ -47,7 +62,17 @@ pub unsafe extern "C" fn oxide_nll_loss(on: OxideLaunch, out: OxideTensor, total
         let sh = NllShape { n, c, s, ignore_index, reduction };
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
-            unsafe { oxide_kernels::ops::nn::nll::nll_loss(dt, sh, input.src(), target.src() as *const i64, src_or_null(&weight), out.dst(), total_weight.dst()) }
+            unsafe {
+                oxide_kernels::ops::nn::nll::nll_loss(
+                    dt,
+                    sh,
+                    input.src(),
+                    target.src() as *const i64,
+                    src_or_null(&weight),
+                    out.dst(),
+                    total_weight.dst(),
+                )
+            }
         })
     })
 }
@@ -58,14 +83,29 @@ pub unsafe extern "C" fn oxide_nll_loss(on: OxideLaunch, out: OxideTensor, total
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_nll_loss_backward(on: OxideLaunch, grad_input: OxideTensor, grad_output: OxideTensor, target: OxideTensor, weight: OxideTensor, total_weight: OxideTensor, reduction: i64, ignore_index: i64) -> i32 {
+pub unsafe extern "C" fn oxide_nll_loss_backward(
+    on: OxideLaunch,
+    grad_input: OxideTensor,
+    grad_output: OxideTensor,
+    target: OxideTensor,
+    weight: OxideTensor,
+    total_weight: OxideTensor,
+    reduction: i64,
+    ignore_index: i64,
+) -> i32 {
     use oxide_kernels::ops::nn::nll::{NllShape, Reduction};
     const OP: &str = "nll_loss_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [grad_input, grad_output, target, weight, total_weight] = unsafe { operands(OP, [&grad_input, &grad_output, &target, &weight, &total_weight]) }?;
+        let [grad_input, grad_output, target, weight, total_weight] =
+            unsafe { operands(OP, [&grad_input, &grad_output, &target, &weight, &total_weight]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (grad_input, grad_output, target, total_weight) = (grad_input.ok_or_else(missing)?, grad_output.ok_or_else(missing)?, target.ok_or_else(missing)?, total_weight.ok_or_else(missing)?);
+        let (grad_input, grad_output, target, total_weight) = (
+            grad_input.ok_or_else(missing)?,
+            grad_output.ok_or_else(missing)?,
+            target.ok_or_else(missing)?,
+            total_weight.ok_or_else(missing)?,
+        );
         let (n, c, s) = nll_ncs(OP, &grad_input)?;
         let reduction = Reduction::from_code(reduction)?;
         let dt = common_dtype(OP, &[&grad_input, &grad_output, &total_weight])?;
@@ -81,7 +121,17 @@ pub unsafe extern "C" fn oxide_nll_loss_backward(on: OxideLaunch, grad_input: Ox
         let sh = NllShape { n, c, s, ignore_index, reduction };
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
-            unsafe { oxide_kernels::ops::nn::nll::nll_loss_backward(dt, sh, grad_output.src(), target.src() as *const i64, src_or_null(&weight), total_weight.src(), grad_input.dst()) }
+            unsafe {
+                oxide_kernels::ops::nn::nll::nll_loss_backward(
+                    dt,
+                    sh,
+                    grad_output.src(),
+                    target.src() as *const i64,
+                    src_or_null(&weight),
+                    total_weight.src(),
+                    grad_input.dst(),
+                )
+            }
         })
     })
 }

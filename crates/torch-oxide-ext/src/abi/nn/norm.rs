@@ -14,7 +14,12 @@ pub struct OxideGroupShape {
 }
 
 fn group_shape(op: &'static str, g: &OxideGroupShape) -> Result<oxide_kernels::ops::nn::norm::GroupShape, AbiError> {
-    Ok(oxide_kernels::ops::nn::norm::GroupShape { n: size(op, "batch", g.n)?, c: size(op, "channels", g.c)?, s: size(op, "spatial size", g.s)?, g: size(op, "groups", g.groups)? })
+    Ok(oxide_kernels::ops::nn::norm::GroupShape {
+        n: size(op, "batch", g.n)?,
+        c: size(op, "channels", g.c)?,
+        s: size(op, "spatial size", g.s)?,
+        g: size(op, "groups", g.groups)?,
+    })
 }
 
 /// Group norm forward (layer norm is `groups = 1, s = 1`): `x`, `y` contiguous
@@ -24,14 +29,25 @@ fn group_shape(op: &'static str, g: &OxideGroupShape) -> Result<oxide_kernels::o
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_group_norm(on: OxideLaunch, y: OxideTensor, mean: OxideTensor, rstd: OxideTensor, x: OxideTensor, weight: OxideTensor, bias: OxideTensor, shape: OxideGroupShape, eps: f64) -> i32 {
+pub unsafe extern "C" fn oxide_group_norm(
+    on: OxideLaunch,
+    y: OxideTensor,
+    mean: OxideTensor,
+    rstd: OxideTensor,
+    x: OxideTensor,
+    weight: OxideTensor,
+    bias: OxideTensor,
+    shape: OxideGroupShape,
+    eps: f64,
+) -> i32 {
     use oxide_kernels::ops::nn::norm::GroupNormIo;
     const OP: &str = "group_norm";
     ffi(|| {
         // SAFETY: the function's contract.
         let [y, mean, rstd, x, weight, bias] = unsafe { operands(OP, [&y, &mean, &rstd, &x, &weight, &bias]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (y, mean, rstd, x) = (y.ok_or_else(missing)?, mean.ok_or_else(missing)?, rstd.ok_or_else(missing)?, x.ok_or_else(missing)?);
+        let (y, mean, rstd, x) =
+            (y.ok_or_else(missing)?, mean.ok_or_else(missing)?, rstd.ok_or_else(missing)?, x.ok_or_else(missing)?);
         let sh = group_shape(OP, &shape)?;
         let dt = common_dtype(OP, &[&x, &y])?;
         let pdt = optional_dtype(OP, &[&weight, &bias], dt)?;
@@ -42,7 +58,16 @@ pub unsafe extern "C" fn oxide_group_norm(on: OxideLaunch, y: OxideTensor, mean:
         flat(OP, &rstd, sh.n * sh.g)?;
         flat_opt(OP, &weight, sh.c)?;
         flat_opt(OP, &bias, sh.c)?;
-        let io = GroupNormIo { x: x.src(), param_dt: pdt, weight: src_or_null(&weight), bias: src_or_null(&bias), y: y.dst(), stat_dt: sdt, mean: mean.dst(), rstd: rstd.dst() };
+        let io = GroupNormIo {
+            x: x.src(),
+            param_dt: pdt,
+            weight: src_or_null(&weight),
+            bias: src_or_null(&bias),
+            y: y.dst(),
+            stat_dt: sdt,
+            mean: mean.dst(),
+            rstd: rstd.dst(),
+        };
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe { oxide_kernels::ops::nn::norm::group_norm(dt, sh, io, eps, on.threads()) }
@@ -73,9 +98,11 @@ pub unsafe extern "C" fn oxide_group_norm_backward(
     const OP: &str = "group_norm_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [dx, dweight, dbias, dy, x, mean, rstd, weight] = unsafe { operands(OP, [&dx, &dweight, &dbias, &dy, &x, &mean, &rstd, &weight]) }?;
+        let [dx, dweight, dbias, dy, x, mean, rstd, weight] =
+            unsafe { operands(OP, [&dx, &dweight, &dbias, &dy, &x, &mean, &rstd, &weight]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (dy, x, mean, rstd) = (dy.ok_or_else(missing)?, x.ok_or_else(missing)?, mean.ok_or_else(missing)?, rstd.ok_or_else(missing)?);
+        let (dy, x, mean, rstd) =
+            (dy.ok_or_else(missing)?, x.ok_or_else(missing)?, mean.ok_or_else(missing)?, rstd.ok_or_else(missing)?);
         let sh = group_shape(OP, &shape)?;
         let dt = common_dtype(OP, &[&x, &dy])?;
         if let Some(d) = &dx {
@@ -115,7 +142,10 @@ pub unsafe extern "C" fn oxide_group_norm_backward(
 fn batch_shape(op: &'static str, x: &Operand) -> Result<oxide_kernels::ops::nn::norm::BatchShape, AbiError> {
     let e = x.extents();
     if e.len() < 2 {
-        return Err(AbiError::Invalid(format!("{op}: expected an input of 2 or more dimensions, got sizes {:?}", x.sizes)));
+        return Err(AbiError::Invalid(format!(
+            "{op}: expected an input of 2 or more dimensions, got sizes {:?}",
+            x.sizes
+        )));
     }
     let (n, c) = (e[0], e[1]);
     Ok(oxide_kernels::ops::nn::norm::BatchShape { n, c, s: x.numel.checked_div(n * c).unwrap_or(1) })
@@ -148,7 +178,8 @@ pub unsafe extern "C" fn oxide_batch_norm(
     const OP: &str = "batch_norm";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [y, save_mean, save_invstd, running_mean, running_var, x, weight, bias] = unsafe { operands(OP, [&y, &save_mean, &save_invstd, &running_mean, &running_var, &x, &weight, &bias]) }?;
+        let [y, save_mean, save_invstd, running_mean, running_var, x, weight, bias] =
+            unsafe { operands(OP, [&y, &save_mean, &save_invstd, &running_mean, &running_var, &x, &weight, &bias]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
         let (y, x) = (y.ok_or_else(missing)?, x.ok_or_else(missing)?);
         if training && (save_mean.is_none() || save_invstd.is_none()) {
@@ -167,8 +198,21 @@ pub unsafe extern "C" fn oxide_batch_norm(
         for o in per_channel {
             flat_opt(OP, o, sh.c)?;
         }
-        let p = BatchParams { weight: src_or_null(&weight), bias: src_or_null(&bias), running_mean: dst_or_null(&running_mean), running_var: dst_or_null(&running_var) };
-        let io = BatchNormIo { x: x.src(), training, momentum, eps, y: y.dst(), save_mean: dst_or_null(&save_mean), save_invstd: dst_or_null(&save_invstd) };
+        let p = BatchParams {
+            weight: src_or_null(&weight),
+            bias: src_or_null(&bias),
+            running_mean: dst_or_null(&running_mean),
+            running_var: dst_or_null(&running_var),
+        };
+        let io = BatchNormIo {
+            x: x.src(),
+            training,
+            momentum,
+            eps,
+            y: y.dst(),
+            save_mean: dst_or_null(&save_mean),
+            save_invstd: dst_or_null(&save_invstd),
+        };
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe { oxide_kernels::ops::nn::norm::batch_norm(dt, sh, pdt, p, io, on.threads()) }
@@ -203,8 +247,12 @@ pub unsafe extern "C" fn oxide_batch_norm_backward(
     const OP: &str = "batch_norm_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [dx, dweight, dbias, dy, x, weight, running_mean, running_var, save_mean, save_invstd] =
-            unsafe { operands(OP, [&dx, &dweight, &dbias, &dy, &x, &weight, &running_mean, &running_var, &save_mean, &save_invstd]) }?;
+        let [dx, dweight, dbias, dy, x, weight, running_mean, running_var, save_mean, save_invstd] = unsafe {
+            operands(
+                OP,
+                [&dx, &dweight, &dbias, &dy, &x, &weight, &running_mean, &running_var, &save_mean, &save_invstd],
+            )
+        }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
         let (dy, x) = (dy.ok_or_else(missing)?, x.ok_or_else(missing)?);
         if training && (save_mean.is_none() || save_invstd.is_none()) {
@@ -228,7 +276,12 @@ pub unsafe extern "C" fn oxide_batch_norm_backward(
         for o in per_channel {
             flat_opt(OP, o, sh.c)?;
         }
-        let p = BatchParams { weight: src_or_null(&weight), bias: std::ptr::null(), running_mean: src_or_null(&running_mean) as *mut u8, running_var: src_or_null(&running_var) as *mut u8 };
+        let p = BatchParams {
+            weight: src_or_null(&weight),
+            bias: std::ptr::null(),
+            running_mean: src_or_null(&running_mean) as *mut u8,
+            running_var: src_or_null(&running_var) as *mut u8,
+        };
         let io = BatchNormGrads {
             dy: dy.src(),
             x: x.src(),

@@ -27,7 +27,13 @@ pub struct OxidePoolGeometry {
 /// # Safety
 /// `geometry` is valid; each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_max_pool(on: OxideLaunch, output: OxideTensor, indices: OxideTensor, input: OxideTensor, geometry: *const OxidePoolGeometry) -> i32 {
+pub unsafe extern "C" fn oxide_max_pool(
+    on: OxideLaunch,
+    output: OxideTensor,
+    indices: OxideTensor,
+    input: OxideTensor,
+    geometry: *const OxidePoolGeometry,
+) -> i32 {
     const OP: &str = "max_pool";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -42,7 +48,17 @@ pub unsafe extern "C" fn oxide_max_pool(on: OxideLaunch, output: OxideTensor, in
         flat(OP, &indices, planes * plane(&g.output))?;
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the volumes `axes` covers.
-            unsafe { oxide_kernels::ops::nn::pool::max_pool(dt, planes, &axes, input.src(), output.dst(), indices.dst() as *mut i64, on.threads()) }
+            unsafe {
+                oxide_kernels::ops::nn::pool::max_pool(
+                    dt,
+                    planes,
+                    &axes,
+                    input.src(),
+                    output.dst(),
+                    indices.dst() as *mut i64,
+                    on.threads(),
+                )
+            }
         })
     })
 }
@@ -55,14 +71,23 @@ pub unsafe extern "C" fn oxide_max_pool(on: OxideLaunch, output: OxideTensor, in
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_max_pool_backward(on: OxideLaunch, grad_input: OxideTensor, grad_output: OxideTensor, indices: OxideTensor, spatial: usize) -> i32 {
+pub unsafe extern "C" fn oxide_max_pool_backward(
+    on: OxideLaunch,
+    grad_input: OxideTensor,
+    grad_output: OxideTensor,
+    indices: OxideTensor,
+    spatial: usize,
+) -> i32 {
     const OP: &str = "max_pool_backward";
     ffi(|| {
         // SAFETY: the function's contract.
         let [grad_input, grad_output, indices] = unsafe { required(OP, [&grad_input, &grad_output, &indices]) }?;
         let split = |o: &Operand| -> Result<(usize, usize), AbiError> {
             if o.sizes.len() < spatial {
-                return Err(AbiError::Invalid(format!("{OP}: operand of sizes {:?} has fewer than {spatial} dimensions", o.sizes)));
+                return Err(AbiError::Invalid(format!(
+                    "{OP}: operand of sizes {:?} has fewer than {spatial} dimensions",
+                    o.sizes
+                )));
             }
             let e = o.extents();
             let k = e.len() - spatial;
@@ -71,7 +96,10 @@ pub unsafe extern "C" fn oxide_max_pool_backward(on: OxideLaunch, grad_input: Ox
         let (planes, in_plane) = split(&grad_input)?;
         let (out_planes, out_plane) = split(&grad_output)?;
         if out_planes != planes {
-            return Err(AbiError::Invalid(format!("{OP}: grad_input of sizes {:?} and grad_output of sizes {:?} differ in planes", grad_input.sizes, grad_output.sizes)));
+            return Err(AbiError::Invalid(format!(
+                "{OP}: grad_input of sizes {:?} and grad_output of sizes {:?} differ in planes",
+                grad_input.sizes, grad_output.sizes
+            )));
         }
         let dt = common_dtype(OP, &[&grad_input, &grad_output])?;
         indices.dtype_is(OP, DType::I64)?;
@@ -80,7 +108,16 @@ pub unsafe extern "C" fn oxide_max_pool_backward(on: OxideLaunch, grad_input: Ox
         flat(OP, &indices, planes * out_plane)?;
         launch(&on, || {
             // SAFETY: the operands were decoded and checked contiguous with the counts passed.
-            unsafe { oxide_kernels::ops::nn::pool::max_pool_backward(dt, oxide_kernels::ops::nn::pool::Planes { count: planes, in_plane, out_plane }, grad_output.src(), indices.src() as *const i64, grad_input.dst(), on.threads()) }
+            unsafe {
+                oxide_kernels::ops::nn::pool::max_pool_backward(
+                    dt,
+                    oxide_kernels::ops::nn::pool::Planes { count: planes, in_plane, out_plane },
+                    grad_output.src(),
+                    indices.src() as *const i64,
+                    grad_input.dst(),
+                    on.threads(),
+                )
+            }
         })
     })
 }
@@ -96,7 +133,16 @@ pub unsafe extern "C" fn oxide_max_pool_backward(on: OxideLaunch, grad_input: Ox
 /// # Safety
 /// `geometry` is valid; each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_avg_pool(on: OxideLaunch, dst: OxideTensor, src: OxideTensor, geometry: *const OxidePoolGeometry, backward: bool, count_include_pad: bool, has_divisor: bool, divisor: i64) -> i32 {
+pub unsafe extern "C" fn oxide_avg_pool(
+    on: OxideLaunch,
+    dst: OxideTensor,
+    src: OxideTensor,
+    geometry: *const OxidePoolGeometry,
+    backward: bool,
+    count_include_pad: bool,
+    has_divisor: bool,
+    divisor: i64,
+) -> i32 {
     const OP: &str = "avg_pool";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -113,7 +159,15 @@ pub unsafe extern "C" fn oxide_avg_pool(on: OxideLaunch, dst: OxideTensor, src: 
             // SAFETY: the operands were decoded and checked contiguous with the volumes `axes` covers.
             unsafe {
                 if backward {
-                    oxide_kernels::ops::nn::pool::avg_pool_backward(dt, planes, &axes, div, src.src(), dst.dst(), on.threads())
+                    oxide_kernels::ops::nn::pool::avg_pool_backward(
+                        dt,
+                        planes,
+                        &axes,
+                        div,
+                        src.src(),
+                        dst.dst(),
+                        on.threads(),
+                    )
                 } else {
                     oxide_kernels::ops::nn::pool::avg_pool(dt, planes, &axes, div, src.src(), dst.dst(), on.threads())
                 }
@@ -125,13 +179,19 @@ pub unsafe extern "C" fn oxide_avg_pool(on: OxideLaunch, dst: OxideTensor, src: 
 /// The kernel crate's view of a geometry: plane count and the three axes.
 fn pool_axes(g: &OxidePoolGeometry) -> Result<(usize, [oxide_kernels::ops::nn::pool::Axis; 3]), AbiError> {
     use oxide_kernels::ops::nn::pool::{Axis, Window};
-    let size = |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("pooling: negative {what} {v}")));
+    let size =
+        |what: &str, v: i64| usize::try_from(v).map_err(|_| AbiError::Invalid(format!("pooling: negative {what} {v}")));
     let mut axes = [Axis::unit(); 3];
     for (k, a) in axes.iter_mut().enumerate() {
         let window = if g.adaptive {
             Window::Adaptive
         } else {
-            Window::Fixed { kernel: size("kernel size", g.kernel[k])?, stride: size("stride", g.stride[k])?, padding: size("padding", g.padding[k])?, dilation: size("dilation", g.dilation[k])? }
+            Window::Fixed {
+                kernel: size("kernel size", g.kernel[k])?,
+                stride: size("stride", g.stride[k])?,
+                padding: size("padding", g.padding[k])?,
+                dilation: size("dilation", g.dilation[k])?,
+            }
         };
         *a = Axis { input: size("input size", g.input[k])?, output: size("output size", g.output[k])?, window };
     }
@@ -142,7 +202,12 @@ fn plane(extents: &[i64; 3]) -> usize {
     extents.iter().map(|&e| e.max(0) as usize).product()
 }
 
-fn pool_divisor(adaptive: bool, count_include_pad: bool, has_divisor: bool, divisor: i64) -> oxide_kernels::ops::nn::pool::Divisor {
+fn pool_divisor(
+    adaptive: bool,
+    count_include_pad: bool,
+    has_divisor: bool,
+    divisor: i64,
+) -> oxide_kernels::ops::nn::pool::Divisor {
     use oxide_kernels::ops::nn::pool::Divisor;
     if adaptive {
         Divisor::Adaptive

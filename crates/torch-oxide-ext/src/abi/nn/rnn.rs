@@ -3,7 +3,12 @@
 use super::*;
 
 /// A 2-d operand of `[rows, cols]` as the cell kernels read it (any strides); absent: a null matrix.
-fn cell_mat(op: &'static str, o: &Option<Operand>, rows: usize, cols: usize) -> Result<oxide_kernels::ops::nn::rnn::Mat, AbiError> {
+fn cell_mat(
+    op: &'static str,
+    o: &Option<Operand>,
+    rows: usize,
+    cols: usize,
+) -> Result<oxide_kernels::ops::nn::rnn::Mat, AbiError> {
     use oxide_kernels::ops::nn::rnn::Mat;
     match o {
         None => Ok(Mat { ptr: std::ptr::null(), row_stride: 0, col_stride: 0 }),
@@ -36,7 +41,17 @@ fn cell_dtype(op: &'static str, ops: &[&Option<Operand>]) -> Result<DType, AbiEr
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_lstm_cell(on: OxideLaunch, hy: OxideTensor, cy: OxideTensor, workspace: OxideTensor, igates: OxideTensor, hgates: OxideTensor, cx: OxideTensor, b_ih: OxideTensor, b_hh: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_lstm_cell(
+    on: OxideLaunch,
+    hy: OxideTensor,
+    cy: OxideTensor,
+    workspace: OxideTensor,
+    igates: OxideTensor,
+    hgates: OxideTensor,
+    cx: OxideTensor,
+    b_ih: OxideTensor,
+    b_hh: OxideTensor,
+) -> i32 {
     use oxide_kernels::ops::nn::rnn::LstmCell;
     const OP: &str = "_thnn_fused_lstm_cell";
     ffi(|| {
@@ -96,7 +111,8 @@ pub unsafe extern "C" fn oxide_lstm_cell_backward(
     const OP: &str = "_thnn_fused_lstm_cell_backward_impl";
     ffi(|| {
         // SAFETY: the function's contract.
-        let all = unsafe { operands(OP, [&grad_gates, &grad_cx, &grad_bias, &grad_hy, &grad_cy, &cx, &cy, &workspace]) }?;
+        let all =
+            unsafe { operands(OP, [&grad_gates, &grad_cx, &grad_bias, &grad_hy, &grad_cy, &cx, &cy, &workspace]) }?;
         let [grad_gates, grad_cx, grad_bias, grad_hy, grad_cy, cx, cy, workspace] = &all;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
         let (gg, gcx) = (grad_gates.ok_or_else(missing)?, grad_cx.ok_or_else(missing)?);
@@ -134,7 +150,16 @@ pub unsafe extern "C" fn oxide_lstm_cell_backward(
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_gru_cell(on: OxideLaunch, hy: OxideTensor, workspace: OxideTensor, igates: OxideTensor, hgates: OxideTensor, hx: OxideTensor, b_ih: OxideTensor, b_hh: OxideTensor) -> i32 {
+pub unsafe extern "C" fn oxide_gru_cell(
+    on: OxideLaunch,
+    hy: OxideTensor,
+    workspace: OxideTensor,
+    igates: OxideTensor,
+    hgates: OxideTensor,
+    hx: OxideTensor,
+    b_ih: OxideTensor,
+    b_hh: OxideTensor,
+) -> i32 {
     use oxide_kernels::ops::nn::rnn::GruCell;
     const OP: &str = "_thnn_fused_gru_cell";
     ffi(|| {
@@ -191,7 +216,20 @@ pub unsafe extern "C" fn oxide_gru_cell_backward(
     const OP: &str = "_thnn_fused_gru_cell_backward";
     ffi(|| {
         // SAFETY: the function's contract.
-        let all = unsafe { operands(OP, [&grad_input_gates, &grad_hidden_gates, &grad_hx, &grad_input_bias, &grad_hidden_bias, &grad_hy, &workspace]) }?;
+        let all = unsafe {
+            operands(
+                OP,
+                [
+                    &grad_input_gates,
+                    &grad_hidden_gates,
+                    &grad_hx,
+                    &grad_input_bias,
+                    &grad_hidden_bias,
+                    &grad_hy,
+                    &workspace,
+                ],
+            )
+        }?;
         let [gi, gh, ghx, gib, ghb, grad_hy, workspace] = &all;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
         let (gi_o, gh_o, ghx_o) = (gi.ok_or_else(missing)?, gh.ok_or_else(missing)?, ghx.ok_or_else(missing)?);

@@ -4,7 +4,12 @@ use super::*;
 
 /// `[outer, dim, inner]` of a contiguous tensor of `sizes` softmaxed along `dim` (PyTorch's
 /// wrapping of a negative dim; a 0-d tensor is one element; an empty tensor does nothing).
-fn softmax_span(op: &'static str, sizes: &[i64], dim: i64, log: bool) -> Result<oxide_kernels::ops::nn::softmax::Span, AbiError> {
+fn softmax_span(
+    op: &'static str,
+    sizes: &[i64],
+    dim: i64,
+    log: bool,
+) -> Result<oxide_kernels::ops::nn::softmax::Span, AbiError> {
     use oxide_kernels::ops::nn::softmax::Span;
     if sizes.is_empty() {
         return Ok(Span { outer: 1, dim: 1, inner: 1, log });
@@ -30,7 +35,13 @@ fn softmax_span(op: &'static str, sizes: &[i64], dim: i64, log: bool) -> Result<
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_softmax(on: OxideLaunch, out: OxideTensor, input: OxideTensor, dim: i64, log: bool) -> i32 {
+pub unsafe extern "C" fn oxide_softmax(
+    on: OxideLaunch,
+    out: OxideTensor,
+    input: OxideTensor,
+    dim: i64,
+    log: bool,
+) -> i32 {
     const OP: &str = "softmax";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -41,7 +52,16 @@ pub unsafe extern "C" fn oxide_softmax(on: OxideLaunch, out: OxideTensor, input:
         let span = softmax_span(OP, input.sizes, dim, log)?;
         launch(&on, || {
             // SAFETY: both operands were decoded and checked contiguous with the sizes `span` covers.
-            unsafe { oxide_kernels::ops::nn::softmax::softmax(input.dtype, input.src(), out.dtype, out.dst(), span, on.threads()) }
+            unsafe {
+                oxide_kernels::ops::nn::softmax::softmax(
+                    input.dtype,
+                    input.src(),
+                    out.dtype,
+                    out.dst(),
+                    span,
+                    on.threads(),
+                )
+            }
         })
     })
 }
@@ -52,7 +72,14 @@ pub unsafe extern "C" fn oxide_softmax(on: OxideLaunch, out: OxideTensor, input:
 /// # Safety
 /// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_softmax_backward(on: OxideLaunch, grad_input: OxideTensor, grad: OxideTensor, output: OxideTensor, dim: i64, log: bool) -> i32 {
+pub unsafe extern "C" fn oxide_softmax_backward(
+    on: OxideLaunch,
+    grad_input: OxideTensor,
+    grad: OxideTensor,
+    output: OxideTensor,
+    dim: i64,
+    log: bool,
+) -> i32 {
     const OP: &str = "softmax_backward";
     ffi(|| {
         // SAFETY: the function's contract.
@@ -65,7 +92,17 @@ pub unsafe extern "C" fn oxide_softmax_backward(on: OxideLaunch, grad_input: Oxi
         let span = softmax_span(OP, output.sizes, dim, log)?;
         launch(&on, || {
             // SAFETY: the three operands were decoded and checked contiguous with the sizes `span` covers.
-            unsafe { oxide_kernels::ops::nn::softmax::softmax_backward(dt, grad.src(), output.src(), grad_input.dtype, grad_input.dst(), span, on.threads()) }
+            unsafe {
+                oxide_kernels::ops::nn::softmax::softmax_backward(
+                    dt,
+                    grad.src(),
+                    output.src(),
+                    grad_input.dtype,
+                    grad_input.dst(),
+                    span,
+                    on.threads(),
+                )
+            }
         })
     })
 }

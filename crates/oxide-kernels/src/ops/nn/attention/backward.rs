@@ -8,7 +8,10 @@ use crate::engine::math::Float;
 use crate::error::Result;
 
 use super::tile::{gemm, padded, KeyTile, Layouts, Mat};
-use super::{check, for_tasks, key_end, load_row, mask_scores, store_row, Attention, Dims, Grads, Keep, Operand, BLOCK_K, BLOCK_Q};
+use super::{
+    check, for_tasks, key_end, load_row, mask_scores, store_row, Attention, Dims, Grads, Keep, Operand, BLOCK_K,
+    BLOCK_Q,
+};
 
 /// Writes rows `0..nk` of `dk` and `dv`, each given as (buffer, row stride, row
 /// length), as keys `j0 .. j0 + nk` of (b, kv head `hk`) of the key and value
@@ -16,7 +19,15 @@ use super::{check, for_tasks, key_end, load_row, mask_scores, store_row, Attenti
 ///
 /// # Safety
 /// As [`store_row`] for every row written.
-unsafe fn store_kv_rows<T: Element, C: Float>(g: &Grads, b: usize, hk: usize, j0: usize, nk: usize, dk: (&[C], usize, usize), dv: (&[C], usize, usize)) {
+unsafe fn store_kv_rows<T: Element, C: Float>(
+    g: &Grads,
+    b: usize,
+    hk: usize,
+    j0: usize,
+    nk: usize,
+    dk: (&[C], usize, usize),
+    dv: (&[C], usize, usize),
+) {
     for jj in 0..nk {
         for (grad, (buf, ld, len)) in [(&g.key, dk), (&g.value, dv)] {
             if let Some(op) = grad {
@@ -26,7 +37,6 @@ unsafe fn store_kv_rows<T: Element, C: Float>(g: &Grads, b: usize, hk: usize, j0
         }
     }
 }
-
 
 /// Backward pass: from `grad_out` (`[B, Hq, L, Ev]`), the forward's `out`
 /// and `lse`, writes the requested [`Grads`] (strided, type `a.dtype`;
@@ -67,7 +77,15 @@ struct TileRow {
 /// # Safety
 /// The bias operand of `a`, if any, is readable at these elements.
 #[inline]
-unsafe fn grad_row<T: Element, C: Float>(a: &Attention, keep: &Option<Keep>, at: TileRow, (lse, delta): (C, C), s: &mut [C], dp: &mut [C], drop: &mut [C]) {
+unsafe fn grad_row<T: Element, C: Float>(
+    a: &Attention,
+    keep: &Option<Keep>,
+    at: TileRow,
+    (lse, delta): (C, C),
+    s: &mut [C],
+    dp: &mut [C],
+    drop: &mut [C],
+) {
     let TileRow { b, h, i, j0 } = at;
     if lse == -C::infinity() {
         // A fully masked row contributes nothing (its forward output was 0).
@@ -143,7 +161,8 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     }
     // SAFETY: element r belongs to this task.
     let lse_at = |r: usize| unsafe { (lse as *const C).add(r).read() };
-    let new_rows = || QueryRows { q: vec![C::ZERO; BLOCK_Q * ep], dout: vec![C::ZERO; BLOCK_Q * evp], stats: Vec::new() };
+    let new_rows =
+        || QueryRows { q: vec![C::ZERO; BLOCK_Q * ep], dout: vec![C::ZERO; BLOCK_Q * evp], stats: Vec::new() };
     // Loads the query-side rows i0 .. i0 + nq of (b, h).
     let load_rows = |b: usize, h: usize, i0: usize, nq: usize, qr: &mut QueryRows<C>| {
         qr.stats.clear();
@@ -161,7 +180,17 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
     };
     // P (after dropout) and dS of one [nq][nk] tile, row stride kp:
     // S = Q K^T and dP = dO V^T as tile products, then the row-wise softmax gradient.
-    let tile_grads = |b: usize, h: usize, i0: usize, nq: usize, j0: usize, nk: usize, qr: &QueryRows<C>, tile: &KeyTile<C>, p: &mut [C], ds: &mut [C], drop: &mut [C]| {
+    let tile_grads = |b: usize,
+                      h: usize,
+                      i0: usize,
+                      nq: usize,
+                      j0: usize,
+                      nk: usize,
+                      qr: &QueryRows<C>,
+                      tile: &KeyTile<C>,
+                      p: &mut [C],
+                      ds: &mut [C],
+                      drop: &mut [C]| {
         gemm(nq, nk, e_n, Mat { data: &qr.q, rs: ep, cs: 1 }, (&tile.kt, kp), (p, kp), false);
         gemm(nq, nk, ev_n, Mat { data: &qr.dout, rs: evp, cs: 1 }, (&tile.vt, kp), (ds, kp), false);
         for r in 0..nq {
@@ -200,7 +229,8 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
             // dQ of the group's heads, block-major like `rows`.
             let mut dq = vec![C::ZERO; if g.query.is_some() { group * q_blocks * BLOCK_Q * ep } else { 0 }];
             let mut tile = KeyTile::<C>::new(&d);
-            let (mut p, mut ds, mut drop) = (vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_K]);
+            let (mut p, mut ds, mut drop) =
+                (vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_K]);
             let (mut dk, mut dv) = (vec![C::ZERO; BLOCK_K * ep], vec![C::ZERO; BLOCK_K * evp]);
             for kb in 0..k_blocks {
                 let j0 = kb * BLOCK_K;
@@ -229,7 +259,8 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                         if let Some(gb) = &g.bias {
                             for r in 0..nq {
                                 // SAFETY: as above.
-                                (0..nk).for_each(|jj| unsafe { gb.store::<T, C>(b, h, i0 + r, j0 + jj, ds[r * kp + jj]) });
+                                (0..nk)
+                                    .for_each(|jj| unsafe { gb.store::<T, C>(b, h, i0 + r, j0 + jj, ds[r * kp + jj]) });
                             }
                         }
                         // dV += P^T dO and dK += dS^T (scale Q): the tiles read transposed.
@@ -237,7 +268,15 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
                         gemm(nk, e_n, nq, Mat { data: &ds, rs: 1, cs: kp }, (&qr.q, ep), (&mut dk, ep), true);
                         if g.query.is_some() {
                             let at = (hl * q_blocks + qb) * BLOCK_Q * ep;
-                            gemm(nq, e_n, nk, Mat { data: &ds, rs: kp, cs: 1 }, (&tile.k, ep), (&mut dq[at..], ep), true);
+                            gemm(
+                                nq,
+                                e_n,
+                                nk,
+                                Mat { data: &ds, rs: kp, cs: 1 },
+                                (&tile.k, ep),
+                                (&mut dq[at..], ep),
+                                true,
+                            );
                         }
                     }
                 }
@@ -273,7 +312,8 @@ unsafe fn backward_typed<T: Element, C: Float>(a: &Attention, out: Operand, grad
             let mut dk = vec![C::ZERO; nk * ep];
             let mut dv = vec![C::ZERO; nk * evp];
             let mut qr = new_rows();
-            let (mut p, mut ds, mut drop) = (vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_K]);
+            let (mut p, mut ds, mut drop) =
+                (vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_Q * kp], vec![C::ZERO; BLOCK_K]);
             // Causal: query rows before j0 see none of these keys.
             let first_block = if a.causal { j0 / BLOCK_Q } else { 0 };
             for h in hk * d.group()..(hk + 1) * d.group() {

@@ -73,7 +73,14 @@ unsafe fn forward_typed<T: Element, C: Float + Plain>(a: &Attention, out: Operan
 ///
 /// # Safety
 /// As [`forward`]; rows of this block of `out` and `lse` belong to this task only.
-unsafe fn forward_block<T: Element, C: Float>(a: &Attention, out: Operand, lse: usize, kt_all: &[C], v_all: &[C], t: usize) {
+unsafe fn forward_block<T: Element, C: Float>(
+    a: &Attention,
+    out: Operand,
+    lse: usize,
+    kt_all: &[C],
+    v_all: &[C],
+    t: usize,
+) {
     let d = a.dims;
     let q_blocks = d.len_q.div_ceil(BLOCK_Q);
     let keep = Keep::new(a.dropout);

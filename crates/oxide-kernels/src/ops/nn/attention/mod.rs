@@ -45,8 +45,8 @@
 //! the thread count.
 
 use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
 use crate::engine::math::Float;
+use crate::error::{Error, Result};
 use crate::ops::random::random::BitSource;
 
 mod backward;
@@ -57,7 +57,6 @@ mod tile;
 
 pub use backward::backward;
 pub use forward::forward;
-
 
 /// Query rows per task and per tile.
 pub const BLOCK_Q: usize = 64;
@@ -81,7 +80,10 @@ unsafe impl Sync for Operand {}
 impl Operand {
     #[inline(always)]
     fn offset(&self, b: usize, h: usize, i: usize, j: usize) -> isize {
-        (b as i64 * self.strides[0] + h as i64 * self.strides[1] + i as i64 * self.strides[2] + j as i64 * self.strides[3]) as isize
+        (b as i64 * self.strides[0]
+            + h as i64 * self.strides[1]
+            + i as i64 * self.strides[2]
+            + j as i64 * self.strides[3]) as isize
     }
 
     /// # Safety

@@ -1,8 +1,8 @@
 //! Tests of the attention kernels against a naive reference (every dtype,
 //! masks, bias, GQA, dropout regenerated in backward) and of the tile GEMM.
 
-use super::*;
 use super::tile::{gemm, padded, row_max, row_sum, Mat};
+use super::*;
 
 /// A tiny deterministic generator for test data.
 fn data(n: usize, seed: u64) -> Vec<f64> {
@@ -91,12 +91,14 @@ fn naive(d: Dims, t: Tensors, causal: bool, scale: f64, drop: Option<(f64, &dyn 
                 let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
                 r.lse[(b * d.heads_q + h) * l_n + i] = m + z.ln();
                 s.iter_mut().for_each(|x| *x = (*x - m).exp() / z);
-                let mk: Vec<f64> = (0..s_n).map(|j| drop.map_or(1.0, |(p, bits)| mask(bits, p, so(i, j) as u64))).collect();
+                let mk: Vec<f64> =
+                    (0..s_n).map(|j| drop.map_or(1.0, |(p, bits)| mask(bits, p, so(i, j) as u64))).collect();
                 for e in 0..ev_n {
                     r.out[oo(i, e)] = (0..s_n).map(|j| s[j] * mk[j] * v[vo(j, e)]).sum();
                 }
                 // Gradients.
-                let dpd: Vec<f64> = (0..s_n).map(|j| (0..ev_n).map(|e| dout[oo(i, e)] * v[vo(j, e)]).sum::<f64>()).collect();
+                let dpd: Vec<f64> =
+                    (0..s_n).map(|j| (0..ev_n).map(|e| dout[oo(i, e)] * v[vo(j, e)]).sum::<f64>()).collect();
                 for j in 0..s_n {
                     for e in 0..ev_n {
                         r.dv[vo(j, e)] += s[j] * mk[j] * dout[oo(i, e)];
@@ -190,7 +192,13 @@ fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: 
     };
     let drop = (drop_p > 0.0).then_some((drop_p, &engine as &dyn BitSource));
     let scale = 0.7;
-    let want = naive(d, Tensors { q: &q, k: &k, v: &v, bias: with_bias.then_some(&bias[..]), dout: &dout }, causal, scale, drop);
+    let want = naive(
+        d,
+        Tensors { q: &q, k: &k, v: &v, bias: with_bias.then_some(&bias[..]), dout: &dout },
+        causal,
+        scale,
+        drop,
+    );
 
     // The query as a transposed [B, L, Hq, E] buffer when asked.
     let (qbuf, q_strides) = if transposed_q {
@@ -209,7 +217,8 @@ fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: 
         (q.clone(), contiguous([d.batch, d.heads_q, l_n, e_n]))
     };
     let mut qbuf = Buf::new(&qbuf, dtype);
-    let (mut kb, mut vb, mut biasb, mut doutb) = (Buf::new(&k, dtype), Buf::new(&v, dtype), Buf::new(&bias, dtype), Buf::new(&dout, dtype));
+    let (mut kb, mut vb, mut biasb, mut doutb) =
+        (Buf::new(&k, dtype), Buf::new(&v, dtype), Buf::new(&bias, dtype), Buf::new(&dout, dtype));
     let a = Attention {
         dims: d,
         dtype,
@@ -249,7 +258,15 @@ fn run_typed(d: Dims, causal: bool, with_bias: bool, drop_p: f64, transposed_q: 
     }
 }
 
-fn dims(batch: usize, heads_q: usize, heads_kv: usize, len_q: usize, len_kv: usize, dim_qk: usize, dim_v: usize) -> Dims {
+fn dims(
+    batch: usize,
+    heads_q: usize,
+    heads_kv: usize,
+    len_q: usize,
+    len_kv: usize,
+    dim_qk: usize,
+    dim_v: usize,
+) -> Dims {
     Dims { batch, heads_q, heads_kv, len_q, len_kv, dim_qk, dim_v }
 }
 
@@ -308,14 +325,19 @@ fn gemm_matches_naive_with_tails_and_transposed_a() {
         let c0 = data(m * np, 9);
         for accumulate in [false, true] {
             for transposed in [false, true] {
-                let am = if transposed { Mat { data: &at[..], rs: 1, cs: m } } else { Mat { data: &a[..], rs: k, cs: 1 } };
+                let am =
+                    if transposed { Mat { data: &at[..], rs: 1, cs: m } } else { Mat { data: &a[..], rs: k, cs: 1 } };
                 let mut c = c0.clone();
                 gemm(m, n, k, am, (&b, np), (&mut c, np), accumulate);
                 for r in 0..m {
                     for j in 0..n {
-                        let want = if accumulate { c0[r * np + j] } else { 0.0 } + (0..k).map(|kk| a[r * k + kk] * bd[kk * n + j]).sum::<f64>();
+                        let want = if accumulate { c0[r * np + j] } else { 0.0 }
+                            + (0..k).map(|kk| a[r * k + kk] * bd[kk * n + j]).sum::<f64>();
                         let got = c[r * np + j];
-                        assert!((got - want).abs() <= 1e-12 * (1.0 + want.abs()), "m={m} n={n} k={k} ({r},{j}): {got} vs {want}");
+                        assert!(
+                            (got - want).abs() <= 1e-12 * (1.0 + want.abs()),
+                            "m={m} n={n} k={k} ({r},{j}): {got} vs {want}"
+                        );
                     }
                 }
             }
@@ -337,7 +359,8 @@ fn half_types_accumulate_in_float() {
     // Identical keys: uniform attention, the output is the mean of the values.
     let mut q = vec![half::f16::from_f32(0.5); 12];
     let mut k = vec![half::f16::from_f32(0.25); 800];
-    let mut v: Vec<half::f16> = (0..400).map(|n| half::f16::from_f32(if n % 2 == 0 { 1.0 } else { 1.0 / 3.0 })).collect();
+    let mut v: Vec<half::f16> =
+        (0..400).map(|n| half::f16::from_f32(if n % 2 == 0 { 1.0 } else { 1.0 / 3.0 })).collect();
     let mut out = vec![half::f16::ZERO; 6];
     let mut lse = vec![0f32; 3];
     let o = |p: *mut half::f16, s: [i64; 4]| Operand { ptr: p as *mut u8, strides: s };
@@ -378,7 +401,13 @@ fn rejects_bad_heads_and_dtypes() {
     };
     let out = Operand { ptr: std::ptr::null_mut(), strides: [0; 4] };
     // SAFETY: the pointers address live local buffers sized for the call.
-    assert!(matches!(unsafe { forward(&a(2, DType::F32), out, std::ptr::null_mut()) }, Err(Error::InvalidValue { .. })));
+    assert!(matches!(
+        unsafe { forward(&a(2, DType::F32), out, std::ptr::null_mut()) },
+        Err(Error::InvalidValue { .. })
+    ));
     // SAFETY: the pointers address live local buffers sized for the call.
-    assert!(matches!(unsafe { forward(&a(3, DType::I32), out, std::ptr::null_mut()) }, Err(Error::UnsupportedDtype { .. })));
+    assert!(matches!(
+        unsafe { forward(&a(3, DType::I32), out, std::ptr::null_mut()) },
+        Err(Error::UnsupportedDtype { .. })
+    ));
 }

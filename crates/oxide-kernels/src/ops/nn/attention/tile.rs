@@ -44,7 +44,15 @@ pub(super) struct Mat<'x, C> {
 ///
 /// Panics (a bug in the caller, caught at the FFI boundary) when a buffer is
 /// shorter than these extents.
-pub(super) fn gemm<C: Float>(m: usize, n: usize, k: usize, a: Mat<C>, (b, ldb): (&[C], usize), (c, ldc): (&mut [C], usize), accumulate: bool) {
+pub(super) fn gemm<C: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<C>,
+    (b, ldb): (&[C], usize),
+    (c, ldc): (&mut [C], usize),
+    accumulate: bool,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -103,7 +111,17 @@ pub(super) fn gemm<C: Float>(m: usize, n: usize, k: usize, a: Mat<C>, (b, ldb): 
 // Register kernel: raw pointers and strides kept as scalars so that they stay in registers.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn micro<C: Float, const R: usize>(k: usize, a: *const C, ars: usize, acs: usize, b: *const C, ldb: usize, c: *mut C, ldc: usize, accumulate: bool) {
+unsafe fn micro<C: Float, const R: usize>(
+    k: usize,
+    a: *const C,
+    ars: usize,
+    acs: usize,
+    b: *const C,
+    ldb: usize,
+    c: *mut C,
+    ldc: usize,
+    accumulate: bool,
+) {
     let mut acc = [[C::ZERO; NR]; R];
     if accumulate {
         for (r, row) in acc.iter_mut().enumerate() {
@@ -215,7 +233,17 @@ mod simd {
     // Register kernel: the same scalar pointer-and-stride parameters as `micro`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub unsafe fn micro_f32<const R: usize>(k: usize, a: *const f32, ars: usize, acs: usize, b: *const f32, ldb: usize, c: *mut f32, ldc: usize, accumulate: bool) {
+    pub unsafe fn micro_f32<const R: usize>(
+        k: usize,
+        a: *const f32,
+        ars: usize,
+        acs: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
         // SAFETY: the caller's contract bounds every address.
         unsafe {
             let mut acc = [[v::zero(); V]; R];
@@ -280,7 +308,6 @@ pub(super) fn row_sum<C: Float>(x: &[C]) -> C {
     acc.iter().chain(tail).fold(C::ZERO, |s, &y| s + y)
 }
 
-
 /// Per-task copies of one key block `j0 .. j0 + nk` of (b, kv head), in the
 /// layouts the tile products read as their B operand. Buffers are allocated
 /// zeroed and only the `nk` keys / `E` features are rewritten, so padding
@@ -322,7 +349,15 @@ impl<C: Float> KeyTile<C> {
     ///
     /// # Safety
     /// The key/value operands of `a` are readable for these elements.
-    pub(super) unsafe fn load<T: Element>(&mut self, a: &Attention, b: usize, hk: usize, j0: usize, nk: usize, want: Layouts) {
+    pub(super) unsafe fn load<T: Element>(
+        &mut self,
+        a: &Attention,
+        b: usize,
+        hk: usize,
+        j0: usize,
+        nk: usize,
+        want: Layouts,
+    ) {
         let (e_n, ev_n, kp) = (a.dims.dim_qk, a.dims.dim_v, padded(BLOCK_K));
         let (ep, evp) = (padded(e_n), padded(ev_n));
         for jj in 0..nk {

@@ -9,7 +9,9 @@ use crate::dtype::DType;
 use crate::engine::iter::{map_tasks, GRAIN};
 use crate::error::{Error, Result};
 
-use super::columns::{col2im_scratch, columns, for_each_channel, gather, im2col, product_to_samples, ColumnBlock, Planes};
+use super::columns::{
+    col2im_scratch, columns, for_each_channel, gather, im2col, product_to_samples, ColumnBlock, Planes,
+};
 use super::{block_columns, product, Acc, Conv, Out, Plan, Scratch, Storage, MIN_DEPTH_COLUMNS};
 
 /// What the backward reads, as compute-type slices: the output gradient `gy`, the
@@ -25,7 +27,15 @@ struct Inputs<'a, C> {
 /// Gradients of `nb` consecutive samples (`xs` and `ys` elements per sample of the
 /// input and the output) from `ins` (those samples' `gy` and `x`, the whole `w`):
 /// `gx` is overwritten, `gw` accumulated into.
-fn backward_chunk<C: Acc>(cv: &Conv, ins: Inputs<C>, mut gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, nb: usize, (xs, ys): (usize, usize), s: &mut Scratch<C>) -> Result<()> {
+fn backward_chunk<C: Acc>(
+    cv: &Conv,
+    ins: Inputs<C>,
+    mut gx: Option<&mut [C]>,
+    mut gw: Option<&mut [C]>,
+    nb: usize,
+    (xs, ys): (usize, usize),
+    s: &mut Scratch<C>,
+) -> Result<()> {
     let Inputs { gy, x, w } = ins;
     let win = cv.window();
     let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
@@ -83,7 +93,15 @@ fn backward_chunk<C: Acc>(cv: &Conv, ins: Inputs<C>, mut gx: Option<&mut [C]>, m
             let src = columns(&win, ic, &gy[g * ic * il..], ys, nb, cols, threads);
             if let Some(gx) = gx.as_deref_mut() {
                 // gx[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(gy[:, g]) (kk x nb*L): a convolution.
-                product_to_samples(kk, (&w[wr.clone()], kk, 1), src, Planes { rows: gc, plane: gl, nb, sample: xs }, &mut gx[g * gc * gl..], out, None)?;
+                product_to_samples(
+                    kk,
+                    (&w[wr.clone()], kk, 1),
+                    src,
+                    Planes { rows: gc, plane: gl, nb, sample: xs },
+                    &mut gx[g * gc * gl..],
+                    out,
+                    None,
+                )?;
             }
             if let Some(gw) = gw.as_deref_mut() {
                 // gW[g] (gc x kk) += x[:, g] (gc x nb*L) @ im2col(gy[:, g])^T (nb*L x kk).
@@ -95,7 +113,14 @@ fn backward_chunk<C: Acc>(cv: &Conv, ins: Inputs<C>, mut gx: Option<&mut [C]>, m
     Ok(())
 }
 
-fn backward<C: Acc>(cv: &Conv, ins: Inputs<C>, gx: Option<&mut [C]>, mut gw: Option<&mut [C]>, gb: Option<&mut [C]>, threads: usize) -> Result<()> {
+fn backward<C: Acc>(
+    cv: &Conv,
+    ins: Inputs<C>,
+    gx: Option<&mut [C]>,
+    mut gw: Option<&mut [C]>,
+    gb: Option<&mut [C]>,
+    threads: usize,
+) -> Result<()> {
     let Inputs { gy, x, .. } = ins;
     let (xl, wl, yl) = cv.lens();
     let (xs, ys) = (xl.checked_div(cv.batch).unwrap_or(0), yl.checked_div(cv.batch).unwrap_or(0));
@@ -170,7 +195,14 @@ pub struct Grads {
     pub bias: Option<*mut u8>,
 }
 
-unsafe fn run_backward<T: Storage>(cv: &Conv, grad_output: *const u8, input: *const u8, weight: *const u8, grads: Grads, threads: usize) -> Result<()> {
+unsafe fn run_backward<T: Storage>(
+    cv: &Conv,
+    grad_output: *const u8,
+    input: *const u8,
+    weight: *const u8,
+    grads: Grads,
+    threads: usize,
+) -> Result<()> {
     let (xl, wl, yl) = cv.lens();
     // SAFETY: `convolution_backward`'s contract. The input is read
     // only for the weight gradient and the weight only for the input gradient.
@@ -182,7 +214,14 @@ unsafe fn run_backward<T: Storage>(cv: &Conv, grad_output: *const u8, input: *co
         let mut gw = grads.weight.map(|p| Out::<T>::new(p, wl));
         let mut gb = grads.bias.map(|p| Out::<T>::new(p, cv.out_channels));
         let ins = Inputs { gy: &gy, x: &x, w: &w };
-        backward(cv, ins, gx.as_mut().map(|o| o.slice()), gw.as_mut().map(|o| o.slice()), gb.as_mut().map(|o| o.slice()), threads)?;
+        backward(
+            cv,
+            ins,
+            gx.as_mut().map(|o| o.slice()),
+            gw.as_mut().map(|o| o.slice()),
+            gb.as_mut().map(|o| o.slice()),
+            threads,
+        )?;
         for o in [gx, gw, gb].into_iter().flatten() {
             o.finish();
         }
@@ -200,7 +239,15 @@ unsafe fn run_backward<T: Storage>(cv: &Conv, grad_output: *const u8, input: *co
 /// # Safety
 /// As [`convolution`](super::convolution) for every pointer that is read (null otherwise is fine);
 /// the gradients overlap no operand and each other.
-pub unsafe fn convolution_backward(dtype: DType, cv: &Conv, grad_output: *const u8, input: *const u8, weight: *const u8, grads: Grads, threads: usize) -> Result<()> {
+pub unsafe fn convolution_backward(
+    dtype: DType,
+    cv: &Conv,
+    grad_output: *const u8,
+    input: *const u8,
+    weight: *const u8,
+    grads: Grads,
+    threads: usize,
+) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe {
         match dtype {

@@ -10,7 +10,13 @@ use super::{product, Acc, Window};
 
 /// Runs `f(channel, chunk)` for the `channels` consecutive chunks of `per_channel`
 /// elements of `data`, split over tasks when the work is large.
-pub(super) fn for_each_channel<C: Send>(data: &mut [C], channels: usize, per_channel: usize, threads: usize, f: impl Fn(usize, &mut [C]) + Sync) {
+pub(super) fn for_each_channel<C: Send>(
+    data: &mut [C],
+    channels: usize,
+    per_channel: usize,
+    threads: usize,
+    f: impl Fn(usize, &mut [C]) + Sync,
+) {
     if per_channel == 0 {
         return;
     }
@@ -94,7 +100,15 @@ pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: 
 /// for grid positions `[p0, p1)`) into `nb` images, image `j` `(channels, *w.image)` at
 /// `image[j * sample]`: each column entry is added onto the pixel it was read from,
 /// each image overwritten with those sums first unless `add`.
-pub(super) fn col2im<C: Acc>(w: &Window, blk: ColumnBlock, cols: &[C], image: &mut [C], sample: usize, add: bool, threads: usize) {
+pub(super) fn col2im<C: Acc>(
+    w: &Window,
+    blk: ColumnBlock,
+    cols: &[C],
+    image: &mut [C],
+    sample: usize,
+    add: bool,
+    threads: usize,
+) {
     let ColumnBlock { channels, nb, p0, p1 } = blk;
     let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);
     if il == 0 || nb == 0 {
@@ -139,7 +153,15 @@ pub(super) fn col2im<C: Acc>(w: &Window, blk: ColumnBlock, cols: &[C], image: &m
 /// [`flat`](Window::flat) window the entries that read the padding are zeroed first,
 /// so that each tap of each image plane is added as one contiguous run ([`FlatTap::fold`](super::FlatTap::fold));
 /// the padding entries land, as zeros, on pixels of neighbouring rows.
-pub(super) fn col2im_scratch<C: Acc>(w: &Window, blk: ColumnBlock, cols: &mut [C], image: &mut [C], sample: usize, add: bool, threads: usize) {
+pub(super) fn col2im_scratch<C: Acc>(
+    w: &Window,
+    blk: ColumnBlock,
+    cols: &mut [C],
+    image: &mut [C],
+    sample: usize,
+    add: bool,
+    threads: usize,
+) {
     let ColumnBlock { channels, nb, p0, p1 } = blk;
     let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);
     if !w.flat() || il == 0 || nb == 0 {
@@ -164,7 +186,15 @@ pub(super) fn col2im_scratch<C: Acc>(w: &Window, blk: ColumnBlock, cols: &mut [C
 
 /// Runs `f(j, c, plane)` for the `channels` planes of `il` elements of each of `nb`
 /// images (image `j` at `image[j * sample]`), split over rayon tasks when large.
-pub(super) fn for_each_plane<C: Send>(nb: usize, channels: usize, il: usize, image: &mut [C], sample: usize, threads: usize, f: impl Fn(usize, usize, &mut [C]) + Sync) {
+pub(super) fn for_each_plane<C: Send>(
+    nb: usize,
+    channels: usize,
+    il: usize,
+    image: &mut [C],
+    sample: usize,
+    threads: usize,
+    f: impl Fn(usize, usize, &mut [C]) + Sync,
+) {
     // Planes (j, c) are disjoint and independent, so they split over tasks in any order.
     let mut planes: Vec<&mut [C]> = Vec::with_capacity(nb * channels);
     let mut rest = image;
@@ -226,7 +256,15 @@ pub(super) fn scatter<C: Acc>(m: &[C], p: Planes, dst: &mut [C], bias: Option<&[
 /// The column matrix `(channels * taps, nb * grid_len)` of `nb` images (image `j` at
 /// `image[j * sample]`): the image itself for an identity window over one sample,
 /// else [`im2col`] into `cols`.
-pub(super) fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], sample: usize, nb: usize, cols: &'a mut Vec<C>, threads: usize) -> &'a [C] {
+pub(super) fn columns<'a, C: Acc>(
+    w: &Window,
+    channels: usize,
+    image: &'a [C],
+    sample: usize,
+    nb: usize,
+    cols: &'a mut Vec<C>,
+    threads: usize,
+) -> &'a [C] {
     let rows = channels * w.taps();
     if w.is_identity() && nb == 1 {
         return &image[..rows * w.grid_len()];
@@ -239,7 +277,15 @@ pub(super) fn columns<'a, C: Acc>(w: &Window, channels: usize, image: &'a [C], s
 /// `a (m x k) @ src (k x nb * plane)` written as the planes `p` of `dst` (`m` = `p.rows`
 /// planes of each of `nb` samples), plus `bias[r]` on plane `r` when given: straight
 /// into `dst` for one sample, else through `out` and [`scatter`].
-pub(super) fn product_to_samples<C: Acc>(k: usize, a: (&[C], usize, usize), src: &[C], p: Planes, dst: &mut [C], out: &mut Vec<C>, bias: Option<&[C]>) -> Result<()> {
+pub(super) fn product_to_samples<C: Acc>(
+    k: usize,
+    a: (&[C], usize, usize),
+    src: &[C],
+    p: Planes,
+    dst: &mut [C],
+    out: &mut Vec<C>,
+    bias: Option<&[C]>,
+) -> Result<()> {
     let Planes { rows: m, plane, nb, .. } = p;
     if nb == 1 {
         let dst = &mut dst[..m * plane];

@@ -10,7 +10,15 @@ use super::columns::{add_bias, col2im_scratch, columns, gather, im2col, product_
 use super::{block_columns, product, Acc, Conv, Out, Plan, Scratch, Storage};
 
 /// Output of `nb` consecutive samples: `x` `(nb, C_in, *input)` into `y` `(nb, C_out, *output)`.
-fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], nb: usize, s: &mut Scratch<C>) -> Result<()> {
+fn forward_chunk<C: Acc>(
+    cv: &Conv,
+    x: &[C],
+    w: &[C],
+    bias: Option<&[C]>,
+    y: &mut [C],
+    nb: usize,
+    s: &mut Scratch<C>,
+) -> Result<()> {
     let win = cv.window();
     let (il, gl, taps) = (win.image_len(), win.grid_len(), win.taps());
     let (ic, gc) = cv.group_channels();
@@ -41,7 +49,15 @@ fn forward_chunk<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mu
             // y[:, g] (gc x nb*L) = W[g] (gc x kk) @ im2col(x[:, g]) (kk x nb*L).
             let src = columns(&win, ic, &x[g * ic * il..], xs, nb, cols, threads);
             let bg = bias.map(|b| &b[g * gc..(g + 1) * gc]);
-            product_to_samples(kk, (wgt, kk, 1), src, Planes { rows: gc, plane: gl, nb, sample: ys }, &mut y[g * gc * gl..], out, bg)?;
+            product_to_samples(
+                kk,
+                (wgt, kk, 1),
+                src,
+                Planes { rows: gc, plane: gl, nb, sample: ys },
+                &mut y[g * gc * gl..],
+                out,
+                bg,
+            )?;
         } else {
             // y[:, g] = col2im(W[g]^T (kk x gc) @ x[:, g] (gc x nb*L)).
             let xg = gather(&x[g * gc * gl..], Planes { rows: gc, plane: gl, nb, sample: xs }, mat);
@@ -82,7 +98,14 @@ fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C],
     }
 }
 
-unsafe fn run_forward<T: Storage>(cv: &Conv, input: *const u8, weight: *const u8, bias: Option<*const u8>, output: *mut u8, threads: usize) -> Result<()> {
+unsafe fn run_forward<T: Storage>(
+    cv: &Conv,
+    input: *const u8,
+    weight: *const u8,
+    bias: Option<*const u8>,
+    output: *mut u8,
+    threads: usize,
+) -> Result<()> {
     let (xl, wl, yl) = cv.lens();
     // SAFETY: `convolution`'s contract.
     unsafe {
@@ -109,7 +132,15 @@ unsafe fn run_forward<T: Storage>(cv: &Conv, input: *const u8, weight: *const u8
 /// (input `batch * in_channels * prod(input)`, weight `in_channels / groups *
 /// out_channels * prod(kernel)`, bias `out_channels`, output `batch *
 /// out_channels * prod(output)`); the output overlaps no input.
-pub unsafe fn convolution(dtype: DType, cv: &Conv, input: *const u8, weight: *const u8, bias: Option<*const u8>, output: *mut u8, threads: usize) -> Result<()> {
+pub unsafe fn convolution(
+    dtype: DType,
+    cv: &Conv,
+    input: *const u8,
+    weight: *const u8,
+    bias: Option<*const u8>,
+    output: *mut u8,
+    threads: usize,
+) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe {
         match dtype {

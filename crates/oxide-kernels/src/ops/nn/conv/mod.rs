@@ -55,9 +55,9 @@
 use std::borrow::Cow;
 
 use crate::dtype::Element;
+use crate::engine::math::Num;
 use crate::error::{Error, Result};
 use crate::ops::linalg::gemm::{gemm, GemmShape, Matrix, SPLIT_MACS};
-use crate::engine::math::Num;
 
 mod backward;
 mod columns;
@@ -116,13 +116,27 @@ impl Conv {
     /// the input is larger than the convolution of the output would be). PyTorch
     /// checks all of this before the kernel runs; the check here keeps a wrong
     /// call from touching memory outside its operands.
-    pub fn new(batch: i64, in_channels: i64, out_channels: i64, groups: i64, transposed: bool, s: Spatial) -> Result<Conv> {
+    pub fn new(
+        batch: i64,
+        in_channels: i64,
+        out_channels: i64,
+        groups: i64,
+        transposed: bool,
+        s: Spatial,
+    ) -> Result<Conv> {
         let bad = |reason: String| Error::InvalidLayout { op: "convolution", reason };
         let nd = s.input.len();
-        if !(1..=MAX_SPATIAL).contains(&nd) || [s.output, s.kernel, s.stride, s.padding, s.dilation].iter().any(|l| l.len() != nd) {
-            return Err(bad(format!("spatial lists of lengths {:?}", [s.input, s.output, s.kernel, s.stride, s.padding, s.dilation].map(|l| l.len()))));
+        if !(1..=MAX_SPATIAL).contains(&nd)
+            || [s.output, s.kernel, s.stride, s.padding, s.dilation].iter().any(|l| l.len() != nd)
+        {
+            return Err(bad(format!(
+                "spatial lists of lengths {:?}",
+                [s.input, s.output, s.kernel, s.stride, s.padding, s.dilation].map(|l| l.len())
+            )));
         }
-        let count = |v: i64, what: &str, min: i64| usize::try_from(v).ok().filter(|&u| u as i64 >= min).ok_or_else(|| bad(format!("{what} {v}")));
+        let count = |v: i64, what: &str, min: i64| {
+            usize::try_from(v).ok().filter(|&u| u as i64 >= min).ok_or_else(|| bad(format!("{what} {v}")))
+        };
         let spatial = |l: &[i64], what: &str, min: i64, fill: usize| -> Result<[usize; MAX_SPATIAL]> {
             let mut a = [fill; MAX_SPATIAL];
             for (k, &v) in l.iter().enumerate() {
@@ -144,13 +158,19 @@ impl Conv {
             transposed,
         };
         if !cv.in_channels.is_multiple_of(cv.groups) || !cv.out_channels.is_multiple_of(cv.groups) {
-            return Err(bad(format!("{} groups for {} input and {} output channels", cv.groups, cv.in_channels, cv.out_channels)));
+            return Err(bad(format!(
+                "{} groups for {} input and {} output channels",
+                cv.groups, cv.in_channels, cv.out_channels
+            )));
         }
         let w = cv.window();
         for d in 0..MAX_SPATIAL {
             let fits = w.positions(d).is_some_and(|p| if transposed { w.grid[d] <= p } else { w.grid[d] == p });
             if !fits {
-                return Err(bad(format!("input extents {:?} and output extents {:?} do not match the kernel {:?}", cv.input, cv.output, cv.kernel)));
+                return Err(bad(format!(
+                    "input extents {:?} and output extents {:?} do not match the kernel {:?}",
+                    cv.input, cv.output, cv.kernel
+                )));
             }
         }
         Ok(cv)
@@ -164,7 +184,11 @@ impl Conv {
     /// Channels of the image side (conv input, transposed-conv output) and of the column side, per group.
     fn group_channels(&self) -> (usize, usize) {
         let (i, o) = (self.in_channels / self.groups, self.out_channels / self.groups);
-        if self.transposed { (o, i) } else { (i, o) }
+        if self.transposed {
+            (o, i)
+        } else {
+            (i, o)
+        }
     }
 
     /// Elements of the input, weight and output.
@@ -206,7 +230,10 @@ impl Window {
 
     /// Columns equal the image: 1-tap window, unit stride, no padding, same extents.
     fn is_identity(&self) -> bool {
-        self.taps() == 1 && self.stride == [1; MAX_SPATIAL] && self.padding == [0; MAX_SPATIAL] && self.image == self.grid
+        self.taps() == 1
+            && self.stride == [1; MAX_SPATIAL]
+            && self.padding == [0; MAX_SPATIAL]
+            && self.image == self.grid
     }
 
     /// Image offset of tap `t` along `d` relative to `o * stride`.
@@ -476,10 +503,33 @@ impl<'a, T: Storage> Out<'a, T> {
 
 /// `c (m x n, row stride ldc) = a @ b + beta * c`, operands as (slice, row stride, column
 /// stride) and the output as (slice, row stride).
-fn product<C: Acc>(m: usize, n: usize, k: usize, a: (&[C], usize, usize), b: (&[C], usize, usize), beta: f64, (c, ldc): (&mut [C], usize)) -> Result<()> {
-    let mat = |p: *const C, rs: usize, cs: usize| Matrix { ptr: p as *mut u8, batch_stride: 0, row_stride: rs as isize, col_stride: cs as isize };
+fn product<C: Acc>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: (&[C], usize, usize),
+    b: (&[C], usize, usize),
+    beta: f64,
+    (c, ldc): (&mut [C], usize),
+) -> Result<()> {
+    let mat = |p: *const C, rs: usize, cs: usize| Matrix {
+        ptr: p as *mut u8,
+        batch_stride: 0,
+        row_stride: rs as isize,
+        col_stride: cs as isize,
+    };
     // SAFETY: every slice covers the rows and columns its strides address (the callers size them so).
-    unsafe { gemm(C::DTYPE, GemmShape { batch: 1, m, n, k }, 1.0, mat(a.0.as_ptr(), a.1, a.2), mat(b.0.as_ptr(), b.1, b.2), beta, mat(c.as_mut_ptr(), ldc, 1)) }
+    unsafe {
+        gemm(
+            C::DTYPE,
+            GemmShape { batch: 1, m, n, k },
+            1.0,
+            mat(a.0.as_ptr(), a.1, a.2),
+            mat(b.0.as_ptr(), b.1, b.2),
+            beta,
+            mat(c.as_mut_ptr(), ldc, 1),
+        )
+    }
 }
 
 /// Columns a convolution's GEMM should have at least. The GEMM packs the
@@ -558,7 +608,14 @@ impl Plan {
         let cached = FORWARD_CACHE_COLUMNS / (kk * gl).max(1);
         let cached = if cached >= 1 { chunk.min(cached.max(FORWARD_MIN_COLUMNS.div_ceil(gl))) } else { chunk };
         let blocked = block_columns(kk, gl).is_some() && !cv.transposed;
-        let chunk = if blocked { 1 } else if forward { cached } else { chunk }.clamp(1, batch);
+        let chunk = if blocked {
+            1
+        } else if forward {
+            cached
+        } else {
+            chunk
+        }
+        .clamp(1, batch);
         let per_task = batch.div_ceil(threads.clamp(1, batch));
         // `linalg::gemm` splits a product over threads only from SPLIT_MACS
         // multiply-adds; below that, splitting samples is the parallelism there is.

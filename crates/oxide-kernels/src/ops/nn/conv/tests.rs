@@ -20,10 +20,24 @@ struct Case {
 }
 
 /// A case from its counts `(batch, cin, cout, groups)` and spatial lists.
-fn case((batch, cin, cout, groups): (i64, i64, i64, i64), input: &[i64], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Case {
+fn case(
+    (batch, cin, cout, groups): (i64, i64, i64, i64),
+    input: &[i64],
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    dilation: &[i64],
+) -> Case {
     Case {
-        batch, cin, cout, groups,
-        input: input.to_vec(), kernel: kernel.to_vec(), stride: stride.to_vec(), padding: padding.to_vec(), dilation: dilation.to_vec(),
+        batch,
+        cin,
+        cout,
+        groups,
+        input: input.to_vec(),
+        kernel: kernel.to_vec(),
+        stride: stride.to_vec(),
+        padding: padding.to_vec(),
+        dilation: dilation.to_vec(),
         output_padding: vec![0; input.len()],
         transposed: false,
     }
@@ -46,7 +60,14 @@ impl Case {
                 }
             })
             .collect();
-        let s = Spatial { input: &self.input, output: &output, kernel: &self.kernel, stride: &self.stride, padding: &self.padding, dilation: &self.dilation };
+        let s = Spatial {
+            input: &self.input,
+            output: &output,
+            kernel: &self.kernel,
+            stride: &self.stride,
+            padding: &self.padding,
+            dilation: &self.dilation,
+        };
         Conv::new(self.batch, self.cin, self.cout, self.groups, self.transposed, s).unwrap()
     }
 }
@@ -67,7 +88,8 @@ fn direct(cv: &Conv, mut f: impl FnMut(usize, usize, usize)) {
                     let op = [o / (w.grid[1] * w.grid[2]), o / w.grid[2] % w.grid[1], o % w.grid[2]];
                     for t in 0..w.taps() {
                         let tap = w.tap(t);
-                        let pos: Vec<isize> = (0..3).map(|d| (op[d] * w.stride[d]) as isize + w.offset(d, tap[d])).collect();
+                        let pos: Vec<isize> =
+                            (0..3).map(|d| (op[d] * w.stride[d]) as isize + w.offset(d, tap[d])).collect();
                         if (0..3).any(|d| pos[d] < 0 || pos[d] >= w.image[d] as isize) {
                             continue;
                         }
@@ -97,7 +119,8 @@ fn check<T: Element>(c: &Case, threads: usize, tol: f64) {
     let (xl, wl, yl) = cv.lens();
     // The reference sees the values as `T` holds them (integers truncate the halves).
     let held = |v: Vec<f64>| -> Vec<f64> { v.into_iter().map(|x| T::from_f64(x).to_f64()).collect() };
-    let (x, w, b, gy) = (held(values(xl, 1)), held(values(wl, 2)), held(values(cv.out_channels, 3)), held(values(yl, 4)));
+    let (x, w, b, gy) =
+        (held(values(xl, 1)), held(values(wl, 2)), held(values(cv.out_channels, 3)), held(values(yl, 4)));
     // Reference in f64.
     let mut y = vec![0.0; yl];
     let (mut gx, mut gw) = (vec![0.0; xl], vec![0.0; wl]);
@@ -116,19 +139,36 @@ fn check<T: Element>(c: &Case, threads: usize, tol: f64) {
     for (k, v) in y.iter_mut().enumerate() {
         *v += b[k / plane % cv.out_channels];
     }
-    let gb: Vec<f64> = (0..cv.out_channels).map(|co| (0..cv.batch).flat_map(|n| (0..plane).map(move |p| (n, p))).map(|(n, p)| gy[(n * cv.out_channels + co) * plane + p]).sum()).collect();
+    let gb: Vec<f64> = (0..cv.out_channels)
+        .map(|co| {
+            (0..cv.batch)
+                .flat_map(|n| (0..plane).map(move |p| (n, p)))
+                .map(|(n, p)| gy[(n * cv.out_channels + co) * plane + p])
+                .sum()
+        })
+        .collect();
 
     let (xt, wt, bt, gyt) = (as_bytes::<T>(&x), as_bytes::<T>(&w), as_bytes::<T>(&b), as_bytes::<T>(&gy));
     let mut yt = as_bytes::<T>(&vec![f64::NAN; yl]);
-    let (mut gxt, mut gwt, mut gbt) = (as_bytes::<T>(&vec![f64::NAN; xl]), as_bytes::<T>(&vec![f64::NAN; wl]), as_bytes::<T>(&vec![f64::NAN; cv.out_channels]));
+    let (mut gxt, mut gwt, mut gbt) = (
+        as_bytes::<T>(&vec![f64::NAN; xl]),
+        as_bytes::<T>(&vec![f64::NAN; wl]),
+        as_bytes::<T>(&vec![f64::NAN; cv.out_channels]),
+    );
     let p = |v: &Vec<T>| v.as_ptr() as *const u8;
     // SAFETY: the pointers address live local buffers sized for the call.
     unsafe {
         convolution(T::DTYPE, &cv, p(&xt), p(&wt), Some(p(&bt)), yt.as_mut_ptr() as *mut u8, threads).unwrap();
-        let grads = Grads { input: Some(gxt.as_mut_ptr() as *mut u8), weight: Some(gwt.as_mut_ptr() as *mut u8), bias: Some(gbt.as_mut_ptr() as *mut u8) };
+        let grads = Grads {
+            input: Some(gxt.as_mut_ptr() as *mut u8),
+            weight: Some(gwt.as_mut_ptr() as *mut u8),
+            bias: Some(gbt.as_mut_ptr() as *mut u8),
+        };
         convolution_backward(T::DTYPE, &cv, p(&gyt), p(&xt), p(&wt), grads, threads).unwrap();
     }
-    for (name, got, want) in [("output", &yt, &y), ("grad_input", &gxt, &gx), ("grad_weight", &gwt, &gw), ("grad_bias", &gbt, &gb)] {
+    for (name, got, want) in
+        [("output", &yt, &y), ("grad_input", &gxt, &gx), ("grad_weight", &gwt, &gw), ("grad_bias", &gbt, &gb)]
+    {
         for (k, (g, w)) in got.iter().zip(want.iter()).enumerate() {
             let g = g.to_f64();
             assert!((g - w).abs() <= tol * w.abs().max(1.0), "{name}[{k}] = {g}, want {w} ({:?} {cv:?})", T::DTYPE);
@@ -188,9 +228,17 @@ fn large_cases_take_the_parallel_paths() {
         // 8x8 maps, 144 column rows: the forward's cache-sized chunks of four samples
         // (FORWARD_CACHE_COLUMNS), nine samples leaving a last chunk of one.
         check::<f32>(&case((9, 16, 8, 1), &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]), threads, 1e-4);
-        check::<f32>(&case((3, 4, 2, 2), &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[1, 1]), threads, 1e-5);
+        check::<f32>(
+            &case((3, 4, 2, 2), &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[1, 1]),
+            threads,
+            1e-5,
+        );
         check::<f32>(&case((2, 1, 2, 1), &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]), threads, 1e-5);
-        check::<f32>(&case((3, 2, 2, 1), &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]), threads, 1e-5);
+        check::<f32>(
+            &case((3, 2, 2, 1), &[48, 48], &[1, 1], &[1, 1], &[0, 0], &[1, 1]).transposed(&[0, 0]),
+            threads,
+            1e-5,
+        );
     }
 }
 
@@ -207,7 +255,12 @@ fn samples_too_large_for_the_cache_go_in_column_blocks() {
     for c in [&flat, &strided, &volume] {
         let w = c.conv().window();
         let bc = block_columns(c.cin as usize * w.taps(), w.grid_len()).expect("blocked");
-        assert!(bc < w.grid_len() && !bc.is_multiple_of(w.grid[1] * w.grid[2]) && (w.grid[0] > 1 || !bc.is_multiple_of(w.grid[2])), "{bc}");
+        assert!(
+            bc < w.grid_len()
+                && !bc.is_multiple_of(w.grid[1] * w.grid[2])
+                && (w.grid[0] > 1 || !bc.is_multiple_of(w.grid[2])),
+            "{bc}"
+        );
         for threads in [1, 2] {
             check::<f32>(c, threads, 1e-4);
             check::<f64>(c, threads, 1e-12);
@@ -242,7 +295,10 @@ fn plans_batch_small_maps_and_cap_the_column_buffer() {
     assert_eq!(block_columns(576, 1024), Some(256));
     // Too few grid positions to cut (ResNet's late stages): batched as before.
     assert_eq!(block_columns(4608, 16), None);
-    assert_eq!(Plan::new(&case((8, 512, 512, 1), &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv(), 2, true).chunk, 8);
+    assert_eq!(
+        Plan::new(&case((8, 512, 512, 1), &[4, 4], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).conv(), 2, true).chunk,
+        8
+    );
 }
 
 #[test]
@@ -254,13 +310,31 @@ fn only_requested_gradients_are_written() {
     let grads = Grads { input: Some(gx.as_mut_ptr() as *mut u8), weight: None, bias: None };
     // The input is not read for the input gradient: a null pointer is fine.
     // SAFETY: the pointers address live local buffers sized for the call.
-    unsafe { convolution_backward(DType::F32, &cv, gy.as_ptr() as *const u8, std::ptr::null(), w.as_ptr() as *const u8, grads, 1).unwrap() };
+    unsafe {
+        convolution_backward(
+            DType::F32,
+            &cv,
+            gy.as_ptr() as *const u8,
+            std::ptr::null(),
+            w.as_ptr() as *const u8,
+            grads,
+            1,
+        )
+        .unwrap()
+    };
     assert_eq!(&gx[..4], &[4.0, 6.0, 6.0, 4.0]);
 }
 
 #[test]
 fn bad_descriptions_and_dtypes_are_errors() {
-    let s = |input: &'static [i64], output: &'static [i64]| Spatial { input, output, kernel: &[3], stride: &[1], padding: &[0], dilation: &[1] };
+    let s = |input: &'static [i64], output: &'static [i64]| Spatial {
+        input,
+        output,
+        kernel: &[3],
+        stride: &[1],
+        padding: &[0],
+        dilation: &[1],
+    };
     assert!(Conv::new(1, 4, 4, 3, false, s(&[5], &[3])).is_err()); // groups divide neither
     assert!(Conv::new(1, 4, 4, 1, false, s(&[5], &[4])).is_err()); // wrong output extent
     assert!(Conv::new(1, 4, 4, 1, false, s(&[2], &[0])).is_err()); // kernel larger than the input
@@ -270,7 +344,17 @@ fn bad_descriptions_and_dtypes_are_errors() {
     let x = [false; 5];
     let mut y = [false; 3];
     // SAFETY: the pointers address live local buffers sized for the call.
-    let err = unsafe { convolution(DType::Bool, &cv, x.as_ptr() as *const u8, x.as_ptr() as *const u8, None, y.as_mut_ptr() as *mut u8, 1) };
+    let err = unsafe {
+        convolution(
+            DType::Bool,
+            &cv,
+            x.as_ptr() as *const u8,
+            x.as_ptr() as *const u8,
+            None,
+            y.as_mut_ptr() as *mut u8,
+            1,
+        )
+    };
     assert!(matches!(err, Err(Error::UnsupportedDtype { op: "convolution", dtype: DType::Bool })));
 }
 
@@ -306,9 +390,16 @@ fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
                                 let ih = (oh * stride[0] + ki * dilation[0]) as isize - padding[0] as isize;
                                 let iw = (ow * stride[1] + kj * dilation[1]) as isize - padding[1] as isize;
                                 let inside = ih >= 0 && iw >= 0 && (ih as usize) < image[0] && (iw as usize) < image[1];
-                                let want = if inside { x[((n * channels + c) * image[0] + ih as usize) * image[1] + iw as usize] } else { 0.0 };
+                                let want = if inside {
+                                    x[((n * channels + c) * image[0] + ih as usize) * image[1] + iw as usize]
+                                } else {
+                                    0.0
+                                };
                                 let row = c * kernel[0] * kernel[1] + t;
-                                assert_eq!(cols[((n * channels * kernel[0] * kernel[1]) + row) * gh * gw + oh * gw + ow], want);
+                                assert_eq!(
+                                    cols[((n * channels * kernel[0] * kernel[1]) + row) * gh * gw + oh * gw + ow],
+                                    want
+                                );
                             }
                         }
                     }
@@ -324,10 +415,24 @@ fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
             assert!((lhs - rhs).abs() < 1e-9 * (1.0 + lhs.abs()));
         }
     }
-    let u = Unfold { batch: 1, channels: 1, image: [2, 2], kernel: [3, 3], stride: [1, 1], padding: [0, 0], dilation: [1, 1] };
+    let u = Unfold {
+        batch: 1,
+        channels: 1,
+        image: [2, 2],
+        kernel: [3, 3],
+        stride: [1, 1],
+        padding: [0, 0],
+        dilation: [1, 1],
+    };
     // SAFETY: the pointers address live local buffers sized for the call.
-    assert!(matches!(unsafe { unfold(DType::F32, &u, std::ptr::null(), std::ptr::null_mut(), 1) }, Err(Error::InvalidLayout { .. })));
+    assert!(matches!(
+        unsafe { unfold(DType::F32, &u, std::ptr::null(), std::ptr::null_mut(), 1) },
+        Err(Error::InvalidLayout { .. })
+    ));
     let u = Unfold { image: [4, 4], ..u };
     // SAFETY: the pointers address live local buffers sized for the call.
-    assert!(matches!(unsafe { fold(DType::Bool, &u, std::ptr::null(), std::ptr::null_mut(), 1) }, Err(Error::UnsupportedDtype { .. })));
+    assert!(matches!(
+        unsafe { fold(DType::Bool, &u, std::ptr::null(), std::ptr::null_mut(), 1) },
+        Err(Error::UnsupportedDtype { .. })
+    ));
 }

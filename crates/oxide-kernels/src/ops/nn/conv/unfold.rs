@@ -41,9 +41,18 @@ impl Unfold {
         };
         for d in 1..MAX_SPATIAL {
             if w.kernel[d] == 0 || w.stride[d] == 0 || w.dilation[d] == 0 {
-                return Err(Error::InvalidLayout { op, reason: format!("kernel {:?}, stride {:?} and dilation {:?} must be positive", self.kernel, self.stride, self.dilation) });
+                return Err(Error::InvalidLayout {
+                    op,
+                    reason: format!(
+                        "kernel {:?}, stride {:?} and dilation {:?} must be positive",
+                        self.kernel, self.stride, self.dilation
+                    ),
+                });
             }
-            w.grid[d] = w.positions(d).ok_or_else(|| Error::InvalidLayout { op, reason: format!("a {:?} window does not fit the padded {:?} image", self.kernel, self.image) })?;
+            w.grid[d] = w.positions(d).ok_or_else(|| Error::InvalidLayout {
+                op,
+                reason: format!("a {:?} window does not fit the padded {:?} image", self.kernel, self.image),
+            })?;
         }
         Ok(w)
     }
@@ -63,7 +72,13 @@ impl Unfold {
 /// Runs `f(n, src_n, dst_n)` for every image `n`: samples over tasks when
 /// there are at least as many samples as threads, else one after the other with
 /// `f` splitting channels (it receives the threads it may use).
-fn per_sample<C: Acc>(batch: usize, src: &[C], dst: &mut [C], threads: usize, f: impl Fn(&[C], &mut [C], usize) + Sync) {
+fn per_sample<C: Acc>(
+    batch: usize,
+    src: &[C],
+    dst: &mut [C],
+    threads: usize,
+    f: impl Fn(&[C], &mut [C], usize) + Sync,
+) {
     if batch == 0 || dst.is_empty() {
         return;
     }
@@ -84,16 +99,27 @@ unsafe fn run_unfold<T: Storage>(u: &Unfold, fold: bool, src: *const u8, dst: *m
         let s = T::read(src, sl);
         let mut d = Out::<T>::new(dst, dl);
         if fold {
-            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| col2im(&w, ColumnBlock::whole(&w, u.channels, 1), cols, img, 0, false, t));
+            per_sample(u.batch, &s, d.slice(), threads, |cols, img, t| {
+                col2im(&w, ColumnBlock::whole(&w, u.channels, 1), cols, img, 0, false, t)
+            });
         } else {
-            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| im2col(&w, ColumnBlock::whole(&w, u.channels, 1), img, 0, cols, t));
+            per_sample(u.batch, &s, d.slice(), threads, |img, cols, t| {
+                im2col(&w, ColumnBlock::whole(&w, u.channels, 1), img, 0, cols, t)
+            });
         }
         d.finish();
     }
     Ok(())
 }
 
-unsafe fn dispatch_unfold(dtype: DType, u: &Unfold, fold: bool, src: *const u8, dst: *mut u8, threads: usize) -> Result<()> {
+unsafe fn dispatch_unfold(
+    dtype: DType,
+    u: &Unfold,
+    fold: bool,
+    src: *const u8,
+    dst: *mut u8,
+    threads: usize,
+) -> Result<()> {
     // SAFETY: forwarded contract.
     unsafe {
         match dtype {
