@@ -163,14 +163,17 @@ def test_embedding_bag(mode, dtype, padding_idx):
     w = make((9, 5), dtype)
     for ilo in [False, True]:
         offs = torch.cat([offsets, torch.tensor([idx.numel()])]) if ilo else offsets
-        fn = lambda w: F.embedding_bag(
-            idx.to(w.device),
-            w,
-            offs.to(w.device),
-            mode=mode,  # noqa: E731
-            padding_idx=padding_idx,
-            include_last_offset=ilo,
-        )
+
+        def fn(w):
+            return F.embedding_bag(
+                idx.to(w.device),
+                w,
+                offs.to(w.device),
+                mode=mode,
+                padding_idx=padding_idx,
+                include_last_offset=ilo,
+            )
+
         compare(fn, w)
         compare(fn, w, kind="strided")
 
@@ -180,14 +183,17 @@ def test_embedding_bag_per_sample_weights(dtype):
     idx, offsets = bags_case()
     w, psw = make((9, 5), dtype), make((idx.numel(),), dtype, seed=3)
     for padding_idx in [None, int(idx[0])]:
-        fn = lambda w, p: F.embedding_bag(
-            idx.to(w.device),
-            w,
-            offsets.to(w.device),
-            mode="sum",  # noqa: E731
-            per_sample_weights=p,
-            padding_idx=padding_idx,
-        )
+
+        def fn(w, p):
+            return F.embedding_bag(
+                idx.to(w.device),
+                w,
+                offsets.to(w.device),
+                mode="sum",
+                per_sample_weights=p,
+                padding_idx=padding_idx,
+            )
+
         compare(fn, w, psw)
         compare(fn, w, psw, kind="strided")
 
@@ -319,13 +325,16 @@ def test_grid_sample(mode, padding_mode, align_corners, dtype):
     x = make((2, 3, 5, 7), dtype)
     # Points inside and outside [-1, 1] (padding rules), away from pixel edges for nearest.
     grid = (make((2, 4, 6, 2), dtype, seed=2) * 0.8).clamp(-1.6, 1.6)
-    fn = lambda x, g: F.grid_sample(
-        x,
-        g,
-        mode=mode,
-        padding_mode=padding_mode,  # noqa: E731
-        align_corners=align_corners,
-    )
+
+    def fn(x, g):
+        return F.grid_sample(
+            x,
+            g,
+            mode=mode,
+            padding_mode=padding_mode,
+            align_corners=align_corners,
+        )
+
     # float32: the grid gradient sums ~50 terms of magnitude ~10 (bicubic), so cancellation leaves ~1e-5 absolute.
     t = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else None
     compare(fn, x, grid, tols=t)
@@ -342,13 +351,16 @@ def test_grid_sample_half_types(mode, dtype):
     x = make((2, 2, 6, 5), dtype)
     grid = (make((2, 3, 4, 2), dtype, seed=3) * 0.7).to(dtype)
     for padding_mode in ["zeros", "border", "reflection"]:
-        fn = lambda x, g: F.grid_sample(
-            x,
-            g,
-            mode=mode,
-            padding_mode=padding_mode,  # noqa: E731
-            align_corners=False,
-        )
+
+        def fn(x, g):
+            return F.grid_sample(
+                x,
+                g,
+                mode=mode,
+                padding_mode=padding_mode,
+                align_corners=False,
+            )
+
         t = tol(dtype)
         # The grid gradient sums over channels and taps before the final rounding: a few units in the last place.
         compare(fn, x, grid, tols=dict(rtol=t["rtol"], atol=4 * t["atol"]))

@@ -322,11 +322,14 @@ void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::op
 
 // The structured unary ops with a stub of their own name: this one list drives both the
 // DispatchStub (`<op>_stub`) and the three registrations (`op`, `op_`, `op.out`) of each.
-#define OXIDE_UNARY_OPS(X)                                                                                           \
-  X(acos)                                                                                                            \
-  X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(ceil) X(cos) X(cosh) X(erf) X(erfc) X(erfinv) X(exp) X(exp2) X(expm1) \
-      X(floor) X(frac) X(log) X(log10) X(log1p) X(log2) X(neg) X(reciprocal) X(round) X(rsqrt) X(sigmoid) X(sign)    \
-          X(sgn) X(sin) X(sinc) X(sinh) X(sqrt) X(tan) X(tanh) X(trunc) X(lgamma) X(bitwise_not)
+// Kept out of clang-format, which re-indents an X-macro list differently on every pass.
+// clang-format off
+#define OXIDE_UNARY_OPS(X)                                                                              \
+  X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(ceil) X(cos) X(cosh) X(erf) X(erfc) X(erfinv)    \
+  X(exp) X(exp2) X(expm1) X(floor) X(frac) X(log) X(log10) X(log1p) X(log2) X(neg) X(reciprocal)        \
+  X(round) X(rsqrt) X(sigmoid) X(sign) X(sgn) X(sin) X(sinc) X(sinh) X(sqrt) X(tan) X(tanh) X(trunc)    \
+  X(lgamma) X(bitwise_not)
+// clang-format on
 
 namespace at::native {
 // Stubs: one line each, op = the Rust kernel's name (an OXIDE_POINTWISE_* id: a misspelt name does not compile).

@@ -28,11 +28,8 @@ pub unsafe extern "C" fn oxide_index(
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("index", &*iter, &on) }?;
         // SAFETY: the function's contract: both arrays hold `nindexed` values.
-        let ix = oxide_kernels::ops::index::index::Indexed {
-            sizes: unsafe { dims(sizes, nindexed) },
-            strides: unsafe { dims(strides, nindexed) },
-            wrap_negative,
-        };
+        let (sizes, strides) = unsafe { (dims(sizes, nindexed), dims(strides, nindexed)) };
+        let ix = oxide_kernels::ops::index::index::Indexed { sizes, strides, wrap_negative };
         // PyTorch's `iter.element_size(0)`: the destination's element size.
         let elem_size = it.dtype(0).size();
         launch(&on, || {

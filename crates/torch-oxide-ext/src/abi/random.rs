@@ -190,10 +190,10 @@ pub unsafe extern "C" fn oxide_multinomial(
             let out = unsafe { std::slice::from_raw_parts_mut(op as *mut i64, rows * samples) };
             match weights.dtype {
                 oxide_kernels::DType::F32 => {
-                    // SAFETY: `weights` holds rows * categories contiguous float32 (checked above).
                     let w = if categories == 0 {
                         &[][..]
                     } else {
+                        // SAFETY: `weights` holds rows * categories contiguous float32 (checked above).
                         unsafe { std::slice::from_raw_parts(wp as *const f32, rows * categories) }
                     };
                     oxide_kernels::ops::random::random::multinomial(
@@ -207,10 +207,10 @@ pub unsafe extern "C" fn oxide_multinomial(
                     )?
                 }
                 oxide_kernels::DType::F64 => {
-                    // SAFETY: `weights` holds rows * categories contiguous float64 (checked above).
                     let w = if categories == 0 {
                         &[][..]
                     } else {
+                        // SAFETY: `weights` holds rows * categories contiguous float64 (checked above).
                         unsafe { std::slice::from_raw_parts(wp as *const f64, rows * categories) }
                     };
                     oxide_kernels::ops::random::random::multinomial(

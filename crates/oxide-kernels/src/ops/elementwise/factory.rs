@@ -65,10 +65,11 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
                 }
                 // SAFETY: caller contract.
                 let p = unsafe { out.ptr.offset(offs[0] + b as isize * stride) };
-                // SAFETY: caller contract.
                 let r = if integral {
+                    // SAFETY: caller contract.
                     unsafe { store::<i64>(out.dtype, p, stride, &ibuf[..n]) }
                 } else {
+                    // SAFETY: caller contract.
                     unsafe { store::<f64>(out.dtype, p, stride, &fbuf[..n]) }
                 };
                 if let Err(e) = r {
