@@ -555,6 +555,8 @@ UNARY = [
 ] + [
     ("round", {"decimals": 2}),
     ("nan_to_num", {"nan": 1.5, "posinf": 100.0, "neginf": -100.0}),
+    ("logit", {}),
+    ("logit", {"eps": 0.25}),
 ]
 UNARY_PARAMS = [pytest.param(n, kw, id=op_id(n, kw)) for n, kw in UNARY]
 
@@ -2233,6 +2235,13 @@ BACKWARD = {  # fn, input shapes, input kind
         "any",
     ),
     "cat": (lambda a, b: torch.cat([a, b.t()], 0), [(3, 5), (5, 2)], "any"),
+    "logit": (lambda a: torch.logit(a), [(3, 5)], "unit"),
+    "logit, inputs outside [0, 1]: NaN gradients": (lambda a: torch.logit(a * 2 - 0.5), [(3, 5)], "unit"),
+    "logit with eps, inputs outside [eps, 1 - eps]: zero gradients": (
+        lambda a: torch.logit(a, eps=0.2),
+        [(3, 5)],
+        "unit",
+    ),
 }
 
 

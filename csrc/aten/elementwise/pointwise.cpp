@@ -78,6 +78,8 @@
 #include <ATen/ops/logical_not_native.h>
 #include <ATen/ops/logical_or_native.h>
 #include <ATen/ops/logical_xor_native.h>
+#include <ATen/ops/logit_backward_native.h>
+#include <ATen/ops/logit_native.h>
 #include <ATen/ops/lshift_native.h>
 #include <ATen/ops/lt_native.h>
 #include <ATen/ops/maximum_native.h>
@@ -373,6 +375,9 @@ OXIDE_STUB(copysign_stub, unary, copysign)
 OXIDE_STUB(heaviside_stub, unary, heaviside)
 OXIDE_STUB(sigmoid_backward_stub, unary, sigmoid_backward)
 OXIDE_STUB(tanh_backward_stub, unary, tanh_backward)
+// logit(x, eps) and its gradient: eps travels as the scalar, -1 for none.
+OXIDE_STUB(logit_stub, with_scalar, logit)
+OXIDE_STUB(logit_backward_stub, with_scalar, logit_backward)
 OXIDE_STUB(logical_and_stub, unary_it, logical_and)
 OXIDE_STUB(logical_or_stub, unary_it, logical_or)
 OXIDE_STUB(logical_xor_stub, unary_it, logical_xor)
@@ -421,6 +426,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_isneginf_out, "isneginf", "", "isneginf.out");
   OXIDE_STRUCTURED(m, structured_round_decimals_out, "round.decimals", "round_.decimals", "round.decimals_out",
                    int64_t);
+  // logit is not structured: PyTorch's native functions build the iterator and call logit_stub.
+  OXIDE_IMPL(m, "logit", TORCH_FN(at::native::logit));
+  OXIDE_IMPL(m, "logit_", TORCH_FN(at::native::logit_));
+  OXIDE_IMPL(m, "logit.out", TORCH_FN(at::native::logit_out));
+  OXIDE_STRUCTURED(m, structured_logit_backward_out, "logit_backward", "", "logit_backward.grad_input", T,
+                   std::optional<double>);
   OXIDE_IMPL(m, "abs.out", TORCH_FN(abs_out));
   OXIDE_IMPL(m, "logical_not.out", TORCH_FN(logical_not_out));
   OXIDE_IMPL(m, "nan_to_num.out", TORCH_FN(nan_to_num_out));

@@ -27,11 +27,8 @@ void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, d
               "expected m1 and m2 to have the same dtype, but got: ", a_in.scalar_type(), " != ", b_in.scalar_type());
   const auto a = a_in.resolve_conj().resolve_neg();
   const auto b = b_in.resolve_conj().resolve_neg();
-  const bool batched = c.dim() == 3;
-  const int64_t batch = batched ? c.size(0) : 1;
-  const int64_t m = c.size(batched ? 1 : 0);
-  const int64_t n = c.size(batched ? 2 : 1);
-  const int64_t k = a.size(batched ? 2 : 1);
+  // The inner dimension; the kernel reads every size from the descriptors.
+  const int64_t k = a.size(c.dim() == 3 ? 2 : 1);
   if (c.numel() == 0) {
     return;
   }

@@ -29,7 +29,6 @@ struct Groups {
 // when `sort`, else in order of appearance (consecutive runs).
 Groups group_rows(const at::Tensor& rows, bool sort, bool want_inverse, bool want_counts) {
   const auto n = rows.size(0);
-  const auto m = rows.size(1);
   const auto opts = rows.options().dtype(at::kLong);
   at::Tensor perm;  // undefined (absent) unless sorted
   if (sort) {

@@ -162,6 +162,19 @@ fn softplus<F: Float>(x: F, beta: F, threshold: F) -> F {
     }
 }
 
+/// `v` rounded to the half type `code` names (1 float16, 2 bfloat16; anything else
+/// leaves it): for ops CPU computes op by op in the half type rather than in float.
+#[inline(always)]
+fn storage_round<F: Float>(v: F, code: F) -> F {
+    if code == F::ONE {
+        F::from_f64c(half::f16::from_f64(v.to_f64()).to_f64())
+    } else if code == F::from_f64c(2.0) {
+        F::from_f64c(half::bf16::from_f64(v.to_f64()).to_f64())
+    } else {
+        v
+    }
+}
+
 /// `min(max(x + 3, 0), 6)`, shared by hardsigmoid and hardswish.
 #[inline(always)]
 fn hard<F: Float>(x: F) -> F {
@@ -242,6 +255,15 @@ family! {
     erf = |x, s, c| x[0].erf();
     erfc = |x, s, c| x[0].erfc();
     erfinv = |x, s, c| x[0].erfinv();
+    // s[0] = eps, negative without one (PyTorch passes -1); x is clamped to [eps, 1 - eps]
+    // first, NaN staying NaN as in CPU's comparisons. s[1]: the half type whose rounding
+    // each step takes (see `storage_round`), as CPU computes half types op by op.
+    logit = |x, s, c| {
+        let r = |v: F| storage_round(v, s[1]);
+        let (lo, hi) = (r(s[0]), r(F::ONE - r(s[0])));
+        let z = if s[0] < F::ZERO { x[0] } else if x[0] < lo { lo } else if x[0] > hi { hi } else { x[0] };
+        r(z / r(F::ONE - z)).ln()
+    };
     lgamma = |x, s, c| x[0].lgamma();
     reciprocal = |x, s, c| x[0].recip();
     floor = |x, s, c| x[0].floor();
@@ -395,6 +417,17 @@ family! {
     xlog1py = |x, s, c| if x[1].is_nan() { x[1] } else if x[0] == F::ZERO { F::ZERO } else { x[0] * x[1].ln_1p() };
     // (grad, output) -> grad_input
     sigmoid_backward = |x, s, c| x[0] * (F::ONE - x[1]) * x[1];
+    // (grad, input), s[0] = eps and s[1] the half type as for logit: outside [0, 1] the
+    // gradient is NaN without eps, outside [eps, 1 - eps] it is 0 with one (CPU's logit_backward).
+    logit_backward = |x, s, c| {
+        let r = |v: F| storage_round(v, s[1]);
+        let (lo, hi) = if s[0] < F::ZERO { (F::ZERO, F::ONE) } else { (r(s[0]), r(F::ONE - r(s[0]))) };
+        if x[1] < lo || x[1] > hi {
+            if s[0] < F::ZERO { F::nan() } else { F::ZERO }
+        } else {
+            x[0] / r(x[1] * r(F::ONE - x[1]))
+        }
+    };
     tanh_backward = |x, s, c| x[0] * (F::ONE - x[1] * x[1]);
     // lerp with a scalar weight s[0]
     lerp_scalar = |x, s, c| lerp(x[0], x[1], s[0]);
@@ -621,6 +654,16 @@ impl PointwiseOp {
             };
             // SAFETY: forwarded contract.
             return unsafe { PointwiseOp::FloatUnary(op).run(it, Some(compute), ctx) };
+        }
+        let logit = matches!(
+            self,
+            PointwiseOp::FloatUnary(FloatUnary::logit) | PointwiseOp::FloatBinary(FloatBinary::logit_backward)
+        );
+        if logit && matches!(compute, DType::F16 | DType::BF16) && ctx.f[1] == 0.0 {
+            // CPU computes logit of the half types op by op in the half type: s[1] says which.
+            let half = Ctx::with_f64([ctx.f[0], if compute == DType::F16 { 1.0 } else { 2.0 }, 0.0, 0.0]);
+            // SAFETY: forwarded contract.
+            return unsafe { self.run(it, Some(compute), &half) };
         }
         if self == PointwiseOp::FloatUnary(FloatUnary::gelu) {
             let op = if ctx.f[0] == 0.0 { FloatUnary::gelu_exact } else { FloatUnary::gelu_tanh_approx };
