@@ -1,7 +1,8 @@
 """Neural-network operators against CPU PyTorch: activations, pointwise losses,
-softmax / log_softmax, nll_loss (1-d and 2-d), cross_entropy, and the batch, layer,
-group and RMS norms; forward values, input and parameter gradients, running
-statistics, in-place forms, and the errors CPU raises for bad arguments.
+softmax / log_softmax, nll_loss (1-d and 2-d), cross_entropy, multilabel_margin_loss,
+and the batch, layer, group and RMS norms; forward values, input and parameter
+gradients, running statistics, in-place forms, and the errors CPU raises for bad
+arguments.
 
 Every test runs under OXIDE_FALLBACK=error (`native_only`), so an operator that would
 silently run on the CPU fallback fails it.
@@ -337,6 +338,113 @@ def test_nll_loss_errors_match_cpu():
         F.nll_loss(x, torch.tensor([0, 1]))
     with pytest.raises(type(cpu_err.value)):
         F.nll_loss(x.to("oxide"), torch.tensor([0, 1], device="oxide"))
+
+
+# Targets of a (6, 5) multilabel_margin_loss: each row's class list ends at its first
+# negative entry (later entries are ignored but must still be in [-1, C)).
+MLM_TARGETS = torch.tensor(
+    [
+        [3, 0, -1, 1, 2],  # two targets, then the terminator
+        [-1, 1, 2, 3, 4],  # no targets
+        [4, 3, 2, 1, 0],  # every class is a target
+        [1, 1, 2, -1, 0],  # a repeated target
+        [0, -1, -1, -1, -1],
+        [2, 4, 1, 0, -1],
+    ]
+)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=dname)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multilabel_margin_loss(reduction, dtype):
+    x = randn(6, 5, dtype=dtype, scale=0.7)
+    compare(lambda a: F.multilabel_margin_loss(a, MLM_TARGETS.to(a.device), reduction=reduction), x)
+    # one sample: a 1-d input (the output is 0-d even without reduction)
+    for row in range(4):
+        compare(
+            lambda a: F.multilabel_margin_loss(a, MLM_TARGETS[row].to(a.device), reduction=reduction),
+            randn(5, dtype=dtype, seed=row, scale=0.7),
+        )
+
+
+@pytest.mark.parametrize("reduction", [0, 1, 2], ids=["none", "mean", "sum"])
+def test_multilabel_margin_loss_aten_ops(reduction):
+    """The four registered overloads, is_target included, against CPU's."""
+    x = randn(6, 5, seed=3, grad=False)
+    fwd = torch.ops.aten.multilabel_margin_loss_forward
+    bwd = torch.ops.aten.multilabel_margin_loss_backward
+    compare(lambda a: fwd(a, MLM_TARGETS.to(a.device), reduction), x, grad=False)
+    compare(lambda a: fwd(a.reshape(()), torch.tensor(0, device=a.device), reduction), x[0, :1], grad=False)
+
+    def out_variant(a):
+        # a strided output: the kernel's contiguous result is copied into it
+        out = torch.empty(12, dtype=a.dtype, device=a.device)[::2]
+        is_target = torch.empty(0, dtype=a.dtype, device=a.device)
+        fwd.output(a, MLM_TARGETS.to(a.device), reduction, output=out, is_target=is_target)
+        return out, is_target
+
+    compare(out_variant, x, grad=False)
+
+    def backward(a, grad_output):
+        _, is_target = fwd(a, MLM_TARGETS.to(a.device), reduction)
+        return bwd(grad_output, a, MLM_TARGETS.to(a.device), reduction, is_target)
+
+    g = randn(6, seed=4, grad=False) if reduction == 0 else randn((), seed=4, grad=False)
+    compare(backward, x, g, grad=False)
+    # without reduction CPU also takes a 0-d grad_output, applied to every sample
+    compare(backward, x, randn((), seed=5, grad=False), grad=False)
+
+    def backward_out(a, grad_output):
+        _, is_target = fwd(a, MLM_TARGETS.to(a.device), reduction)
+        grad_input = torch.empty(0, dtype=a.dtype, device=a.device)
+        return bwd.grad_input(grad_output, a, MLM_TARGETS.to(a.device), reduction, is_target, grad_input=grad_input)
+
+    compare(backward_out, x, g, grad=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dname)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_multilabel_margin_loss_half(reduction, dtype):
+    # CPU has no float16/bfloat16 loop for this loss: the reference is CPU's float32 on
+    # the same values. Quarters keep every hinge exact in the half types too.
+    values = torch.randint(-8, 9, (6, 5), generator=torch.Generator().manual_seed(6)) / 4
+    expected_x = values.clone().requires_grad_(True)
+    expected = F.multilabel_margin_loss(expected_x, MLM_TARGETS, reduction=reduction)
+    x = values.to(dtype).to("oxide").requires_grad_(True)
+    actual = F.multilabel_margin_loss(x, MLM_TARGETS.to("oxide"), reduction=reduction)
+    assert actual.dtype == dtype
+    torch.testing.assert_close(actual.cpu(), expected.detach().to(dtype), **tol(dtype))
+    grad = randn(*expected.shape, seed=7, grad=False)
+    expected.backward(grad)
+    actual.backward(grad.to(dtype).to("oxide"))
+    torch.testing.assert_close(x.grad.cpu(), expected_x.grad.to(dtype), **tol(dtype))
+
+
+def test_multilabel_margin_loss_errors_match_cpu():
+    x = torch.randn(2, 3)
+    fwd = torch.ops.aten.multilabel_margin_loss_forward
+    bwd = torch.ops.aten.multilabel_margin_loss_backward
+
+    def same_error(fn, *args):
+        with pytest.raises(Exception) as cpu_err:
+            fn(*args)
+        with pytest.raises(Exception) as oxide_err:
+            fn(*[a.to("oxide") if isinstance(a, torch.Tensor) else a for a in args])
+        assert type(oxide_err.value) is type(cpu_err.value), oxide_err.value
+        assert str(cpu_err.value).splitlines()[0] in str(oxide_err.value)
+
+    # a class index >= C, or < -1 (also after a row's terminator)
+    for bad in ([[0, 3, -1], [1, -1, 0]], [[0, -1, -2], [1, -1, 0]], [[-2, 0, 0], [1, -1, 0]]):
+        same_error(F.multilabel_margin_loss, x, torch.tensor(bad))
+        same_error(bwd, torch.tensor(1.0), x, torch.tensor(bad), 1, torch.zeros(2, 3))
+    same_error(F.multilabel_margin_loss, x, torch.zeros(3, 2, dtype=torch.long))
+    same_error(F.multilabel_margin_loss, x, torch.zeros(2, 3, dtype=torch.int32))
+    same_error(F.multilabel_margin_loss, torch.randn(2, 0), torch.zeros(2, 0, dtype=torch.long))
+    t = torch.tensor([[0, -1, 0], [2, 1, -1]])
+    _, is_target = fwd(x, t, 1)
+    same_error(bwd, torch.tensor(1.0), x, t, 1, is_target * 2)
+    same_error(bwd, torch.tensor(1.0), x, t, 1, is_target[:1])
+    same_error(bwd, torch.ones(3), x, t, 0, is_target)
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod conv;
 pub mod embedding;
 pub mod grid_sample;
+pub mod margin;
 pub mod nll;
 pub mod norm;
 pub mod pool;

@@ -1,4 +1,4 @@
-//! Neural-network kernels (`csrc/aten/nn/`, `oxide_kernels::ops::nn`): softmax, NLL, norms,
+//! Neural-network kernels (`csrc/aten/nn/`, `oxide_kernels::ops::nn`): softmax, NLL, margin, norms,
 //! pooling, convolution and unfold, RNN cells, embedding bags, grid sampling, attention.
 //!
 //! Every entry point decodes its operands once ([`operands`] / [`required`]), checks
@@ -13,6 +13,7 @@ pub mod attention;
 pub mod conv;
 pub mod embedding;
 pub mod grid_sample;
+pub mod margin;
 pub mod nll;
 pub mod norm;
 pub mod pool;
