@@ -48,6 +48,11 @@ pub enum Error {
     #[error("invalid event: {reason}")]
     InvalidEvent { reason: &'static str },
 
+    /// A queued launch record that failed when its stream ran it; reported at
+    /// the next synchronisation of that stream (CUDA's asynchronous errors,
+    /// but not sticky: the stream stays usable).
+    #[error("oxide:{device} stream {stream}: a queued kernel failed: {message}")]
+    Deferred { device: usize, stream: i64, message: String },
     /// Any use of the runtime in a process forked after it was initialised.
     #[error("the oxide runtime cannot be used in a forked subprocess after it was initialised in the parent; use the 'spawn' start method for multiprocessing")]
     Forked,

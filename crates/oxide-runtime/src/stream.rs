@@ -11,15 +11,27 @@
 //! synchronisation walks a fixed array whatever the program's history.
 //! An id names the same stream state for the life of the process.
 //!
-//! Execution is currently inline: [`Streams::launch`] runs the work at once
-//! on the calling thread. The API is stream-ordered all the same (every
-//! piece of work names its stream and bumps that stream's sequence
-//! numbers), so an asynchronous worker per stream can replace the inline
-//! path without changing any caller; a bounded stream set then means a
-//! bounded set of workers.
+//! Two ways to run work, sharing each stream's sequence numbers:
+//! - [`Streams::launch`] runs it at once on the calling thread (after any
+//!   queued records of the stream, so order holds). Every kernel of the
+//!   extension goes this way today.
+//! - [`Streams::enqueue`] appends a [`Record`] to the stream's queue and
+//!   returns at once; the stream's worker thread (started on first use, one
+//!   per stream, so a bounded stream set means a bounded set of workers)
+//!   runs the records in order. A record that fails keeps its error for the
+//!   next [`Streams::synchronize`] of the stream, which reports it once: the
+//!   stream stays usable (CUDA's asynchronous errors, without stickiness).
+//!   Cross-stream order comes only from [`Record::Wait`] (an event wait that
+//!   blocks the worker, never the host), and [`Record::Marker`] stamps the
+//!   time a stream reached a point (event timing of device execution).
+//!   This is the runtime half of asynchronous execution; the extension moves
+//!   its kernels onto it once every launch record owns its arguments.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 
@@ -58,11 +70,49 @@ impl Priority {
     }
 }
 
-/// Progress counters of one stream: work items enqueued and finished.
+/// A kernel or copy queued on a stream: `Ok` or a message for the caller.
+pub type Work = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
+
+/// One entry of a stream's queue.
+pub enum Record {
+    /// A kernel or copy. Its error (or panic) is kept for the stream's next synchronisation.
+    Work(Work),
+    /// `cudaStreamWaitEvent`: the stream's worker waits until work `seq` of
+    /// `state`'s stream has completed; the host does not wait.
+    Wait { state: Arc<StreamState>, seq: u64 },
+    /// Stamps the time the stream reaches this point (an event with timing).
+    Marker(Arc<OnceLock<Instant>>),
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Record::Work(_) => f.write_str("Work"),
+            Record::Wait { seq, .. } => write!(f, "Wait({seq})"),
+            Record::Marker(_) => f.write_str("Marker"),
+        }
+    }
+}
+
+/// The queue of one stream and the first error its records met.
+#[derive(Debug, Default)]
+struct Queue {
+    records: VecDeque<(u64, Record)>,
+    error: Option<String>,
+}
+
+/// Progress counters of one stream (work items enqueued and finished), its
+/// queue of records and the signal its worker gives as records complete.
 #[derive(Debug, Default)]
 pub struct StreamState {
     submitted: AtomicU64,
     completed: AtomicU64,
+    queue: Mutex<Queue>,
+    /// Signalled when a record is queued (the worker waits on it).
+    queued: Condvar,
+    /// Signalled when a record completes (synchronising threads and waiting workers wait on it).
+    progressed: Condvar,
+    worker_started: AtomicBool,
 }
 
 impl StreamState {
@@ -74,6 +124,65 @@ impl StreamState {
     pub fn is_complete(&self, seq: u64) -> bool {
         self.completed.load(Ordering::Acquire) >= seq
     }
+
+    /// Blocks until work `seq` has finished. Completion is published under the
+    /// queue lock, so a wakeup cannot be missed between the check and the wait.
+    pub fn wait_for(&self, seq: u64) {
+        let mut q = self.lock();
+        while !self.is_complete(seq) {
+            q = self.progressed.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The queue, also after a panic elsewhere poisoned its lock (records run outside it).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `seq` finished and wakes every waiter.
+    fn complete(&self, seq: u64) {
+        let _q = self.lock();
+        self.completed.fetch_max(seq, Ordering::AcqRel);
+        self.progressed.notify_all();
+    }
+
+    /// The worker: runs the records in order, forever (the thread is detached;
+    /// process exit ends it). Only this thread pops from the queue.
+    fn run_worker(self: Arc<Self>) {
+        loop {
+            let (seq, record) = {
+                let mut q = self.lock();
+                loop {
+                    if let Some(front) = q.records.pop_front() {
+                        break front;
+                    }
+                    q = self.queued.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            match record {
+                Record::Work(work) => {
+                    let failed = match catch_unwind(AssertUnwindSafe(work)) {
+                        Ok(Ok(())) => None,
+                        Ok(Err(message)) => Some(message),
+                        Err(panic) => Some(panic_message(&panic)),
+                    };
+                    if let Some(message) = failed {
+                        self.lock().error.get_or_insert(message);
+                    }
+                }
+                Record::Wait { state, seq } => state.wait_for(seq),
+                Record::Marker(at) => {
+                    let _ = at.set(Instant::now());
+                }
+            }
+            self.complete(seq);
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+    format!("panicked: {}", what.unwrap_or_else(|| "(no message)".into()))
 }
 
 /// All streams of one device.
@@ -149,39 +258,78 @@ impl Streams {
         self.get(id).cloned()
     }
 
-    /// `cudaLaunchKernel`: enqueue `work` on stream `id` and return its
-    /// sequence number. Inline execution: `work` has finished on return.
+    /// `cudaLaunchKernel`, run inline: `work` runs on the calling thread once the
+    /// stream's queued records have finished, and has finished on return.
+    /// Returns its sequence number and result.
     pub fn launch<R>(&self, id: StreamId, work: impl FnOnce() -> R) -> Result<(u64, R)> {
         let state = self.get(id)?;
+        // Queued records run first (stream order); with none queued this is one atomic load.
+        let pending = state.submitted();
+        if !state.is_complete(pending) {
+            state.wait_for(pending);
+        }
         let seq = state.submitted.fetch_add(1, Ordering::AcqRel) + 1;
         let out = work();
-        state.completed.fetch_max(seq, Ordering::AcqRel);
+        state.complete(seq);
         Ok((seq, out))
     }
 
-    /// `cudaStreamQuery`: true when all work enqueued on `id` has finished.
+    /// Appends `record` to stream `id`'s queue and returns its sequence number
+    /// at once; the stream's worker runs it after everything queued before it.
+    ///
+    /// Errors: [`Error::InvalidStream`].
+    pub fn enqueue(&self, id: StreamId, record: Record) -> Result<u64> {
+        let state = self.get(id)?;
+        if !state.worker_started.swap(true, Ordering::AcqRel) {
+            let worker = Arc::clone(state);
+            std::thread::Builder::new()
+                .name(format!("oxide{}-stream{id}", self.device))
+                .spawn(move || worker.run_worker())
+                .map_err(|e| Error::Deferred {
+                    device: self.device,
+                    stream: id,
+                    message: format!("could not start the stream worker: {e}"),
+                })?;
+        }
+        let mut q = state.lock();
+        // Numbered under the lock, so the queue is in sequence order.
+        let seq = state.submitted.fetch_add(1, Ordering::AcqRel) + 1;
+        q.records.push_back((seq, record));
+        state.queued.notify_one();
+        Ok(seq)
+    }
+
+    /// `cudaStreamQuery`: true when all work enqueued on `id` has finished,
+    /// the record running now included.
     pub fn query(&self, id: StreamId) -> Result<bool> {
         let s = self.get(id)?;
         Ok(s.is_complete(s.submitted()))
     }
 
-    /// `cudaStreamSynchronize`: wait until all work enqueued on `id` has finished.
+    /// `cudaStreamSynchronize`: waits until all work enqueued on `id` has
+    /// finished, then reports the first error a queued record met since the
+    /// last synchronisation (once).
+    ///
+    /// Errors: [`Error::InvalidStream`], [`Error::Deferred`].
     pub fn synchronize(&self, id: StreamId) -> Result<()> {
-        wait(self.get(id)?);
-        Ok(())
+        let state = self.get(id)?;
+        state.wait_for(state.submitted());
+        match state.lock().error.take() {
+            Some(message) => Err(Error::Deferred { device: self.device, stream: id, message }),
+            None => Ok(()),
+        }
     }
 
-    /// `cudaDeviceSynchronize`: wait for every stream of the device.
+    /// `cudaDeviceSynchronize`: waits for every stream of the device; reports
+    /// the first deferred error found (the others stay for their streams).
     pub fn synchronize_all(&self) -> Result<()> {
-        self.states.iter().for_each(wait);
+        for s in self.states.iter() {
+            s.wait_for(s.submitted());
+        }
+        for id in 0..self.states.len() as StreamId {
+            self.synchronize(id)?;
+        }
         Ok(())
-    }
-}
-
-fn wait(s: &Arc<StreamState>) {
-    let target = s.submitted();
-    while !s.is_complete(target) {
-        std::thread::yield_now();
     }
 }
 
@@ -237,5 +385,105 @@ mod tests {
         s.synchronize_all().unwrap();
         let again = (0..POOL_SIZE).map(|_| s.create(0)).find(|&x| x == id).unwrap();
         assert_eq!(s.launch(again, || ()).unwrap().0, 3, "a reused id names the same stream and keeps its order");
+    }
+
+    use std::sync::atomic::AtomicU32;
+    use std::time::Duration;
+
+    fn work(f: impl FnOnce() + Send + 'static) -> Record {
+        Record::Work(Box::new(move || {
+            f();
+            Ok(())
+        }))
+    }
+
+    #[test]
+    fn enqueue_returns_before_the_work_has_run() {
+        let s = Streams::new(0);
+        let gate = Arc::new(AtomicBool::new(false));
+        let g = Arc::clone(&gate);
+        let seq = s
+            .enqueue(
+                1,
+                work(move || {
+                    while !g.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }),
+            )
+            .unwrap();
+        assert_eq!(seq, 1);
+        assert!(!s.query(1).unwrap(), "the record is still running");
+        gate.store(true, Ordering::Release);
+        s.synchronize(1).unwrap();
+        assert!(s.query(1).unwrap());
+        assert!(s.query(0).unwrap(), "other streams are unaffected");
+    }
+
+    #[test]
+    fn records_run_in_stream_order_and_inline_launches_wait_for_them() {
+        let s = Streams::new(0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for k in 0..200 {
+            let l = Arc::clone(&log);
+            s.enqueue(2, work(move || l.lock().unwrap().push(k))).unwrap();
+        }
+        // An inline launch is ordered after the queued records.
+        let (seq, len) = s.launch(2, || log.lock().unwrap().len()).unwrap();
+        assert_eq!((seq, len), (201, 200));
+        assert_eq!(*log.lock().unwrap(), (0..200).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn wait_orders_streams_without_blocking_the_host() {
+        let s = Streams::new(0);
+        let flag = Arc::new(AtomicU32::new(0));
+        let f = Arc::clone(&flag);
+        let seq = s
+            .enqueue(
+                3,
+                work(move || {
+                    std::thread::sleep(Duration::from_millis(30));
+                    f.store(7, Ordering::Release);
+                }),
+            )
+            .unwrap();
+        let host = Instant::now();
+        s.enqueue(4, Record::Wait { state: s.state(3).unwrap(), seq }).unwrap();
+        let seen = Arc::new(AtomicU32::new(0));
+        let (f, out) = (Arc::clone(&flag), Arc::clone(&seen));
+        s.enqueue(4, work(move || out.store(f.load(Ordering::Acquire), Ordering::Release))).unwrap();
+        assert!(host.elapsed() < Duration::from_millis(25), "enqueueing a wait does not block the host");
+        s.synchronize(4).unwrap();
+        assert_eq!(seen.load(Ordering::Acquire), 7, "stream 4 ran after stream 3's record");
+    }
+
+    #[test]
+    fn errors_are_reported_at_the_next_synchronisation_once() {
+        let s = Streams::new(0);
+        s.enqueue(5, Record::Work(Box::new(|| Err("index 9 is out of bounds for size 3".into())))).unwrap();
+        s.enqueue(5, Record::Work(Box::new(|| panic!("kernel bug")))).unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = Arc::clone(&ran);
+        s.enqueue(5, work(move || r.store(true, Ordering::Release))).unwrap();
+        let e = s.synchronize(5).unwrap_err();
+        assert!(matches!(&e, Error::Deferred { stream: 5, message, .. } if message.contains("out of bounds")), "{e}");
+        assert!(ran.load(Ordering::Acquire), "records after a failed one still run");
+        s.synchronize(5).unwrap();
+        // The panicking record did not kill the worker: the stream still runs work.
+        s.enqueue(5, work(|| ())).unwrap();
+        s.synchronize(5).unwrap();
+    }
+
+    #[test]
+    fn markers_time_the_stream_not_the_host() {
+        let s = Streams::new(0);
+        let (a, b) = (Arc::new(OnceLock::new()), Arc::new(OnceLock::new()));
+        s.enqueue(6, Record::Marker(Arc::clone(&a))).unwrap();
+        s.enqueue(6, work(|| std::thread::sleep(Duration::from_millis(20)))).unwrap();
+        s.enqueue(6, Record::Marker(Arc::clone(&b))).unwrap();
+        s.synchronize_all().unwrap();
+        let ms = b.get().unwrap().duration_since(*a.get().unwrap()).as_secs_f64() * 1e3;
+        assert!((19.0..2000.0).contains(&ms), "{ms}");
     }
 }
