@@ -9,7 +9,7 @@
 //! error about 1 ulp, like SLEEF's `expf_u10` PyTorch uses) because libm's
 //! scalar call would not vectorise; the rest call Rust's std / `libm`.
 
-use crate::dtype::Element;
+use crate::dtype::{DType, Element};
 
 /// Arithmetic of a real compute type (every dtype except float16/bfloat16,
 /// which compute as float32, and complex).
@@ -616,6 +616,18 @@ impl Float for f64 {
 }
 
 /// `erfinv` in double: Giles' approximation as a start, then Newton on `erf`.
+/// `v` rounded to the element type `dt` (float16 or bfloat16; any other dtype leaves
+/// it): for kernels that compute half types in `F` but round each step as CPU's
+/// element-type arithmetic does.
+#[inline(always)]
+pub fn round_to<F: Float>(dt: DType, v: F) -> F {
+    match dt {
+        DType::F16 => F::from_f64c(half::f16::from_f64(v.to_f64()).to_f64()),
+        DType::BF16 => F::from_f64c(half::bf16::from_f64(v.to_f64()).to_f64()),
+        _ => v,
+    }
+}
+
 pub fn erfinv_f64(y: f64) -> f64 {
     if y.is_nan() || !(-1.0..=1.0).contains(&y) {
         return f64::NAN;

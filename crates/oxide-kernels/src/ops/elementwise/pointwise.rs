@@ -166,13 +166,14 @@ fn softplus<F: Float>(x: F, beta: F, threshold: F) -> F {
 /// leaves it): for ops CPU computes op by op in the half type rather than in float.
 #[inline(always)]
 fn storage_round<F: Float>(v: F, code: F) -> F {
-    if code == F::ONE {
-        F::from_f64c(half::f16::from_f64(v.to_f64()).to_f64())
+    let dt = if code == F::ONE {
+        DType::F16
     } else if code == F::from_f64c(2.0) {
-        F::from_f64c(half::bf16::from_f64(v.to_f64()).to_f64())
+        DType::BF16
     } else {
-        v
-    }
+        return v;
+    };
+    crate::engine::math::round_to(dt, v)
 }
 
 /// `min(max(x + 3, 0), 6)`, shared by hardsigmoid and hardswish.

@@ -10,7 +10,7 @@
 use super::nll::Reduction;
 use crate::dtype::{DType, Element};
 use crate::engine::iter::{load, map_in_runs, store, thread_tasks};
-use crate::engine::math::Float;
+use crate::engine::math::{round_to, Float};
 use crate::engine::SendPtr;
 use crate::error::{Error, Result};
 
@@ -23,24 +23,11 @@ pub struct MarginShape {
     pub reduction: Reduction,
 }
 
-/// `v` rounded to the element type `dt` (identity for float32 and float64).
-#[inline]
-fn round<F: Float>(dt: DType, v: F) -> F {
-    match dt {
-        DType::F16 => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
-        DType::BF16 => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
-        _ => v,
-    }
-}
-
-/// `v` converted to the element type `dt`, as a value of the compute type `F`.
+/// `v` converted to the element type `dt` (rounded once, from double), as a value of
+/// the compute type `F`.
 #[inline]
 fn narrow<F: Float>(dt: DType, v: f64) -> F {
-    match dt {
-        DType::F16 => F::from_f64(half::f16::from_f64(v).to_f64()),
-        DType::BF16 => F::from_f64(half::bf16::from_f64(v).to_f64()),
-        _ => F::from_f64(v),
-    }
+    F::from_f64(round_to(dt, v))
 }
 
 /// Refuses targets outside `[-1, c)` anywhere in the `n * c` targets (CPU checks the
@@ -148,7 +135,7 @@ unsafe fn forward_in<F: Float + Element>(
             let xj = x[j as usize];
             for (&xi, &ti) in x.iter().zip(&is_t) {
                 if ti == F::ZERO {
-                    let z = round(dt, round(dt, F::ONE - xj) + xi);
+                    let z = round_to(dt, round_to(dt, F::ONE - xj) + xi);
                     if z > F::ZERO {
                         sum += z.to_f64();
                     }
@@ -171,6 +158,17 @@ unsafe fn forward_in<F: Float + Element>(
     unsafe { store(dt, output, sz as isize, &[F::from_f64(total)]) }
 }
 
+/// The operands of [`multilabel_margin_loss_backward`], all of the element type
+/// except `target` (int64).
+#[derive(Debug, Clone, Copy)]
+pub struct MarginGrads {
+    pub grad_output: *const u8,
+    pub input: *const u8,
+    pub target: *const i64,
+    pub is_target: *const u8,
+    pub grad_input: *mut u8,
+}
+
 /// `multilabel_margin_loss` backward into `grad_input` (`[n, c]`, every element
 /// written): for each target class `j` and non-target class `i` (per `is_target`,
 /// as the forward wrote it) with a positive hinge, `-g` at `j` and `+g` at `i`,
@@ -184,39 +182,25 @@ unsafe fn forward_in<F: Float + Element>(
 /// # Safety
 /// As [`multilabel_margin_loss`]; `is_target` is read, `grad_input` holds `n * c`
 /// writable elements, `grad_output` holds `n` elements for None, else one.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn multilabel_margin_loss_backward(
     dt: DType,
     sh: MarginShape,
-    grad_output: *const u8,
-    input: *const u8,
-    target: *const i64,
-    is_target: *const u8,
-    grad_input: *mut u8,
+    io: MarginGrads,
     threads: usize,
 ) -> Result<()> {
     dt.require_float("multilabel_margin_loss_backward")?;
     // SAFETY: forwarded contract.
     unsafe {
-        check_targets("multilabel_margin_loss_backward", &sh, target, 3)?;
+        check_targets("multilabel_margin_loss_backward", &sh, io.target, 3)?;
         match dt {
-            DType::F64 => backward_in::<f64>(dt, sh, grad_output, input, target, is_target, grad_input, threads),
-            _ => backward_in::<f32>(dt, sh, grad_output, input, target, is_target, grad_input, threads),
+            DType::F64 => backward_in::<f64>(dt, sh, io, threads),
+            _ => backward_in::<f32>(dt, sh, io, threads),
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn backward_in<F: Float + Element>(
-    dt: DType,
-    sh: MarginShape,
-    grad_output: *const u8,
-    input: *const u8,
-    target: *const i64,
-    is_target: *const u8,
-    grad_input: *mut u8,
-    threads: usize,
-) -> Result<()> {
+unsafe fn backward_in<F: Float + Element>(dt: DType, sh: MarginShape, io: MarginGrads, threads: usize) -> Result<()> {
+    let MarginGrads { grad_output, input, target, is_target, grad_input } = io;
     let sz = dt.size();
     let total = sh.n * sh.c;
     if total == 0 {
@@ -236,7 +220,10 @@ unsafe fn backward_in<F: Float + Element>(
     let mut go = vec![F::ZERO; if per_sample { sh.n } else { 1 }];
     // SAFETY: grad_output holds go.len() elements.
     unsafe { load(dt, grad_output, sz as isize, go.len(), &mut go)? };
-    let g: F = narrow(dt, if sh.reduction == Reduction::Mean { 1.0 / (total as f64) } else { 1.0 / sh.c as f64 });
+    let g = F::from_f64(round_to(
+        dt,
+        if sh.reduction == Reduction::Mean { 1.0 / (total as f64) } else { 1.0 / sh.c as f64 },
+    ));
     let (src, tgt, dst) = (SendPtr::from_const(input), SendPtr::from_const(target), SendPtr::new(grad_input));
     let (mask, go) = (&mask, &go);
     map_in_runs(sh.n, thread_tasks(sh.n, sh.c.max(1), threads), |r| {
@@ -252,10 +239,10 @@ unsafe fn backward_in<F: Float + Element>(
             let xj = x[j];
             for i in 0..sh.c {
                 if is_t[i] == F::ZERO {
-                    let z = round(dt, round(dt, F::ONE - xj) + x[i]);
+                    let z = round_to(dt, round_to(dt, F::ONE - xj) + x[i]);
                     if z > F::ZERO {
-                        gi[j] = round(dt, gi[j] - g);
-                        gi[i] = round(dt, gi[i] + g);
+                        gi[j] = round_to(dt, gi[j] - g);
+                        gi[i] = round_to(dt, gi[i] + g);
                     }
                 }
             }
@@ -382,16 +369,14 @@ mod tests {
                     let mut gi = vec![0xffu8; n * c * dt.size()];
                     // SAFETY: the buffers are sized for the shape.
                     unsafe {
-                        multilabel_margin_loss_backward(
-                            dt,
-                            sh,
-                            gob.as_ptr(),
-                            x.as_ptr(),
-                            t.as_ptr(),
-                            mb.as_ptr(),
-                            gi.as_mut_ptr(),
-                            threads,
-                        )
+                        let io = MarginGrads {
+                            grad_output: gob.as_ptr(),
+                            input: x.as_ptr(),
+                            target: t.as_ptr(),
+                            is_target: mb.as_ptr(),
+                            grad_input: gi.as_mut_ptr(),
+                        };
+                        multilabel_margin_loss_backward(dt, sh, io, threads)
                     }
                     .unwrap();
                     close(&to_f64(dt, &gi), &want, tol);
@@ -416,16 +401,14 @@ mod tests {
         let mask = from_f64(DType::F32, &[1.0, 0.0, 0.0, 0.0, 2.0, 1.0]);
         // SAFETY: the buffers are sized for the shape.
         let err = unsafe {
-            multilabel_margin_loss_backward(
-                DType::F32,
-                sh,
-                go.as_ptr(),
-                x.as_ptr(),
-                t.as_ptr(),
-                mask.as_ptr(),
-                gi.as_mut_ptr(),
-                1,
-            )
+            let io = MarginGrads {
+                grad_output: go.as_ptr(),
+                input: x.as_ptr(),
+                target: t.as_ptr(),
+                is_target: mask.as_ptr(),
+                grad_input: gi.as_mut_ptr(),
+            };
+            multilabel_margin_loss_backward(DType::F32, sh, io, 1)
         }
         .unwrap_err();
         assert_eq!(err.to_string(), "argument #5 'is_target' is out of range");

@@ -117,11 +117,7 @@ unsafe fn softmax_in<F: Float + Element>(
     // Along the last dimension CPU keeps log_softmax's row sum, and its log, in the element
     // type (other dimensions, and half_to_float, stay in float): round likewise for half types.
     let keep = inner == 1 && out_dt == in_dt;
-    let round = |v: F| match in_dt {
-        DType::F16 if keep => F::from_f64(half::f16::from_f64(v.to_f64()).to_f64()),
-        DType::BF16 if keep => F::from_f64(half::bf16::from_f64(v.to_f64()).to_f64()),
-        _ => v,
-    };
+    let round = |v: F| if keep { crate::engine::math::round_to(in_dt, v) } else { v };
     let rows = outer * inner;
     for_each_range(rows, thread_tasks(rows, dim.max(1), threads), |first, end| {
         let (src, dst) = (src, dst);

@@ -101,16 +101,14 @@ pub unsafe extern "C" fn oxide_multilabel_margin_loss_backward(
         launch(&on, || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe {
-                oxide_kernels::ops::nn::margin::multilabel_margin_loss_backward(
-                    dt,
-                    sh,
-                    grad_output.src(),
-                    input.src(),
-                    target.src() as *const i64,
-                    is_target.src(),
-                    grad_input.dst(),
-                    on.threads(),
-                )
+                let io = oxide_kernels::ops::nn::margin::MarginGrads {
+                    grad_output: grad_output.src(),
+                    input: input.src(),
+                    target: target.src() as *const i64,
+                    is_target: is_target.src(),
+                    grad_input: grad_input.dst(),
+                };
+                oxide_kernels::ops::nn::margin::multilabel_margin_loss_backward(dt, sh, io, on.threads())
             }
         })
     })
