@@ -26,12 +26,19 @@ seconds per step on each device, the ratio oxide/CPU (lower is better; target <=
 the CPU column is the growth of the process's peak resident set size, a coarse upper
 bound), and whether any operator fell back to the CPU during the oxide steps.
 
+oxide runs twice per round: asynchronously (the default: kernels are queued on the
+stream and its worker runs them while Python goes on) and with launch blocking
+(``torch.oxide._LaunchBlocking()``, what ``OXIDE_LAUNCH_BLOCKING=1`` does: every
+kernel runs at the call), on its own copy of the model; the ``async / blocking``
+column is their ratio (issue 22's target: at most 1.05 on every workload).
+
 Writes ``models.md`` and ``models.json`` into ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -175,17 +182,21 @@ def _cpu_jiffies() -> list[int]:
 def _time(step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None = None) -> list[float]:
     """Seconds of each of `reps` steps after `warmup` untimed ones; adds the host's steal
     and total ticks during the timed steps to `steal`."""
+    blocking = dev == "oxide-blocking"
+    dev = "oxide" if blocking else dev
     sync = torch.oxide.synchronize if dev == "oxide" else (lambda: None)
-    for _ in range(warmup):
-        step(model, opt, dev)
-    sync()
-    times = []
-    j0 = _cpu_jiffies()
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step(model, opt, dev)
+    mode = torch.oxide._LaunchBlocking() if blocking else contextlib.nullcontext()
+    with mode:
+        for _ in range(warmup):
+            step(model, opt, dev)
         sync()
-        times.append(time.perf_counter() - t0)
+        times = []
+        j0 = _cpu_jiffies()
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            step(model, opt, dev)
+            sync()
+            times.append(time.perf_counter() - t0)
     if steal is not None:
         j1 = _cpu_jiffies()
         steal[0] += j1[0] - j0[0]
@@ -196,13 +207,16 @@ def _time(step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None
 def run(name: str, reps: int) -> dict[str, object]:
     model, step, make_opt, target = WORKLOADS[name]()
     model_o = copy.deepcopy(model).to("oxide")
+    model_b = copy.deepcopy(model).to("oxide")
     opt_c, opt_o = make_opt(model.parameters()), make_opt(model_o.parameters())
+    opt_b = make_opt(model_b.parameters())
     rss0 = _peak_rss_mb()
     cpu_times = _time(step, model, opt_c, "cpu", 0, WARMUP)
     rss1 = _peak_rss_mb()
     torch.oxide.reset_peak_memory_stats()
     before = dict(torch.oxide.fallback_stats())
     ox_times = _time(step, model_o, opt_o, "oxide", 0, WARMUP)
+    blocking_times = _time(step, model_b, opt_b, "oxide-blocking", 0, WARMUP)
     steal_c, steal_o = [0, 0], [0, 0]
     for r in range(ROUNDS):
         n = reps // ROUNDS + (r < reps % ROUNDS)
@@ -212,14 +226,19 @@ def run(name: str, reps: int) -> dict[str, object]:
         cpu_times += _time(step, model, opt_c, "cpu", n, 1, steal_c)
         time.sleep(PAUSE)
         ox_times += _time(step, model_o, opt_o, "oxide", n, 1, steal_o)
+        time.sleep(PAUSE)
+        blocking_times += _time(step, model_b, opt_b, "oxide-blocking", n, 1)
     after = torch.oxide.fallback_stats()
     fell_back = sorted(op for op, n in after.items() if n != before.get(op, 0))
     cpu, ox = statistics.median(cpu_times), statistics.median(ox_times)
+    blocking = statistics.median(blocking_times)
     return {
         "name": name,
         "cpu_s": cpu,
         "oxide_s": ox,
         "ratio": ox / cpu,
+        "oxide_blocking_s": blocking,
+        "async_over_blocking": ox / blocking,
         "target": target,
         "met": ox / cpu <= target,
         "oxide_peak_mb": torch.oxide.max_memory_allocated() / 2**20,
@@ -229,6 +248,7 @@ def run(name: str, reps: int) -> dict[str, object]:
         "steal_pct_oxide": 100 * steal_o[0] / max(1, steal_o[1]),
         "cpu_times": cpu_times,
         "oxide_times": ox_times,
+        "oxide_blocking_times": blocking_times,
     }
 
 
@@ -243,14 +263,15 @@ def write(out: str, results: list[dict[str, object]], env: dict[str, object]) ->
         "Median seconds per step; ratio = oxide / CPU (lower is better).",
         "",
         "| workload | CPU s | oxide s | ratio | target | met | oxide peak MiB | CPU peak RSS growth MiB | fallback "
-        "| steal % CPU / oxide |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| steal % CPU / oxide | oxide blocking s | async / blocking |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['name']} | {r['cpu_s']:.4f} | {r['oxide_s']:.4f} | {r['ratio']:.2f} | <= {r['target']} | "
             f"{'yes' if r['met'] else 'no'} | {r['oxide_peak_mb']:.1f} | {r['cpu_peak_rss_growth_mb']:.1f} | "
-            f"{', '.join(r['fallback_ops']) or 'none'} | {r['steal_pct_cpu']:.0f} / {r['steal_pct_oxide']:.0f} |"
+            f"{', '.join(r['fallback_ops']) or 'none'} | {r['steal_pct_cpu']:.0f} / {r['steal_pct_oxide']:.0f} | "
+            f"{r['oxide_blocking_s']:.4f} | {r['async_over_blocking']:.2f} |"
         )
     with open(os.path.join(out, "models.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -27,7 +27,9 @@ Groups and targets:
   into each side's median.
 - float32 GEMM ``torch.mm``, square 512/1024/2048, with GFLOP/s; <= 1.25
 - per-call overhead on 1-element tensors: add, mul, sum, 1x1 mm, timed over many
-  calls; <= 1.5
+  calls; <= 1.5. Once in the default (asynchronous) mode, where each call queues a
+  launch record for the stream's worker, and once with launch blocking (kernels run
+  at the call, ``OXIDE_LAUNCH_BLOCKING=1``), informative.
 - convolution: ``Conv2d(64, 64, 3, padding=1)`` on (8, 64, 32, 32) float32, forward
   plus backward (input, weight and bias gradients); <= 1.3
 - informative, no target: contiguous copy of a transposed 4096x4096, float32->float16
@@ -52,6 +54,7 @@ half a minute on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -88,6 +91,7 @@ class Case:
     warmup: int = 2
     calls: int = 1
     flops: float | None = None  # per call, for GFLOP/s
+    blocking: bool = False  # oxide side with launch blocking (kernels run at the call)
 
 
 @dataclass
@@ -189,21 +193,23 @@ def cases() -> list[Case]:
         out.append(
             Case(f"mm {n}", "gemm", f"{n}x{n}", _randn2(n, n), torch.mm, target=1.25, reps=reps, flops=2.0 * n**3)
         )
-    for name, op in (("add", torch.add), ("mul", torch.mul), ("sum", lambda a, b: a.sum()), ("mm", torch.mm)):
-        shape = (1, 1) if name == "mm" else (1,)
-        out.append(
-            Case(
-                f"{name} (per call)",
-                "overhead",
-                "x".join(map(str, shape)),
-                _randn2(*shape),
-                op,
-                target=1.5,
-                reps=7,
-                warmup=1,
-                calls=OVERHEAD_CALLS,
+    for blocking in (False, True):
+        for name, op in (("add", torch.add), ("mul", torch.mul), ("sum", lambda a, b: a.sum()), ("mm", torch.mm)):
+            shape = (1, 1) if name == "mm" else (1,)
+            out.append(
+                Case(
+                    f"{name} (per call{', blocking' if blocking else ''})",
+                    "overhead",
+                    "x".join(map(str, shape)),
+                    _randn2(*shape),
+                    op,
+                    target=None if blocking else 1.5,
+                    reps=7,
+                    warmup=1,
+                    calls=OVERHEAD_CALLS,
+                    blocking=blocking,
+                )
             )
-        )
     conv_flops = 3 * 2.0 * 8 * 64 * 64 * 9 * 32 * 32  # forward, grad input, grad weight
     out.append(
         Case(
@@ -304,12 +310,14 @@ def run_case(case: Case) -> Result:
     per_round = -(-case.reps // ROUNDS)
     for _ in range(ROUNDS):
         for run, sync, times in ((run_oxide, _sync_oxide, oxide_s), (run_cpu, _sync_cpu, cpu_s)):
-            for _ in range(case.warmup):
-                run()
-            sync()
-            time.sleep(0.05)  # let the other side's worker threads go idle
-            for _ in range(per_round):
-                times.append(_time_rep(run, case.calls, sync))
+            blocking = case.blocking and run is run_oxide
+            with torch.oxide._LaunchBlocking() if blocking else contextlib.nullcontext():
+                for _ in range(case.warmup):
+                    run()
+                sync()
+                time.sleep(0.05)  # let the other side's worker threads go idle
+                for _ in range(per_round):
+                    times.append(_time_rep(run, case.calls, sync))
     after = torch.oxide.fallback_stats()
     grown = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
 

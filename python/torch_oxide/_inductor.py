@@ -1,8 +1,7 @@
 """``torch.compile`` on oxide: a Dynamo device interface and an Inductor backend.
 
-oxide memory is host memory (one ``mmap`` range per device) and its streams run
-their work inline on the launching thread, so the code Inductor generates for the
-CPU (C++ loops vectorised with ``at::vec`` and parallelised with OpenMP, by
+oxide memory is host memory (one ``mmap`` range per device), so the code Inductor
+generates for the CPU (C++ loops vectorised with ``at::vec`` and parallelised with OpenMP, by
 ``CppScheduling``) can run directly on oxide device pointers: a compiled graph fuses
 pointwise and reduction chains into C++ kernels and calls oxide's native ATen
 kernels (``extern_kernels.mm``, convolution, ...) for the rest. What this module adds
@@ -14,8 +13,14 @@ to Inductor's CPU path:
 - ``OxideWrapperCodegen``: the Python wrapper of a compiled graph. The stock
   wrapper emits non-Triton kernel calls only for ``cpu`` and ``mps`` (others raise
   ``RuntimeError("device ... nyi")``); on oxide a C++ kernel is called as on the
-  CPU, with no stream argument: oxide's current stream has run everything enqueued
-  before the call by the time the call is made (inline streams).
+  CPU, with no stream argument, on the host thread, right after the graph waits for
+  its current stream (``torch.oxide._sync_current_stream``). oxide's own kernels are
+  launch records that the stream workers run later; the C++ kernel reads what they
+  wrote and may write memory that queued work still reads, so it must run after
+  them. Synchronising is chosen over enqueueing the C++ kernel as a launch record:
+  the call is a Python call into a module Inductor compiled, which a stream worker
+  could only run by taking the GIL; and with nothing queued the wait costs two
+  atomic loads.
   Its buffers are allocated on the graph's own ``oxide:N``: the stock wrapper names
   the device type only and relies on a device guard that Inductor emits for
   GPU-class devices alone.
@@ -205,7 +210,13 @@ def _register_inductor() -> None:
             def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, device=None, triton=True, **kwargs):
                 device = device or V.graph.get_current_device_or_throw()
                 if not triton and device.type == _BACKEND:
-                    # A C++ kernel on host-addressable oxide memory: called as on the CPU.
+                    # A C++ kernel on host-addressable oxide memory, called as on the CPU,
+                    # on the host thread: the launches queued before it on the current
+                    # stream must have run (it reads their outputs), and nothing it
+                    # writes may still be read by queued work. So the stream is
+                    # synchronised first (cheap when nothing is queued).
+                    index = device.index if device.index is not None else "torch.oxide.current_device()"
+                    self.writeline(f"torch.oxide._sync_current_stream({index})")
                     self.writeline(self.wrap_kernel_call(kernel_name, call_args))
                     return
                 return super()._generate_kernel_call_helper(

@@ -36,3 +36,27 @@ def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subp
         env=full_env,
         timeout=timeout,
     )
+
+
+@pytest.fixture(autouse=True)
+def queued_errors_belong_to_their_test():
+    """After each test, wait for both devices: a queued kernel's error fails the test that launched it.
+
+    Kernel errors are reported at the next synchronization; without this, an error
+    left on a stream would surface in whichever later test synchronizes first.
+    """
+    yield
+    for device in range(torch.oxide.device_count()):
+        torch.oxide.synchronize(device)
+
+
+@pytest.fixture
+def launch_blocking():
+    """Kernels run at the call and raise their errors there (``OXIDE_LAUNCH_BLOCKING=1`` for one test).
+
+    For tests that compare a data-dependent kernel error (an index out of range, an
+    invalid probability) with CPU's exception at the call, as PyTorch's own test suite
+    runs CUDA's device-side checks under ``CUDA_LAUNCH_BLOCKING=1``.
+    """
+    with torch.oxide._LaunchBlocking():
+        yield

@@ -249,8 +249,20 @@ def _same_error(run_oxide, cpu_error, where):
         pytest.fail(f"{where}: CPU raises {type(cpu_error).__name__}({cpu_error}), oxide returned a result")
 
 
+def _run_blocking(run_oxide):
+    with torch.oxide._LaunchBlocking():
+        return run_oxide()
+
+
 def _run_both(run_cpu, run_oxide, where):
-    """(expected, actual); None when the CPU call raised and oxide raised the same type."""
+    """(expected, actual); None when the CPU call raised and oxide raised the same type.
+
+    When CPU raises, the oxide side runs with launch blocking: a data-dependent check
+    (an index out of range) then raises CPU's exception at the call, as PyTorch's tests
+    run CUDA's under CUDA_LAUNCH_BLOCKING. Otherwise the oxide side runs asynchronously
+    and the device is synchronized before the results are compared, so a queued
+    kernel's error is reported for this case.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # resized non-empty out=, var of one element, ...
         try:
@@ -258,10 +270,11 @@ def _run_both(run_cpu, run_oxide, where):
         except Exception as e:  # noqa: BLE001
             if isinstance(e, TypeError) and any(m in str(e) for m in PARSER_ERRORS):
                 pytest.fail(f"{where}: bad test, the CPU call does not parse: {e}")
-            _same_error(run_oxide, e, where)
+            _same_error(lambda: _run_blocking(run_oxide), e, where)
             return None
         try:
             actual = run_oxide()
+            torch.oxide.synchronize()
         except Exception as e:  # noqa: BLE001
             e.add_note(f"[oxide side of: {where}]")
             raise

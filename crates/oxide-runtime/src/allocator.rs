@@ -12,10 +12,12 @@
 //!   once (`num_alloc_retries`), then out-of-memory is reported with the
 //!   requested, allocated, reserved and capacity bytes (`num_ooms`);
 //! - `record_stream` marks a block as used by another stream, of this device
-//!   or another one (as CUDA allows). With inline streams that use has
-//!   finished by the time the block is freed; an asynchronous runtime will
-//!   defer the block's return to the cache until an event recorded on each
-//!   such stream completes.
+//!   or another one (as CUDA allows). Such a block, when freed, waits with a
+//!   [`Fence`] per stream (CUDA records an event on each) and returns to the
+//!   cache only once every fence has passed;
+//! - the cache is released only when the device's queued work has run (the
+//!   runtime waits before [`CachingAllocator::empty_cache`] and before the
+//!   out-of-memory retry), since queued work may still read a freed block.
 
 use std::collections::BTreeSet;
 
@@ -23,7 +25,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::memory::{round_up, DeviceMemory};
-use crate::stream::StreamId;
+use crate::stream::{Fence, StreamId};
 
 /// One statistic, as in `c10::CachingDeviceAllocator::Stat`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -90,6 +92,8 @@ struct Block {
 pub struct CachingAllocator {
     memory: DeviceMemory,
     active: FxHashMap<usize, Block>,
+    /// Freed blocks waiting for other streams' work: (stream, size, ptr) and the fences.
+    pending: Vec<((StreamId, usize, usize), Vec<Fence>)>,
     /// Cached free blocks ordered by (stream, size, ptr) for best-fit lookup.
     cached: BTreeSet<(StreamId, usize, usize)>,
     stats: DeviceStats,
@@ -100,6 +104,7 @@ impl CachingAllocator {
         CachingAllocator {
             memory,
             active: FxHashMap::default(),
+            pending: Vec::new(),
             cached: BTreeSet::new(),
             stats: DeviceStats::default(),
         }
@@ -114,9 +119,19 @@ impl CachingAllocator {
     ///
     /// Errors: [`Error::OutOfMemory`] with requested/allocated/reserved/capacity bytes.
     pub fn allocate(&mut self, bytes: usize, stream: StreamId) -> Result<usize> {
+        self.allocate_with(bytes, stream, || ())
+    }
+
+    /// [`Self::allocate`] where `wait_idle` waits for the device's queued work:
+    /// when the device is full it is called before the cache is released for
+    /// the one retry (queued work may still read a freed, cached block).
+    ///
+    /// Errors: [`Error::OutOfMemory`].
+    pub fn allocate_with(&mut self, bytes: usize, stream: StreamId, wait_idle: impl FnOnce()) -> Result<usize> {
         if bytes == 0 {
             return Ok(0);
         }
+        self.reclaim();
         let size = round_up(bytes);
         let limit = size + size / 4;
         let hit = self.cached.range((stream, size, 0)..=(stream, limit, usize::MAX)).next().copied();
@@ -125,7 +140,7 @@ impl CachingAllocator {
                 self.cached.remove(&key);
                 (key.2, key.1)
             }
-            None => (self.device_malloc(bytes, size)?, size),
+            None => (self.device_malloc(bytes, size, wait_idle)?, size),
         };
         self.active.insert(ptr, Block { size: block_size, requested: bytes, stream, recorded_streams: Vec::new() });
         self.stats.allocation.increase(1);
@@ -134,11 +149,28 @@ impl CachingAllocator {
         Ok(ptr)
     }
 
-    fn device_malloc(&mut self, bytes: usize, size: usize) -> Result<usize> {
+    /// Moves pending blocks whose fences have all passed into the cache.
+    fn reclaim(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let (done, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|(_, fences)| fences.iter().all(Fence::passed));
+        self.pending = waiting;
+        self.cached.extend(done.into_iter().map(|(key, _)| key));
+    }
+
+    /// True when the cache holds blocks that releasing could give back.
+    pub fn has_cached(&self) -> bool {
+        !self.cached.is_empty() || !self.pending.is_empty()
+    }
+
+    fn device_malloc(&mut self, bytes: usize, size: usize, wait_idle: impl FnOnce()) -> Result<usize> {
         let ptr = match self.memory.malloc(size) {
             Ok(p) => p,
-            Err(Error::OutOfMemory { .. }) if !self.cached.is_empty() => {
+            Err(Error::OutOfMemory { .. }) if self.has_cached() => {
                 self.stats.num_alloc_retries += 1;
+                wait_idle();
                 self.empty_cache();
                 self.memory.malloc(size).map_err(|e| self.oom(e, bytes))?
             }
@@ -171,6 +203,14 @@ impl CachingAllocator {
     ///
     /// Errors: [`Error::InvalidPointer`] when `ptr` is not a live block of this allocator.
     pub fn free(&mut self, ptr: usize) -> Result<()> {
+        self.free_after(ptr, Vec::new())
+    }
+
+    /// [`Self::free`] for a block other streams used: it goes to the cache
+    /// once every fence has passed (at once when there are none).
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not a live block of this allocator.
+    pub fn free_after(&mut self, ptr: usize, fences: Vec<Fence>) -> Result<()> {
         if ptr == 0 {
             return Ok(());
         }
@@ -178,7 +218,12 @@ impl CachingAllocator {
         self.stats.allocation.decrease(1);
         self.stats.allocated_bytes.decrease(block.size as i64);
         self.stats.requested_bytes.decrease(block.requested as i64);
-        self.cached.insert((block.stream, block.size, ptr));
+        let key = (block.stream, block.size, ptr);
+        if fences.iter().all(Fence::passed) {
+            self.cached.insert(key);
+        } else {
+            self.pending.push((key, fences));
+        }
         Ok(())
     }
 
@@ -201,8 +246,11 @@ impl CachingAllocator {
         self.active.get(&ptr).map(|b| b.recorded_streams.as_slice())
     }
 
-    /// `emptyCache`: gives every cached block back to device memory.
+    /// `emptyCache`: gives every cached block back to device memory (the
+    /// caller has waited for the device's queued work; blocks still waiting
+    /// for other devices' streams stay pending).
     pub fn empty_cache(&mut self) {
+        self.reclaim();
         for (_, size, ptr) in std::mem::take(&mut self.cached) {
             if self.memory.free(ptr).is_ok() {
                 self.stats.num_device_free += 1;

@@ -17,6 +17,8 @@ pub struct Config {
     pub device_count: usize,
     /// Capacity of each device in bytes (`OXIDE_DEVICE_MEMORY`, e.g. `8GiB`, `512MB`, `1048576`).
     pub device_memory: usize,
+    /// Kernels run at the call, and raise their errors there (`OXIDE_LAUNCH_BLOCKING=1`).
+    pub launch_blocking: bool,
 }
 
 impl Config {
@@ -27,7 +29,9 @@ impl Config {
     pub fn from_env() -> Result<Config> {
         let count = std::env::var("OXIDE_DEVICE_COUNT").ok();
         let memory = std::env::var("OXIDE_DEVICE_MEMORY").ok();
-        Self::parse(count.as_deref(), memory.as_deref())
+        let mut config = Self::parse(count.as_deref(), memory.as_deref())?;
+        config.launch_blocking = flag("OXIDE_LAUNCH_BLOCKING", std::env::var("OXIDE_LAUNCH_BLOCKING").ok().as_deref())?;
+        Ok(config)
     }
 
     /// Parses the two settings; `None` means "use the default".
@@ -68,7 +72,16 @@ impl Config {
                 bytes as usize
             }
         };
-        Ok(Config { device_count, device_memory })
+        Ok(Config { device_count, device_memory, launch_blocking: false })
+    }
+}
+
+/// A boolean setting: unset, empty or `0` is off, `1` is on (as `CUDA_LAUNCH_BLOCKING`).
+fn flag(var: &'static str, value: Option<&str>) -> Result<bool> {
+    match value.map(str::trim).unwrap_or("") {
+        "" | "0" => Ok(false),
+        "1" => Ok(true),
+        other => Err(Error::Config { var, value: other.to_string(), reason: "must be 0 or 1".into() }),
     }
 }
 
@@ -89,6 +102,13 @@ mod tests {
         assert_eq!(Config::parse(None, Some("512 MiB")).unwrap().device_memory, 512 << 20);
         assert_eq!(Config::parse(None, Some("1048576")).unwrap().device_memory, 1 << 20);
         assert_eq!(Config::parse(Some(" 4 "), None).unwrap().device_count, 4);
+    }
+
+    #[test]
+    fn flags() {
+        assert!(!flag("X", None).unwrap() && !flag("X", Some("0")).unwrap() && !flag("X", Some("")).unwrap());
+        assert!(flag("X", Some(" 1")).unwrap());
+        assert!(matches!(flag("X", Some("yes")), Err(Error::Config { var: "X", .. })));
     }
 
     #[test]

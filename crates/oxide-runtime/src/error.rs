@@ -51,7 +51,7 @@ pub enum Error {
     /// A queued launch record that failed when its stream ran it; reported at
     /// the next synchronisation of that stream (CUDA's asynchronous errors,
     /// but not sticky: the stream stays usable).
-    #[error("oxide:{device} stream {stream}: a queued kernel failed: {message}")]
+    #[error("oxide:{device} stream {stream}: a kernel launched earlier failed: {message} (kernel errors are reported asynchronously, at the next synchronization; set OXIDE_LAUNCH_BLOCKING=1 to raise them at the launching call)")]
     Deferred { device: usize, stream: i64, message: String },
     /// Any use of the runtime in a process forked after it was initialised.
     #[error("the oxide runtime cannot be used in a forked subprocess after it was initialised in the parent; use the 'spawn' start method for multiprocessing")]

@@ -1,10 +1,16 @@
 //! Events: markers recorded on a stream (the `cudaEvent_t` layer).
+//!
+//! Recording captures the work enqueued on the stream so far (its sequence
+//! number). A timing event also needs the time the stream got there: on an
+//! idle stream that is now; on a busy one a [`Record::Marker`] is queued and
+//! the stream's worker stamps it when it reaches it, so `elapsed_time`
+//! measures device execution, not host enqueue time.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::stream::{StreamId, StreamState};
+use crate::stream::{Record, StreamId, StreamState, Streams};
 
 /// Where and when an event was last recorded.
 #[derive(Debug, Clone)]
@@ -13,7 +19,8 @@ struct Recorded {
     stream: StreamId,
     state: Arc<StreamState>,
     seq: u64,
-    at: Instant,
+    /// Set when the stream reaches the record (for timing events).
+    at: Arc<OnceLock<Instant>>,
 }
 
 /// An event. `enable_timing` mirrors `cudaEventCreate` without `cudaEventDisableTiming`.
@@ -39,15 +46,30 @@ impl Event {
         self.recorded.as_ref().map(|r| (r.device, r.stream))
     }
 
-    /// `cudaEventRecord`: captures the work enqueued so far on the stream.
-    /// The timestamp is taken when that work has completed (immediately with
-    /// inline streams, which is also when a GPU would write it).
-    pub fn record(&mut self, device: usize, stream: StreamId, state: Arc<StreamState>) {
-        let seq = state.submitted();
-        while !state.is_complete(seq) {
-            std::thread::yield_now();
-        }
-        self.recorded = Some(Recorded { device, stream, state, seq, at: Instant::now() });
+    /// The stream state and sequence number the event waits for, if recorded.
+    pub fn fence(&self) -> Option<(Arc<StreamState>, u64)> {
+        self.recorded.as_ref().map(|r| (Arc::clone(&r.state), r.seq))
+    }
+
+    /// `cudaEventRecord`: captures the work enqueued so far on `stream` of
+    /// `streams` (device `device`). Never waits for that work.
+    ///
+    /// Errors: [`Error::InvalidStream`].
+    pub fn record(&mut self, device: usize, streams: &Streams, stream: StreamId) -> Result<()> {
+        let state = streams.state(stream)?;
+        let at = Arc::new(OnceLock::new());
+        let submitted = state.submitted();
+        let seq = if !self.enable_timing {
+            submitted
+        } else if state.is_complete(submitted) {
+            // An idle stream is at this point now.
+            let _ = at.set(Instant::now());
+            submitted
+        } else {
+            streams.enqueue(stream, Record::Marker(Arc::clone(&at)))?
+        };
+        self.recorded = Some(Recorded { device, stream, state, seq, at });
+        Ok(())
     }
 
     /// `cudaEventQuery`: true when the recorded work has finished (or the event was never recorded).
@@ -55,14 +77,14 @@ impl Event {
         self.recorded.as_ref().is_none_or(|r| r.state.is_complete(r.seq))
     }
 
-    /// `cudaEventSynchronize`: waits for the recorded work.
+    /// `cudaEventSynchronize`: waits (asleep) for the recorded work.
     pub fn synchronize(&self) {
-        while !self.query() {
-            std::thread::yield_now();
+        if let Some(r) = &self.recorded {
+            r.state.wait_for(r.seq);
         }
     }
 
-    /// `cudaEventElapsedTime`: milliseconds from `self` to `end`.
+    /// `cudaEventElapsedTime`: milliseconds from `self` to `end`, once both have completed.
     ///
     /// Errors: [`Error::InvalidEvent`] when either event lacks timing or was never recorded.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f64> {
@@ -77,7 +99,11 @@ impl Event {
         }
         self.synchronize();
         end.synchronize();
-        let ms = if b.at >= a.at { (b.at - a.at).as_secs_f64() * 1e3 } else { -((a.at - b.at).as_secs_f64() * 1e3) };
+        // Stamped by the worker before it marked the marker complete, or at record time.
+        let (Some(&ta), Some(&tb)) = (a.at.get(), b.at.get()) else {
+            return Err(Error::InvalidEvent { reason: "an event's timestamp is missing" });
+        };
+        let ms = if tb >= ta { (tb - ta).as_secs_f64() * 1e3 } else { -((ta - tb).as_secs_f64() * 1e3) };
         Ok(ms)
     }
 }
@@ -92,13 +118,38 @@ mod tests {
         let streams = Streams::new(0);
         let (mut a, mut b) = (Event::new(true), Event::new(true));
         assert!(a.query(), "unrecorded events are complete");
-        a.record(0, 0, streams.state(0).unwrap());
+        a.record(0, &streams, 0).unwrap();
         streams.launch(0, || std::thread::sleep(std::time::Duration::from_millis(20))).unwrap();
-        b.record(0, 0, streams.state(0).unwrap());
+        b.record(0, &streams, 0).unwrap();
         assert!(b.query());
         let ms = a.elapsed_ms(&b).unwrap();
         assert!((19.0..2000.0).contains(&ms), "{ms}");
         assert_eq!(b.recorded_on(), Some((0, 0)));
+    }
+
+    #[test]
+    fn queued_work_is_timed_on_the_stream() {
+        use crate::stream::Record;
+        use std::time::Duration;
+        let streams = Streams::new(0);
+        let (mut a, mut b) = (Event::new(true), Event::new(true));
+        // A queued record keeps the stream busy: the events become markers.
+        let sleep = |ms| {
+            Record::Work(Box::new(move || {
+                std::thread::sleep(Duration::from_millis(ms));
+                Ok(())
+            }))
+        };
+        streams.enqueue(1, sleep(30)).unwrap();
+        a.record(0, &streams, 1).unwrap();
+        streams.enqueue(1, sleep(20)).unwrap();
+        b.record(0, &streams, 1).unwrap();
+        assert!(!b.query(), "recording does not wait for the stream");
+        b.synchronize();
+        assert!(a.query() && b.query());
+        let ms = a.elapsed_ms(&b).unwrap();
+        // The host recorded both within microseconds; the stream took the 20 ms sleep between them.
+        assert!((19.0..2000.0).contains(&ms), "{ms}");
     }
 
     #[test]
@@ -108,8 +159,8 @@ mod tests {
         assert!(matches!(b.elapsed_ms(&Event::new(true)), Err(Error::InvalidEvent { .. })));
         let (s0, s1) = (Streams::new(0), Streams::new(1));
         let (mut x, mut y) = (Event::new(true), Event::new(true));
-        x.record(0, 0, s0.state(0).unwrap());
-        y.record(1, 0, s1.state(0).unwrap());
+        x.record(0, &s0, 0).unwrap();
+        y.record(1, &s1, 0).unwrap();
         assert!(matches!(x.elapsed_ms(&y), Err(Error::InvalidEvent { reason }) if reason.contains("same device")));
     }
 }

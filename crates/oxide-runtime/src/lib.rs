@@ -28,7 +28,7 @@ pub use error::{Error, Result};
 pub use event::Event;
 pub use host::HostMemory;
 pub use philox::Philox4x32;
-pub use stream::{Priority, StreamId, Streams, DEFAULT_STREAM};
+pub use stream::{Fence, Priority, Record, StreamId, Streams, DEFAULT_STREAM};
 
 /// One device: its caching allocator (owning its memory) and its streams.
 pub struct Device {
@@ -62,6 +62,12 @@ impl Device {
         let reserved = self.allocator().memory().used();
         (self.capacity() - reserved, self.capacity())
     }
+    /// Waits until every stream of the device has run what was queued (errors stay for the streams).
+    pub fn wait_idle(&self) {
+        for f in self.streams.fences() {
+            f.wait();
+        }
+    }
     fn contains(&self, ptr: usize) -> bool {
         ptr >= self.range.0 && ptr < self.range.0 + self.range.1
     }
@@ -72,6 +78,8 @@ pub struct Runtime {
     config: Config,
     devices: Vec<Device>,
     host: HostMemory,
+    /// Kernels run at the call instead of on the stream workers (`OXIDE_LAUNCH_BLOCKING`).
+    launch_blocking: AtomicBool,
 }
 
 static RUNTIME: OnceLock<std::result::Result<Runtime, Error>> = OnceLock::new();
@@ -146,14 +154,20 @@ pub fn runtime() -> Result<&'static Runtime> {
                 .map(|i| {
                     let memory = memory::DeviceMemory::reserve(i, config.device_memory)?;
                     let (range, capacity) = ((memory.base(), memory.span()), memory.capacity());
+                    let streams = Streams::new(i);
                     let allocator = Mutex::new(CachingAllocator::new(memory));
-                    Ok(Device { index: i, allocator, range, capacity, streams: Streams::new(i) })
+                    Ok(Device { index: i, allocator, range, capacity, streams })
                 })
                 .collect::<Result<Vec<_>>>()?;
             // SAFETY: registering a plain extern "C" function with no captured state.
             unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) };
             INITIALIZED.store(true, Ordering::Relaxed);
-            Ok(Runtime { config, devices, host: HostMemory::default() })
+            Ok(Runtime {
+                config,
+                devices,
+                host: HostMemory::default(),
+                launch_blocking: AtomicBool::new(config.launch_blocking),
+            })
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -168,6 +182,19 @@ impl Runtime {
     /// The configuration the runtime was created with.
     pub fn config(&self) -> Config {
         self.config
+    }
+
+    /// True when kernels run at the call (`CUDA_LAUNCH_BLOCKING`'s meaning):
+    /// their errors are raised by the launching call.
+    pub fn launch_blocking(&self) -> bool {
+        self.launch_blocking.load(Ordering::Relaxed)
+    }
+
+    /// Switches launch blocking on or off for launches made from now on
+    /// (already queued work still runs on the stream workers). For tests that
+    /// expect a kernel's error at the launching call.
+    pub fn set_launch_blocking(&self, on: bool) {
+        self.launch_blocking.store(on, Ordering::Relaxed);
     }
 
     /// Number of devices.
@@ -185,11 +212,40 @@ impl Runtime {
             .ok_or(Error::InvalidDevice { index, count: self.devices.len() })
     }
 
-    /// `emptyCache` on every device: cached, unused blocks go back to device memory.
+    /// `emptyCache` on every device: cached, unused blocks go back to device
+    /// memory, once the work queued on the device (which may still use a
+    /// freed block) has run.
     pub fn empty_cache(&self) {
         for d in &self.devices {
+            d.wait_idle();
             d.allocator().empty_cache();
         }
+    }
+
+    /// `cudaMalloc` through device `device`'s caching allocator, for use on
+    /// `stream`. When the device is full, its queued work is waited for before
+    /// the cache is released for the one retry (see [`CachingAllocator::allocate_with`]).
+    ///
+    /// Errors: [`Error::InvalidDevice`], [`Error::OutOfMemory`].
+    pub fn malloc(&self, device: i64, bytes: usize, stream: StreamId) -> Result<usize> {
+        let d = self.device(device)?;
+        // The stream workers never take the allocator's lock, so waiting under it cannot deadlock.
+        d.allocator().allocate_with(bytes, stream, || d.wait_idle())
+    }
+
+    /// Returns the device block at `ptr` to its allocator. A block other
+    /// streams used (`record_stream`) is reused only after the work those
+    /// streams had queued by now has run.
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not a live device block.
+    pub fn free(&self, ptr: usize) -> Result<()> {
+        let PointerKind::Device(d) = self.pointer_kind(ptr) else {
+            return Err(Error::InvalidPointer { ptr });
+        };
+        let mut alloc = self.devices[d].allocator();
+        let users = alloc.recorded_streams(ptr).map(<[_]>::to_vec).unwrap_or_default();
+        let fences = users.iter().filter_map(|&(dev, s)| self.devices.get(dev)?.streams.fence(s).ok()).collect();
+        alloc.free_after(ptr, fences)
     }
 
     /// Pinned host memory.

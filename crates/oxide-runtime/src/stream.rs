@@ -108,8 +108,11 @@ pub struct StreamState {
     submitted: AtomicU64,
     completed: AtomicU64,
     queue: Mutex<Queue>,
-    /// Signalled when a record is queued (the worker waits on it).
+    /// Signalled when a record is queued while the worker sleeps (it waits on it).
     queued: Condvar,
+    /// Set (under the queue's lock) while the worker sleeps on `queued`: an
+    /// enqueue wakes it only then, so a launch onto a busy stream makes no system call.
+    worker_sleeping: AtomicBool,
     /// Signalled when a record completes (synchronising threads and waiting workers wait on it).
     progressed: Condvar,
     worker_started: AtomicBool,
@@ -169,7 +172,9 @@ impl StreamState {
                     if let Some(front) = q.records.pop_front() {
                         break front;
                     }
+                    self.worker_sleeping.store(true, Ordering::Relaxed);
                     q = self.queued.wait(q).unwrap_or_else(|e| e.into_inner());
+                    self.worker_sleeping.store(false, Ordering::Relaxed);
                 }
             };
             match record {
@@ -196,6 +201,27 @@ impl StreamState {
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
     format!("panicked: {}", what.unwrap_or_else(|| "(no message)".into()))
+}
+
+/// A point in one stream's work, passed once the stream's work up to `seq`
+/// has completed (what the caching allocator waits for before it reuses a
+/// block that other streams used).
+#[derive(Debug, Clone)]
+pub struct Fence {
+    state: Arc<StreamState>,
+    seq: u64,
+}
+
+impl Fence {
+    /// True when the stream has run everything enqueued before the fence.
+    pub fn passed(&self) -> bool {
+        self.state.is_complete(self.seq)
+    }
+
+    /// Waits (asleep) until the fence has passed.
+    pub fn wait(&self) {
+        self.state.wait_for(self.seq);
+    }
 }
 
 /// All streams of one device.
@@ -271,6 +297,33 @@ impl Streams {
         self.get(id).cloned()
     }
 
+    /// A fence after the work enqueued on stream `id` so far.
+    ///
+    /// Errors: [`Error::InvalidStream`].
+    pub fn fence(&self, id: StreamId) -> Result<Fence> {
+        let state = Arc::clone(self.get(id)?);
+        let seq = state.submitted();
+        Ok(Fence { state, seq })
+    }
+
+    /// Fences after the work enqueued so far on every stream of the device.
+    pub fn fences(&self) -> Vec<Fence> {
+        self.states.iter().map(|s| Fence { state: Arc::clone(s), seq: s.submitted() }).collect()
+    }
+
+    /// `cudaStreamWaitEvent`: work enqueued on stream `id` from now on runs
+    /// after work `seq` of `state`'s stream. Never blocks the host: the wait is
+    /// a record the stream's worker runs (nothing, when that work is done).
+    ///
+    /// Errors: [`Error::InvalidStream`].
+    pub fn wait(&self, id: StreamId, state: Arc<StreamState>, seq: u64) -> Result<()> {
+        let own = self.get(id)?;
+        if state.is_complete(seq) || Arc::ptr_eq(own, &state) {
+            return Ok(());
+        }
+        self.enqueue(id, Record::Wait { state, seq }).map(|_| ())
+    }
+
     /// `cudaLaunchKernel`, run inline: `work` runs on the calling thread once the
     /// stream's queued records have finished, and has finished on return.
     /// Returns its sequence number and result.
@@ -305,7 +358,10 @@ impl Streams {
         // Numbered under the lock, so the queue is in sequence order.
         let seq = state.submitted.fetch_add(1, Ordering::AcqRel) + 1;
         q.records.push_back((seq, record));
-        state.queued.notify_one();
+        // Both sides read and write the flag under the lock, so no wake-up is missed.
+        if state.worker_sleeping.load(Ordering::Relaxed) {
+            state.queued.notify_one();
+        }
         Ok(seq)
     }
 

@@ -64,10 +64,37 @@ fn set_device(index: i64) -> PyResult<()> {
     runtime().and_then(|rt| rt.set_device(index)).map_err(to_py)
 }
 
-/// Waits for all work on every stream of `index`.
+/// Waits for all work on every stream of `index` (without the GIL: other
+/// Python threads run meanwhile), then raises the first kernel error a queued
+/// launch met, if any.
 #[pyfunction]
-fn synchronize(index: i64) -> PyResult<()> {
-    runtime().and_then(|rt| rt.synchronize_device(index)).map_err(to_py)
+fn synchronize(py: Python<'_>, index: i64) -> PyResult<()> {
+    py.detach(|| runtime().and_then(|rt| rt.synchronize_device(index))).map_err(to_py)
+}
+
+/// Waits for the work queued on the calling thread's current stream of device
+/// `index` (raising a queued kernel's error): what a compiled graph does before
+/// each of its host (C++) kernels.
+#[pyfunction]
+fn _sync_current_stream(py: Python<'_>, index: i64) -> PyResult<()> {
+    py.detach(|| {
+        let rt = runtime()?;
+        let stream = rt.current_stream(index)?;
+        rt.device(index)?.streams().synchronize(stream)
+    })
+    .map_err(to_py)
+}
+
+/// True when kernels run at the call (`OXIDE_LAUNCH_BLOCKING=1`).
+#[pyfunction]
+fn _launch_blocking() -> PyResult<bool> {
+    runtime().map(|rt| rt.launch_blocking()).map_err(to_py)
+}
+
+/// Switches launch blocking on or off for the launches that follow.
+#[pyfunction]
+fn _set_launch_blocking(on: bool) -> PyResult<()> {
+    runtime().map(|rt| rt.set_launch_blocking(on)).map_err(to_py)
 }
 
 /// Raises RuntimeError when `index` is not a valid device index.
@@ -193,6 +220,9 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(current_device, m)?)?;
     m.add_function(wrap_pyfunction!(set_device, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(_launch_blocking, m)?)?;
+    m.add_function(wrap_pyfunction!(_sync_current_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_launch_blocking, m)?)?;
     m.add_function(wrap_pyfunction!(check_device, m)?)?;
     m.add_function(wrap_pyfunction!(_stream_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_capacity, m)?)?;

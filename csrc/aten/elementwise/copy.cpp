@@ -29,12 +29,21 @@ void memcpy_on(const at::Tensor& device_side, void* dst, const void* src, size_t
 }
 
 // Same dtype, both on oxide (possibly different devices), src already expanded to dst's shape.
+// A copy between devices runs on dst's current stream after the work queued so far on
+// src's current stream, and src's later work runs after the copy: both devices' streams
+// are ordered against it, as CUDA orders a peer copy with events. The host does not wait.
 void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
-  if (src.device() != dst.device()) {
-    OXIDE_CHECK(oxide_device_synchronize(src.device().index()));
-  }
   const c10::DeviceGuard guard(dst.device());
+  const auto si = src.device().index();
+  const auto di = dst.device().index();
+  const bool peer = si != di;
+  if (peer) {
+    OXIDE_CHECK(oxide_stream_wait_stream(di, current_stream(di), si, current_stream(si)));
+  }
   OXIDE_CHECK(oxide_copy_strided(launch_on(dst), dst.element_size(), out_arg(dst), in_arg(src)));
+  if (peer) {
+    OXIDE_CHECK(oxide_stream_wait_stream(si, current_stream(si), di, current_stream(di)));
+  }
 }
 
 // A converting copy between dtypes on the device (every dtype pair,

@@ -171,6 +171,36 @@ def synchronize(device: _DeviceLike = None) -> None:
     _C.synchronize(_device_index(device))
 
 
+def _sync_current_stream(device: int) -> None:
+    """Wait for the work queued on the current stream of ``oxide:device`` (compiled graphs call it)."""
+    _C._sync_current_stream(device)
+
+
+def _launch_blocking() -> bool:
+    """Whether kernels run at the call (``OXIDE_LAUNCH_BLOCKING=1``) instead of on the stream workers."""
+    _lazy_init()
+    return _C._launch_blocking()
+
+
+class _LaunchBlocking:
+    """Context manager: kernels launched inside run at the call and raise their errors there.
+
+    What ``OXIDE_LAUNCH_BLOCKING=1`` does for a whole process, for a block of code (tests
+    that expect a data-dependent kernel error at the launching call use it). Work queued
+    before the block still runs on the stream workers; nothing is synchronised on entry.
+    """
+
+    def __enter__(self) -> _LaunchBlocking:
+        _lazy_init()
+        self.prev = _C._launch_blocking()
+        _C._set_launch_blocking(True)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        _C._set_launch_blocking(self.prev)
+        return False
+
+
 def get_device_name(device: _DeviceLike = None) -> str:
     """Name of the device: the emulated accelerator and its memory size."""
     _lazy_init()

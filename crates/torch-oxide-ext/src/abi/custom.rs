@@ -15,9 +15,9 @@ pub unsafe extern "C" fn oxide_activation_forward(on: OxideLaunch, kind: i32, ou
         let [out, x] = unsafe { required("activation", [&out, &x]) }?;
         same_sizes("activation", &[&out, &x])?;
         let dt = common_dtype("activation", &[&out, &x])?;
-        let layout = Layout::new("activation", x.sizes, [out.strides, x.strides])?;
+        let layout = Layout::new("activation", &x.sizes, [&out.strides, &x.strides])?;
         let (fw, _) = activation_kind(kind)?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `layout` addresses only elements of the two decoded, checked operands.
             unsafe { oxide_kernels::ops::custom::activation::forward(fw, dt, &layout, out.dst(), x.src()) }
         })
@@ -42,9 +42,9 @@ pub unsafe extern "C" fn oxide_activation_backward(
         let [dx, dy, x] = unsafe { required("activation_backward", [&dx, &dy, &x]) }?;
         same_sizes("activation_backward", &[&dx, &dy, &x])?;
         let dt = common_dtype("activation_backward", &[&dx, &dy, &x])?;
-        let layout = Layout::new("activation_backward", x.sizes, [dx.strides, dy.strides, x.strides])?;
+        let layout = Layout::new("activation_backward", &x.sizes, [&dx.strides, &dy.strides, &x.strides])?;
         let (_, bw) = activation_kind(kind)?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `layout` addresses only elements of the three decoded, checked operands.
             unsafe { oxide_kernels::ops::custom::activation::backward(bw, dt, &layout, dx.dst(), dy.src(), x.src()) }
         })

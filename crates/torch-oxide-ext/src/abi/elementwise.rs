@@ -23,17 +23,10 @@ pub unsafe extern "C" fn oxide_copy_strided(
         if dst.sizes != src.sizes {
             return Err(AbiError::Invalid(format!("copy_: operands of sizes {:?} and {:?}", dst.sizes, src.sizes)));
         }
-        let layout = Layout::new("copy_", dst.sizes, [dst.strides, src.strides])?;
-        launch(&on, || {
+        let layout = Layout::new("copy_", &dst.sizes, [&dst.strides, &src.strides])?;
+        launch(&on, move || {
             // SAFETY: `layout` addresses only elements of the two decoded, checked operands.
-            unsafe {
-                oxide_kernels::ops::elementwise::copy::copy_strided(
-                    elem_size,
-                    &layout,
-                    dst.data as *mut u8,
-                    src.data as *const u8,
-                )
-            }
+            unsafe { oxide_kernels::ops::elementwise::copy::copy_strided(elem_size, &layout, dst.dst(), src.src()) }
         })
     })
 }
@@ -67,7 +60,7 @@ pub unsafe extern "C" fn oxide_cat_contiguous(
         // SAFETY: the function's contract.
         let [dst] = unsafe { byte_operands("cat", [&dst]) }?;
         dst.contiguous("cat")?;
-        let mut rows: Vec<(*const u8, usize)> = Vec::with_capacity(count);
+        let mut rows: Vec<(ByteOperand, usize)> = Vec::with_capacity(count);
         for part in parts {
             // SAFETY: the function's contract.
             let [p] = unsafe { byte_operands("cat", [part]) }?;
@@ -76,7 +69,8 @@ pub unsafe extern "C" fn oxide_cat_contiguous(
                 if outer == 0 || p.numel % outer != 0 {
                     return Err(AbiError::Invalid(format!("cat: a part of {} elements is not {outer} rows", p.numel)));
                 }
-                rows.push((p.data as *const u8, p.numel / outer * elem_size));
+                let bytes = p.numel / outer * elem_size;
+                rows.push((p, bytes));
             }
         }
         let total: usize = rows.iter().map(|r| r.1).sum::<usize>() * outer;
@@ -87,11 +81,10 @@ pub unsafe extern "C" fn oxide_cat_contiguous(
             )));
         }
         let threads = on.threads();
-        launch(&on, || {
+        launch(&on, move || {
+            let rows: Vec<(*const u8, usize)> = rows.iter().map(|(p, bytes)| (p.src(), *bytes)).collect();
             // SAFETY: every part and `dst` were decoded and checked, are contiguous, and their sizes add up.
-            unsafe {
-                oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &rows, dst.data as *mut u8, threads)
-            };
+            unsafe { oxide_kernels::ops::elementwise::copy::cat_contiguous(outer, &rows, dst.dst(), threads) };
             Ok::<(), oxide_kernels::Error>(())
         })
     })
@@ -111,16 +104,18 @@ pub unsafe extern "C" fn oxide_fill_strided(
     ffi(|| {
         // SAFETY: the function's contract.
         let [dst] = unsafe { byte_operands("fill_", [&dst]) }?;
-        let layout = Layout::new("fill_", dst.sizes, [dst.strides])?;
-        launch(&on, || {
-            // SAFETY: `layout` addresses only elements of the decoded, checked operand; `pattern` per the contract.
+        let layout = Layout::new("fill_", &dst.sizes, [&dst.strides])?;
+        // The pattern is the caller's local: the launch record keeps its own copy.
+        let mut value = [0u8; 16];
+        if elem_size > value.len() {
+            return Err(AbiError::Invalid(format!("fill_: elements of {elem_size} bytes (at most 16)")));
+        }
+        // SAFETY: `pattern` holds `elem_size` readable bytes (the contract), and `value` has room for them.
+        unsafe { std::ptr::copy_nonoverlapping(pattern as *const u8, value.as_mut_ptr(), elem_size) };
+        launch(&on, move || {
+            // SAFETY: `layout` addresses only elements of the decoded, checked operand; `value` holds `elem_size` bytes.
             unsafe {
-                oxide_kernels::ops::elementwise::fill::fill_strided(
-                    elem_size,
-                    &layout,
-                    dst.data as *mut u8,
-                    pattern as *const u8,
-                )
+                oxide_kernels::ops::elementwise::fill::fill_strided(elem_size, &layout, dst.dst(), value.as_ptr())
             }
         })
     })
@@ -168,7 +163,7 @@ pub unsafe extern "C" fn oxide_pointwise(
             im: scalars.im,
             ..Default::default()
         };
-        launch(&on, || {
+        launch_op(&on, (op, common), move || {
             // SAFETY: `it` was built from checked operands by tensor_iter.
             unsafe { o.run(&it, common, &ctx) }
         })
@@ -211,7 +206,7 @@ pub unsafe extern "C" fn oxide_fill_sequence(on: OxideLaunch, iter: *const Oxide
         } else {
             Sequence::Arange { start: seq.start, step: seq.end, istart: seq.istart, istep: seq.istep }
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `it` was built from checked operands by tensor_iter.
             unsafe { fill_sequence(&it, seq) }
         })
@@ -230,7 +225,7 @@ pub unsafe extern "C" fn oxide_cast(on: OxideLaunch, iter: *const OxideIter) -> 
     ffi(|| {
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("copy_", &*iter, &on) }?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `it` was built from checked operands by tensor_iter.
             unsafe { oxide_kernels::ops::elementwise::complex::cast(&it) }
         })

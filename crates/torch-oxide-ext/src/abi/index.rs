@@ -28,11 +28,12 @@ pub unsafe extern "C" fn oxide_index(
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("index", &*iter, &on) }?;
         // SAFETY: the function's contract: both arrays hold `nindexed` values.
-        let (sizes, strides) = unsafe { (dims(sizes, nindexed), dims(strides, nindexed)) };
-        let ix = oxide_kernels::ops::index::index::Indexed { sizes, strides, wrap_negative };
+        // Copied: the launch record outlives the caller's arrays.
+        let (sizes, strides) = unsafe { (dims(sizes, nindexed).to_vec(), dims(strides, nindexed).to_vec()) };
         // PyTorch's `iter.element_size(0)`: the destination's element size.
         let elem_size = it.dtype(0).size();
-        launch(&on, || {
+        launch_op(&on, (put, accumulate), move || {
+            let ix = oxide_kernels::ops::index::index::Indexed { sizes: &sizes, strides: &strides, wrap_negative };
             // SAFETY: `tensor_iter` checked the iterator's operands; the kernel checks every
             // index against `sizes` before it addresses the indexed tensor.
             unsafe {
@@ -94,8 +95,9 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
         let (os, is) = (out.istrides(), index.istrides());
         // A scalar source is read for every position: all-zero strides.
         let ss = if scalar { vec![0; nd] } else { src.istrides() };
-        let s = Scatter { reduce, shape: &shape, dim, dim_size: out.sizes[dim] as usize };
-        launch(&on, || {
+        let dim_size = out.sizes[dim] as usize;
+        launch_op(&on, reduce as i32, move || {
+            let s = Scatter { reduce, shape: &shape, dim, dim_size };
             // SAFETY: every position of `index` lies within `src` and, outside `dim`, `out`
             // (checked above); the kernel checks each index against `dim_size` before writing.
             unsafe {
@@ -103,9 +105,9 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
                     s,
                     dt,
                     Strided { ptr: out.dst(), strides: &os },
-                    Strided { ptr: src.data as *mut u8, strides: &ss },
+                    Strided { ptr: src.src() as *mut u8, strides: &ss },
                     index.dtype,
-                    Strided { ptr: index.data as *mut u8, strides: &is },
+                    Strided { ptr: index.src() as *mut u8, strides: &is },
                     on.threads(),
                 )
             }
@@ -128,7 +130,7 @@ pub unsafe extern "C" fn oxide_masked_scatter(on: OxideLaunch, iter: *const Oxid
         // SAFETY: the function's contract.
         let [source] = unsafe { required("masked_scatter", [&source]) }?;
         source.contiguous("masked_scatter")?.dtype_is("masked_scatter (source)", it.dtype(0))?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `source` holds `numel` contiguous elements of the output's dtype (checked
             // above); the kernel refuses a mask with more set elements than that.
             unsafe { oxide_kernels::ops::index::scatter::masked_scatter(&it, source.src(), source.numel) }

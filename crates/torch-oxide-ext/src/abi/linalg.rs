@@ -41,14 +41,14 @@ pub unsafe extern "C" fn oxide_gemm(
         }
         let batch = if batched { c.sizes[0] as usize } else { 1 };
         // A 2-d operand is a batch of one (batch stride 0).
-        let mat = |x: &Operand| Matrix {
+        let mat = move |x: &Operand| Matrix {
             ptr: x.data as *mut u8,
             batch_stride: if batched { x.strides[0] as isize } else { 0 },
             row_stride: x.strides[r] as isize,
             col_stride: x.strides[r + 1] as isize,
         };
         let shape = GemmShape { batch, m: m as usize, n: n as usize, k: k as usize };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: the three operands' sizes match the product's shape (checked above), so
             // the kernel addresses only their elements.
             unsafe { gemm(dt, shape, alpha, mat(&a), mat(&b), beta, mat(&c)) }

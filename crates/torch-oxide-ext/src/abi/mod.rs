@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
+use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
@@ -136,7 +137,7 @@ impl AbiError {
             AbiError::Runtime(E::OutOfMemory { .. } | E::HostOutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
             AbiError::Runtime(E::Forked) => OXIDE_STATUS_FORKED,
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
-            AbiError::Runtime(E::InvalidEvent { .. }) => OXIDE_STATUS_RUNTIME_ERROR,
+            AbiError::Runtime(E::InvalidEvent { .. } | E::Deferred { .. }) => OXIDE_STATUS_RUNTIME_ERROR,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
             AbiError::Kernel(
@@ -149,9 +150,13 @@ impl AbiError {
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    /// Dtype codes of the operands the current ABI call decoded, in order: with
+    /// the kernel's entry point, its launch signature (see [`launch`]).
+    static CALL_DTYPES: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
 fn ffi(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
+    CALL_DTYPES.with(|d| d.borrow_mut().clear());
     let (status, message) = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => return OXIDE_STATUS_SUCCESS,
         Ok(Err(e)) => (e.status(), e.to_string()),
@@ -207,9 +212,11 @@ pub extern "C" fn oxide_test_panic() -> i32 {
 }
 
 /// `ndim` values at `p` (an empty slice for `ndim == 0`, whatever `p` is).
+/// The lifetime is the caller's to choose: never keep the slice in a launch
+/// record (the caller's array is gone when the record runs); copy it.
 ///
 /// # Safety
-/// For `ndim > 0`, `p` points to `ndim` readable values.
+/// For `ndim > 0`, `p` points to `ndim` readable values for `'a`.
 unsafe fn dims<'a>(p: *const i64, ndim: usize) -> &'a [i64] {
     if ndim == 0 {
         &[]
@@ -276,19 +283,73 @@ impl OxideTensor {
     }
 }
 
-/// An [`OxideTensor`] decoded by [`operands`]: dtype known, arrays as slices,
-/// element count computed, and the pointer checked to be device memory.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Operand<'a> {
+/// Dimensions a [`Dims`] holds without a heap allocation: every tensor of the
+/// test suites and models has at most this many (PyTorch allows more).
+const INLINE_DIMS: usize = 8;
+
+/// Sizes or strides of one operand, copied out of the caller's arrays: a
+/// launch record runs after the C++ call that described it has returned, so
+/// it may not point into that call's stack. Up to [`INLINE_DIMS`] values are
+/// stored in place (no allocation per launch); more go to the heap.
+#[derive(Clone)]
+pub(crate) enum Dims {
+    Inline(u8, [i64; INLINE_DIMS]),
+    Heap(Box<[i64]>),
+}
+
+impl Dims {
+    fn copy_of(v: &[i64]) -> Dims {
+        if v.len() <= INLINE_DIMS {
+            let mut values = [0; INLINE_DIMS];
+            values[..v.len()].copy_from_slice(v);
+            Dims::Inline(v.len() as u8, values)
+        } else {
+            Dims::Heap(v.into())
+        }
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        match self {
+            Dims::Inline(len, values) => &values[..*len as usize],
+            Dims::Heap(values) => values,
+        }
+    }
+}
+
+impl PartialEq for Dims {
+    fn eq(&self, other: &Dims) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// An [`OxideTensor`] decoded by [`operands`]: dtype known, sizes and strides
+/// copied, element count computed, and the pointer checked to be device memory.
+#[derive(Clone, Debug)]
+pub(crate) struct Operand {
     pub data: *mut c_void,
     pub dtype: oxide_kernels::DType,
-    pub sizes: &'a [i64],
-    pub strides: &'a [i64],
+    pub sizes: Dims,
+    pub strides: Dims,
     pub numel: usize,
     pub access: i32,
 }
 
-impl Operand<'_> {
+// SAFETY: an Operand is an address in device memory plus owned values. Device
+// memory belongs to the process, and the stream-ordered caching allocator keeps
+// a block from being reused by other work before the launches queued on it have
+// run, so a launch record holding the address may run on a stream worker.
+unsafe impl Send for Operand {}
+
+impl Operand {
     /// The first element, for a kernel that reads the operand.
     pub fn src(&self) -> *const u8 {
         self.data as *const u8
@@ -308,7 +369,7 @@ impl Operand<'_> {
     /// Refuses an operand that is not row-major contiguous (strides of a
     /// contiguous tensor; extents of 1 may have any stride, as in PyTorch).
     pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
-        if !is_contiguous(self.sizes, self.strides) {
+        if !is_contiguous(&self.sizes, &self.strides) {
             return Err(AbiError::Invalid(format!(
                 "{op}: operand of sizes {:?} is not contiguous (strides {:?})",
                 self.sizes, self.strides
@@ -339,7 +400,7 @@ impl Operand<'_> {
 
     /// Refuses an operand whose sizes are not `sizes`.
     pub fn sizes_are(&self, op: &'static str, sizes: &[i64]) -> Result<&Self, AbiError> {
-        if self.sizes != sizes {
+        if *self.sizes != *sizes {
             return Err(AbiError::Invalid(format!("{op}: operand of sizes {:?}, expected {sizes:?}", self.sizes)));
         }
         Ok(self)
@@ -356,14 +417,14 @@ impl Operand<'_> {
 /// optional operands (null `data` and `sizes`) are `None`.
 ///
 /// # Safety
-/// Each operand's `sizes` and `strides` point to `ndim` readable values that
-/// outlive the returned operands.
-pub(crate) unsafe fn operands<'a, const N: usize>(
+/// Each operand's `sizes` and `strides` point to `ndim` readable values (they
+/// are copied: the operands do not borrow them).
+pub(crate) unsafe fn operands<const N: usize>(
     op: &'static str,
-    ts: [&'a OxideTensor; N],
-) -> Result<[Option<Operand<'a>>; N], AbiError> {
+    ts: [&OxideTensor; N],
+) -> Result<[Option<Operand>; N], AbiError> {
     let rt = runtime()?;
-    let mut out = [None; N];
+    let mut out: [Option<Operand>; N] = std::array::from_fn(|_| None);
     for (slot, t) in out.iter_mut().zip(ts) {
         if t.is_absent() {
             continue;
@@ -371,6 +432,7 @@ pub(crate) unsafe fn operands<'a, const N: usize>(
         // SAFETY: the caller's contract.
         let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
         *slot = Some(Operand { data: t.data, dtype: dtype(t.dtype)?, sizes, strides, numel, access: t.access });
+        CALL_DTYPES.with(|d| d.borrow_mut().push(t.dtype));
     }
     Ok(out)
 }
@@ -378,18 +440,31 @@ pub(crate) unsafe fn operands<'a, const N: usize>(
 /// An operand of a kernel that moves bytes (copy, fill, cat): like [`Operand`]
 /// without a dtype, since such kernels also serve dtypes the kernels do not
 /// compute in (float8, complex32).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ByteOperand<'a> {
+#[derive(Clone, Debug)]
+pub(crate) struct ByteOperand {
     pub data: *mut c_void,
-    pub sizes: &'a [i64],
-    pub strides: &'a [i64],
+    pub sizes: Dims,
+    pub strides: Dims,
     pub numel: usize,
 }
 
-impl ByteOperand<'_> {
+// SAFETY: as for [`Operand`].
+unsafe impl Send for ByteOperand {}
+
+impl ByteOperand {
+    /// The first byte, for a kernel that reads the operand.
+    pub fn src(&self) -> *const u8 {
+        self.data as *const u8
+    }
+
+    /// The first byte, for a kernel that writes the operand.
+    pub fn dst(&self) -> *mut u8 {
+        self.data as *mut u8
+    }
+
     /// Refuses an operand that is not row-major contiguous.
     pub fn contiguous(&self, op: &'static str) -> Result<&Self, AbiError> {
-        if !is_contiguous(self.sizes, self.strides) {
+        if !is_contiguous(&self.sizes, &self.strides) {
             return Err(AbiError::Invalid(format!(
                 "{op}: operand of sizes {:?} is not contiguous (strides {:?})",
                 self.sizes, self.strides
@@ -421,11 +496,11 @@ fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
 ///
 /// # Safety
 /// As for [`operands`].
-unsafe fn decode<'a>(
+unsafe fn decode(
     op: &'static str,
     rt: &oxide_runtime::Runtime,
-    t: &'a OxideTensor,
-) -> Result<(&'a [i64], &'a [i64], usize), AbiError> {
+    t: &OxideTensor,
+) -> Result<(Dims, Dims, usize), AbiError> {
     if !(OXIDE_ACCESS_READ..=OXIDE_ACCESS_READ_WRITE).contains(&t.access) {
         return Err(AbiError::Invalid(format!("{op}: unknown access mode {}", t.access)));
     }
@@ -433,17 +508,17 @@ unsafe fn decode<'a>(
     let (sizes, strides) = unsafe { (dims(t.sizes, t.ndim), dims(t.strides, t.ndim)) };
     let numel = extents(op, sizes)?.iter().product();
     check_device_ptr(rt, t.data, numel)?;
-    Ok((sizes, strides, numel))
+    Ok((Dims::copy_of(sizes), Dims::copy_of(strides), numel))
 }
 
 /// Decodes the operands of a byte-moving kernel (all required), as [`operands`] does but without dtypes.
 ///
 /// # Safety
 /// As for [`operands`].
-pub(crate) unsafe fn byte_operands<'a, const N: usize>(
+pub(crate) unsafe fn byte_operands<const N: usize>(
     op: &'static str,
-    ts: [&'a OxideTensor; N],
-) -> Result<[ByteOperand<'a>; N], AbiError> {
+    ts: [&OxideTensor; N],
+) -> Result<[ByteOperand; N], AbiError> {
     let rt = runtime()?;
     let mut out = Vec::with_capacity(N);
     for t in ts {
@@ -461,10 +536,10 @@ pub(crate) unsafe fn byte_operands<'a, const N: usize>(
 ///
 /// # Safety
 /// As for [`operands`].
-pub(crate) unsafe fn required<'a, const N: usize>(
+pub(crate) unsafe fn required<const N: usize>(
     op: &'static str,
-    ts: [&'a OxideTensor; N],
-) -> Result<[Operand<'a>; N], AbiError> {
+    ts: [&OxideTensor; N],
+) -> Result<[Operand; N], AbiError> {
     // SAFETY: the caller's contract.
     let decoded = unsafe { operands(op, ts) }?;
     let mut out = Vec::with_capacity(N);
@@ -475,7 +550,7 @@ pub(crate) unsafe fn required<'a, const N: usize>(
 }
 
 /// `o`, refused when absent (a required operand among optional ones).
-pub(crate) fn present<'a>(op: &'static str, o: Option<Operand<'a>>) -> Result<Operand<'a>, AbiError> {
+pub(crate) fn present(op: &'static str, o: Option<Operand>) -> Result<Operand, AbiError> {
     o.ok_or_else(|| AbiError::Invalid(format!("{op}: a required operand is missing")))
 }
 
@@ -491,15 +566,77 @@ pub(crate) fn common_dtype(op: &'static str, ops: &[&Operand]) -> Result<oxide_k
 
 /// Refuses operands whose sizes differ.
 pub(crate) fn same_sizes(op: &'static str, ops: &[&Operand]) -> Result<(), AbiError> {
-    if let Some((a, b)) = ops.first().and_then(|a| ops.iter().find(|b| b.sizes != a.sizes).map(|b| (a, b))) {
+    if let Some((a, b)) = ops.first().and_then(|a| ops.iter().find(|b| *b.sizes != *a.sizes).map(|b| (a, b))) {
         return Err(AbiError::Invalid(format!("{op}: operands of sizes {:?} and {:?}", a.sizes, b.sizes)));
     }
     Ok(())
 }
 
-/// Runs `kernel` on the launch's stream and returns its error, if any. Every
-/// operand has been checked by [`operands`] before.
-fn launch<T, E: Into<AbiError>>(l: &OxideLaunch, kernel: impl FnOnce() -> Result<T, E>) -> Result<T, AbiError> {
+/// Launches `kernel` on the launch's stream: a launch record, queued for the
+/// stream's worker, so the call returns before the kernel has run. The record
+/// owns everything it reads (`'static`: no borrow of the caller's arguments)
+/// and may run on another thread (`Send`). Argument errors were raised before,
+/// by the caller; the kernel's own error (a data-dependent check, such as an
+/// index out of range) is kept by the stream and raised at its next
+/// synchronisation. With launch blocking (`OXIDE_LAUNCH_BLOCKING=1`) the
+/// kernel runs at the call and its error is raised there, with its own status.
+fn launch<E: Into<AbiError>>(
+    l: &OxideLaunch,
+    kernel: impl FnOnce() -> Result<(), E> + Send + 'static,
+) -> Result<(), AbiError> {
+    launch_op(l, (), kernel)
+}
+
+/// Launch signatures whose kernel has run once and so is known to have a loop
+/// for their dtypes (see [`launch_op`]).
+static KNOWN_SIGNATURES: std::sync::RwLock<Vec<u64>> = std::sync::RwLock::new(Vec::new());
+
+/// [`launch`] for an entry point that serves several ops: `op` (an op id, a
+/// flag) tells them apart in the launch signature.
+///
+/// Whether a kernel has a loop for a call's dtypes is decided inside the kernel
+/// (its dtype dispatch), and PyTorch raises an unsupported dtype at the call
+/// (NotImplementedError), as CUDA's host-side dispatch does. So the first launch
+/// of each signature (the entry point, which is the kernel closure's type, `op`,
+/// and the dtypes of every operand the call decoded) runs at the call, after the
+/// stream's queued work: an unsupported dtype raises there, every time, and a
+/// signature that ran is recorded, so later launches with it are queued. The
+/// dtypes decide the dispatch alone, so a recorded signature never fails it.
+fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + 'static>(
+    l: &OxideLaunch,
+    op: K,
+    kernel: F,
+) -> Result<(), AbiError> {
+    let rt = runtime()?;
+    let streams = rt.device(l.device as i64)?.streams();
+    let signature = {
+        let mut h = std::hash::DefaultHasher::new();
+        std::any::TypeId::of::<F>().hash(&mut h);
+        op.hash(&mut h);
+        CALL_DTYPES.with(|d| d.borrow().hash(&mut h));
+        h.finish()
+    };
+    let known = || KNOWN_SIGNATURES.read().unwrap_or_else(|e| e.into_inner()).binary_search(&signature).is_ok();
+    if rt.launch_blocking() || !known() {
+        let (_, r) = streams.launch(l.stream, kernel)?;
+        let r = r.map_err(Into::into);
+        if !matches!(r, Err(AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }))) {
+            let mut set = KNOWN_SIGNATURES.write().unwrap_or_else(|e| e.into_inner());
+            if let Err(at) = set.binary_search(&signature) {
+                set.insert(at, signature);
+            }
+        }
+        return r;
+    }
+    streams
+        .enqueue(l.stream, oxide_runtime::Record::Work(Box::new(move || kernel().map_err(|e| e.into().to_string()))))?;
+    Ok(())
+}
+
+/// Runs `kernel` on the calling thread once the work queued on the launch's
+/// stream has run, and returns its result: for kernels whose result the host
+/// needs at once (the size of a data-dependent output, a flag read on the host).
+fn launch_now<T, E: Into<AbiError>>(l: &OxideLaunch, kernel: impl FnOnce() -> Result<T, E>) -> Result<T, AbiError> {
     let (_, r) = runtime()?.device(l.device as i64)?.streams().launch(l.stream, kernel)?;
     r.map_err(Into::into)
 }
@@ -520,16 +657,38 @@ pub struct OxideIter {
     pub strides: *const i64,
 }
 
+/// A [`oxide_kernels::engine::iter::TensorIter`] built from an [`OxideIter`],
+/// with the copies of its host-memory scalar operands: a launch record owns both.
+pub(crate) struct Iter {
+    it: oxide_kernels::engine::iter::TensorIter,
+    /// Values of CPU scalars (0-dim CPU tensors broadcast over the iteration),
+    /// read when the kernel is launched, as CUDA passes them as kernel arguments:
+    /// the caller's tensor may be gone by the time the kernel runs. `it` holds
+    /// their addresses: the vector never grows past the capacity it was made
+    /// with, and moving it does not move its elements.
+    _host: Vec<[u8; 16]>,
+}
+
+impl std::ops::Deref for Iter {
+    type Target = oxide_kernels::engine::iter::TensorIter;
+    fn deref(&self) -> &Self::Target {
+        &self.it
+    }
+}
+
+impl std::ops::DerefMut for Iter {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.it
+    }
+}
+
 /// Converts an [`OxideIter`] and checks that every operand that is not a
-/// broadcast scalar (all strides 0: a CPU scalar may live in host memory) is device memory.
+/// broadcast scalar (all strides 0) is device memory. A broadcast scalar in
+/// host memory (a CPU scalar) is copied into the result.
 ///
 /// # Safety
 /// The arrays hold the counts the struct states.
-unsafe fn tensor_iter(
-    op: &'static str,
-    it: &OxideIter,
-    on: &OxideLaunch,
-) -> Result<oxide_kernels::engine::iter::TensorIter, AbiError> {
+unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Result<Iter, AbiError> {
     use oxide_kernels::engine::iter::{Operand, TensorIter};
     // SAFETY: caller contract.
     let (shape, data, dtypes, strides) = unsafe {
@@ -547,14 +706,28 @@ unsafe fn tensor_iter(
     let numel: usize = shape.iter().map(|&d| d.max(0) as usize).product();
     let rt = runtime()?;
     let mut operands = Vec::with_capacity(it.ntensors);
+    let mut host: Vec<[u8; 16]> = Vec::with_capacity(it.ntensors);
     for k in 0..it.ntensors {
         let s = &strides[k * it.ndim..(k + 1) * it.ndim];
+        let dt = dtype(dtypes[k])?;
+        CALL_DTYPES.with(|d| d.borrow_mut().push(dtypes[k]));
+        let mut ptr = data[k] as *mut u8;
         if s.iter().any(|&x| x != 0) {
             check_device_ptr(rt, data[k], numel)?;
+        } else if numel > 0 && !matches!(rt.pointer_kind(ptr as usize), PointerKind::Device(_)) {
+            if k < it.noutputs {
+                return Err(AbiError::Invalid(format!("{op}: an output is in host memory")));
+            }
+            let mut value = [0u8; 16];
+            // SAFETY: a scalar operand points to one element of its dtype (at most 16 bytes), per the contract.
+            unsafe { std::ptr::copy_nonoverlapping(ptr, value.as_mut_ptr(), dt.size()) };
+            host.push(value); // within the capacity: earlier addresses stay valid
+            ptr = host.last_mut().map_or(ptr, |v| v.as_mut_ptr());
         }
-        operands.push((Operand { ptr: data[k] as *mut u8, dtype: dtype(dtypes[k])? }, s));
+        operands.push((Operand { ptr, dtype: dt }, s));
     }
-    Ok(TensorIter::new(op, shape, operands, it.noutputs, on.threads())?)
+    let it = TensorIter::new(op, shape, operands, it.noutputs, on.threads())?;
+    Ok(Iter { it, _host: host })
 }
 
 /// `usize` extents from `i64` ones (negative extents are rejected).
@@ -571,6 +744,7 @@ fn extents(op: &'static str, shape: &[i64]) -> Result<Vec<usize>, AbiError> {
 
 /// Philox4x32-10 state for one kernel: the key (seed) and the first counter (offset).
 #[repr(C)]
+#[derive(Clone, Copy, Debug)]
 pub struct OxidePhilox {
     pub seed: u64,
     pub offset: u64,

@@ -14,8 +14,9 @@ pub unsafe extern "C" fn oxide_amp_unscale(on: OxideLaunch, t: OxideTensor, inv_
     ffi(|| {
         // SAFETY: the function's contract.
         let [t] = unsafe { required(OP, [&t]) }?;
-        let layout = Layout::new(OP, t.sizes, [t.strides])?;
-        let any = launch(&on, || {
+        let layout = Layout::new(OP, &t.sizes, [&t.strides])?;
+        // The host reads the flag at once (see csrc/amp/grad_scaler.cpp), so this kernel runs now.
+        let any = launch_now(&on, || {
             // SAFETY: `layout` addresses only elements of the decoded operand.
             unsafe { oxide_kernels::ops::optim::amp::unscale_and_check(t.dtype, &layout, t.dst(), inv_scale) }
         })?;
@@ -50,8 +51,9 @@ pub unsafe extern "C" fn oxide_amp_update_scale(
         scale.dtype_is(OP, DType::F32)?.numel_is(OP, 1)?;
         growth_tracker.dtype_is(OP, DType::I32)?.numel_is(OP, 1)?;
         found_inf.dtype_is(OP, DType::F32)?.numel_is(OP, 1)?;
-        let (sp, tp, fp) = (scale.dst() as *mut f32, growth_tracker.dst() as *mut i32, found_inf.src() as *const f32);
-        launch(&on, || -> Result<(), AbiError> {
+        launch(&on, move || -> Result<(), AbiError> {
+            let (sp, tp) = (scale.dst() as *mut f32, growth_tracker.dst() as *mut i32);
+            let fp = found_inf.src() as *const f32;
             // SAFETY: each operand is one element of the dtype read here (checked above).
             unsafe {
                 let (mut s, mut t) = (sp.read_unaligned(), tp.read_unaligned());
@@ -153,7 +155,7 @@ pub unsafe extern "C" fn oxide_fused_adam(
             exp_avg_sq: exp_avg_sq.dst(),
             max_exp_avg_sq: data_or_null(max_exp_avg_sq),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
             unsafe { adam(dt, n, ts, hp, on.threads()) }
         })
@@ -207,8 +209,8 @@ pub unsafe extern "C" fn oxide_fused_sgd(
             is_first_step: h.is_first_step,
             grad_scale: h.has_grad_scale.then_some(h.grad_scale),
         };
-        let buf = data_or_null(momentum_buffer);
-        launch(&on, || {
+        launch(&on, move || {
+            let buf = data_or_null(momentum_buffer);
             // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
             unsafe { oxide_kernels::ops::optim::fused::sgd(dt, n, param.dst(), grad.dst(), buf, hp, on.threads()) }
         })

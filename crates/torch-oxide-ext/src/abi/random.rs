@@ -30,7 +30,7 @@ pub unsafe extern "C" fn oxide_random_sample(
     ffi(|| {
         // SAFETY: the function's contract.
         let [dst] = unsafe { required("random", [&dst]) }?;
-        let layout = Layout::new("random", dst.sizes, [dst.strides])?;
+        let layout = Layout::new("random", &dst.sizes, [&dst.strides])?;
         let d = match dist.kind {
             OXIDE_DIST_UNIFORM => D::Uniform { from: dist.a, to: dist.b },
             OXIDE_DIST_NORMAL => D::Normal { mean: dist.a, std: dist.b },
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn oxide_random_sample(
             k => return Err(AbiError::Invalid(format!("unknown distribution kind {k}"))),
         };
         let bits = philox(&philox_state);
-        launch(&on, || {
+        launch_op(&on, dist.kind, move || {
             // SAFETY: `layout` addresses only elements of the decoded operand.
             unsafe { oxide_kernels::ops::random::random::sample(dst.dtype, &layout, dst.dst(), d, &bits) }
         })
@@ -67,9 +67,9 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(
         let [dst, p] = unsafe { required("bernoulli_", [&dst, &p]) }?;
         same_sizes("bernoulli_", &[&dst, &p])?;
         p.dtype_is("bernoulli_ (p)", oxide_kernels::DType::F64)?;
-        let layout = Layout::new("bernoulli_", dst.sizes, [dst.strides, p.strides])?;
+        let layout = Layout::new("bernoulli_", &dst.sizes, [&dst.strides, &p.strides])?;
         let bits = philox(&philox_state);
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `layout` addresses only elements of the two decoded operands of one shape.
             unsafe {
                 oxide_kernels::ops::random::random::bernoulli_tensor(
@@ -103,8 +103,8 @@ pub unsafe extern "C" fn oxide_masked_scale(
         same_sizes("masked_scale", &[&out, &input, &mask])?;
         let dt = common_dtype("masked_scale", &[&out, &input])?;
         mask.dtype_is("masked_scale (mask)", oxide_kernels::DType::Bool)?;
-        let layout = Layout::new("masked_scale", out.sizes, [out.strides, input.strides, mask.strides])?;
-        launch(&on, || {
+        let layout = Layout::new("masked_scale", &out.sizes, [&out.strides, &input.strides, &mask.strides])?;
+        launch(&on, move || {
             // SAFETY: `layout` addresses only elements of the three decoded operands of one shape.
             unsafe {
                 oxide_kernels::ops::random::random::masked_scale(
@@ -130,14 +130,14 @@ pub unsafe extern "C" fn oxide_randperm(on: OxideLaunch, out: OxideTensor, philo
     ffi(|| {
         // SAFETY: the function's contract.
         let [out] = unsafe { required("randperm", [&out]) }?;
-        let (n, stride) = match (out.sizes, out.strides) {
+        let (n, stride) = match (&*out.sizes, &*out.strides) {
             (&[n], &[s]) => (n, s),
             (s, _) => {
                 return Err(AbiError::Invalid(format!("randperm: operand of sizes {s:?}, expected one dimension")))
             }
         };
         let bits = philox(&philox_state);
-        launch(&on, || -> Result<(), AbiError> {
+        launch(&on, move || -> Result<(), AbiError> {
             let perm = oxide_kernels::ops::random::random::randperm(n as usize, &bits);
             let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
             // SAFETY: `out` holds n elements at `stride` (decoded above); perm is a host
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn oxide_multinomial(
         let [out, weights] = unsafe { required(OP, [&out, &weights]) }?;
         out.contiguous(OP)?.dtype_is("multinomial (out)", oxide_kernels::DType::I64)?;
         weights.contiguous(OP)?;
-        let rows_of = |o: &Operand| match o.sizes {
+        let rows_of = |o: &Operand| match &*o.sizes {
             &[c] => Ok((1usize, c as usize)),
             &[r, c] => Ok((r as usize, c as usize)),
             s => Err(AbiError::Invalid(format!("{OP}: operand of sizes {s:?}, expected one or two dimensions"))),
@@ -181,8 +181,8 @@ pub unsafe extern "C" fn oxide_multinomial(
             )));
         }
         let bits = philox(&philox_state);
-        let (wp, op) = (weights.src(), out.dst());
-        launch(&on, || -> Result<(), AbiError> {
+        launch(&on, move || -> Result<(), AbiError> {
+            let (wp, op) = (weights.src(), out.dst());
             if rows * samples == 0 {
                 return Ok(());
             }

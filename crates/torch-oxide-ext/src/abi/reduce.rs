@@ -66,7 +66,7 @@ pub unsafe extern "C" fn oxide_reduce(on: OxideLaunch, reduction: OxideReduction
         let op = reduction.op()?;
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter(op.name(), &*iter, &on) }?;
-        launch(&on, || {
+        launch_op(&on, reduction.op, move || {
             // SAFETY: `tensor_iter` checked that every operand the iterator addresses is device memory.
             unsafe { oxide_kernels::ops::reduce::reduce::reduce(op, &it) }
         })
@@ -108,12 +108,12 @@ pub unsafe extern "C" fn oxide_scan(
         let (out, input) = (present("scan", out)?, present("scan", input)?);
         same_sizes("scan", &[&out, &input])?;
         if let Some(i) = &indices {
-            i.dtype_is("scan (indices)", oxide_kernels::DType::I64)?.sizes_are("scan (indices)", input.sizes)?;
+            i.dtype_is("scan (indices)", oxide_kernels::DType::I64)?.sizes_are("scan (indices)", &input.sizes)?;
         }
         let shape = input.extents();
         let (ins, outs) = (input.istrides(), out.istrides());
-        let idxs = indices.map(|i| i.istrides()).unwrap_or_default();
-        launch(&on, || {
+        let idxs = indices.as_ref().map(|i| i.istrides()).unwrap_or_default();
+        launch_op(&on, op as u8, move || {
             // SAFETY: the three decoded operands share `shape` (checked above); the kernel
             // addresses only their elements through their own strides.
             unsafe {
@@ -121,7 +121,7 @@ pub unsafe extern "C" fn oxide_scan(
                     op,
                     &shape,
                     dim,
-                    View { dtype: input.dtype, ptr: input.data as *mut u8, strides: &ins },
+                    View { dtype: input.dtype, ptr: input.src() as *mut u8, strides: &ins },
                     View { dtype: out.dtype, ptr: out.dst(), strides: &outs },
                     indices.map(|i| (i.dst() as *mut i64, &idxs[..])),
                     on.threads(),
@@ -150,10 +150,10 @@ pub unsafe extern "C" fn oxide_sort_rows(
         indices
             .contiguous("sort")?
             .dtype_is("sort (indices)", oxide_kernels::DType::I64)?
-            .sizes_are("sort (indices)", values.sizes)?;
+            .sizes_are("sort (indices)", &values.sizes)?;
         let len = values.sizes.last().map_or(1, |&l| l as usize);
         let rows = values.numel.checked_div(len).unwrap_or(0);
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: both operands are contiguous with `rows * len` elements (checked above).
             unsafe {
                 oxide_kernels::ops::reduce::sort::sort_rows(
@@ -191,7 +191,7 @@ pub unsafe extern "C" fn oxide_nonzero(
         let (shape, strides) = (input.extents(), input.istrides());
         match out {
             None => {
-                let k = launch(&on, || {
+                let k = launch_now(&on, || {
                     // SAFETY: the kernel addresses only elements of the decoded input.
                     unsafe {
                         oxide_kernels::ops::reduce::nonzero::count_nonzero(input.dtype, &shape, &strides, input.src())
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn oxide_nonzero(
                 out.contiguous("nonzero")?
                     .dtype_is("nonzero (out)", oxide_kernels::DType::I64)?
                     .sizes_are("nonzero (out)", &[k, shape.len() as i64])?;
-                launch(&on, || {
+                launch(&on, move || {
                     // SAFETY: `out` holds `k` contiguous rows of `ndim` int64 (checked above); the
                     // kernel writes no more than `k` rows and refuses another count.
                     unsafe {
@@ -226,7 +226,7 @@ pub unsafe extern "C" fn oxide_nonzero(
 /// The `(n, m)` contiguous `rows` (one dtype) as a row count and width.
 fn matrix_rows(op: &'static str, rows: &Operand) -> Result<(usize, usize), AbiError> {
     rows.contiguous(op)?;
-    match rows.sizes {
+    match &*rows.sizes {
         &[n, m] => Ok((n as usize, m as usize)),
         s => Err(AbiError::Invalid(format!("{op}: rows of sizes {s:?}, expected two dimensions"))),
     }
@@ -250,7 +250,7 @@ pub unsafe extern "C" fn oxide_argsort_rows(on: OxideLaunch, rows: OxideTensor, 
         let [rows, perm] = unsafe { required("unique", [&rows, &perm]) }?;
         let (n, m) = matrix_rows("unique", &rows)?;
         int64_of("unique (perm)", &perm, n)?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `rows` holds n*m contiguous elements and `perm` n int64 (checked above).
             unsafe {
                 oxide_kernels::ops::reduce::unique::argsort_rows(
@@ -290,11 +290,11 @@ pub unsafe extern "C" fn oxide_unique_consecutive(
             unsafe { operands("unique", [&rows, &perm, &reps, &inverse, &counts]) }?;
         let (rows, reps) = (present("unique", rows)?, present("unique", reps)?);
         let (n, m) = matrix_rows("unique", &rows)?;
-        for o in [Some(reps), perm, inverse, counts].iter().flatten() {
+        for o in [Some(&reps), perm.as_ref(), inverse.as_ref(), counts.as_ref()].into_iter().flatten() {
             int64_of("unique", o, n)?;
         }
         let ptr = |o: Option<Operand>| o.map_or(std::ptr::null_mut(), |o| o.data as *mut i64);
-        let k = launch(&on, || {
+        let k = launch_now(&on, || {
             // SAFETY: `rows` holds n*m contiguous elements, every index operand n int64 (checked above).
             unsafe {
                 let out = oxide_kernels::ops::reduce::unique::Groups {
@@ -340,7 +340,7 @@ pub unsafe extern "C" fn oxide_unique_bytes(
             int64_of("unique (counts)", c, 256)?;
         }
         let ptr = |o: Option<Operand>| o.map_or(std::ptr::null_mut(), |o| o.data as *mut i64);
-        let k = launch(&on, || {
+        let k = launch_now(&on, || {
             // SAFETY: sizes checked above: `input` n contiguous elements, `values` and `counts` 256, `inverse` n.
             unsafe {
                 oxide_kernels::ops::reduce::unique::unique_bytes(
@@ -388,7 +388,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
         if let Some(s) = &sorter {
             s.contiguous(OP)?
                 .dtype_is("searchsorted (sorter)", oxide_kernels::DType::I64)?
-                .sizes_are("searchsorted (sorter)", boundaries.sizes)?;
+                .sizes_are("searchsorted (sorter)", &boundaries.sizes)?;
         }
         let len = *boundaries.sizes.last().ok_or_else(|| AbiError::Invalid("searchsorted: 0-dim boundaries".into()))?
             as usize;
@@ -405,8 +405,8 @@ pub unsafe extern "C" fn oxide_searchsorted(
             )));
         }
         let s = Search { dtype: values.dtype, nvalues, per_row, len, right, out_dtype: out.dtype };
-        let sorter = sorter.map_or(std::ptr::null(), |o| o.src() as *const i64);
-        launch(&on, || {
+        launch(&on, move || {
+            let sorter = sorter.map_or(std::ptr::null(), |o| o.src() as *const i64);
             // SAFETY: every value's row of `boundaries` (and `sorter`) exists (checked above); all operands are contiguous.
             unsafe { searchsorted(s, values.src(), boundaries.src(), sorter, out.dst(), on.threads()) }
         })
@@ -415,7 +415,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
 
 /// The 1-d operand `o` as an element count and stride.
 fn vector(op: &'static str, o: &Operand) -> Result<(usize, isize), AbiError> {
-    match (o.sizes, o.strides) {
+    match (&*o.sizes, &*o.strides) {
         (&[n], &[s]) => Ok((n as usize, s as isize)),
         (s, _) => Err(AbiError::Invalid(format!("{op}: operand of sizes {s:?}, expected one dimension"))),
     }
@@ -439,7 +439,8 @@ pub unsafe extern "C" fn oxide_bincount_range(
         // SAFETY: the function's contract.
         let [input] = unsafe { required("bincount", [&input]) }?;
         let (n, stride) = vector("bincount", &input)?;
-        let r = launch(&on, || {
+        // The host sizes `bincount`'s result from the range: it is needed now.
+        let r = launch_now(&on, || {
             // SAFETY: the kernel reads the n elements of the decoded 1-d input.
             unsafe { oxide_kernels::ops::reduce::histogram::bincount_range(input.dtype, n, input.src(), stride) }
         })?;
@@ -485,7 +486,7 @@ pub unsafe extern "C" fn oxide_bincount(
                 Some(Weights { dtype: w.dtype, ptr: w.src(), stride: ws })
             }
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `input` and `weights` hold n elements at their strides, `out` nbins contiguous
             // elements of the dtype the kernel writes (checked above).
             unsafe { bincount(input.dtype, n, input.src(), stride, w, out.dst(), nbins) }
@@ -517,7 +518,7 @@ pub unsafe extern "C" fn oxide_histc(
         let (nedges, _) = vector("histc", edges.contiguous("histc")?)?;
         hist.contiguous("histc")?.numel_is("histc", nedges.saturating_sub(1))?;
         let bins = Bins { edges: edges.src(), nedges, local_search };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: `input` holds n elements at its stride, `edges` nedges and `hist`
             // nedges - 1 contiguous elements of one dtype (checked above).
             unsafe { histc(input.dtype, n, input.src(), stride, bins, hist.dst(), on.threads()) }

@@ -61,7 +61,7 @@ pub extern "C" fn oxide_check_device(device: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut *mut c_void) -> i32 {
     ffi(|| {
-        let p = runtime()?.device(device as i64)?.allocator().allocate(bytes, stream)?;
+        let p = runtime()?.malloc(device as i64, bytes, stream)?;
         put(out, p as *mut c_void)
     })
 }
@@ -73,11 +73,7 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
         if ptr.is_null() {
             return Ok(());
         }
-        let rt = runtime()?;
-        match rt.pointer_kind(ptr as usize) {
-            PointerKind::Device(d) => Ok(rt.device(d as i64)?.allocator().free(ptr as usize)?),
-            _ => Err(oxide_runtime::Error::InvalidPointer { ptr: ptr as usize }.into()),
-        }
+        Ok(runtime()?.free(ptr as usize)?)
     })
 }
 
@@ -294,9 +290,8 @@ pub unsafe extern "C" fn oxide_event_destroy(e: *mut OxideEvent) {
 #[no_mangle]
 pub extern "C" fn oxide_event_record(e: *const OxideEvent, device: i32, stream: i64) -> i32 {
     ffi(|| {
-        let state = runtime()?.device(device as i64)?.streams().state(stream)?;
-        event(e)?.get().record(device as usize, stream, state);
-        Ok(())
+        let streams = runtime()?.device(device as i64)?.streams();
+        Ok(event(e)?.get().record(device as usize, streams, stream)?)
     })
 }
 
@@ -315,14 +310,30 @@ pub extern "C" fn oxide_event_synchronize(e: *const OxideEvent) -> i32 {
     })
 }
 
-/// `cudaStreamWaitEvent`: later work on `stream` of `device` waits for the event.
-/// With inline streams the event's work has finished, so this only validates.
+/// `cudaStreamWaitEvent`: work enqueued on `stream` of `device` from now on
+/// runs after the event's work (a wait record; the host does not wait).
 #[no_mangle]
 pub extern "C" fn oxide_stream_wait_event(device: i32, stream: i64, e: *const OxideEvent) -> i32 {
     ffi(|| {
-        runtime()?.device(device as i64)?.streams().state(stream)?;
-        event(e)?.get().synchronize();
-        Ok(())
+        let streams = runtime()?.device(device as i64)?.streams();
+        match event(e)?.get().fence() {
+            Some((state, seq)) => Ok(streams.wait(stream, state, seq)?),
+            None => Ok(streams.state(stream).map(|_| ())?),
+        }
+    })
+}
+
+/// Work enqueued on `stream` of `device` from now on runs after the work
+/// enqueued so far on `other` of `other_device` (an event recorded there and
+/// waited for here, without the event object). The host does not wait.
+#[no_mangle]
+pub extern "C" fn oxide_stream_wait_stream(device: i32, stream: i64, other_device: i32, other: i64) -> i32 {
+    ffi(|| {
+        let rt = runtime()?;
+        let waiter = rt.device(device as i64)?.streams();
+        let other = rt.device(other_device as i64)?.streams().state(other)?;
+        let seq = other.submitted();
+        Ok(waiter.wait(stream, other, seq)?)
     })
 }
 

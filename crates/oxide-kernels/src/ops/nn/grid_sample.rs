@@ -500,6 +500,10 @@ pub struct GridGrads {
     pub grid: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for GridGrads {}
+
 /// Gradients of [`grid_sample_2d`] from `grad_output` (the output's shape):
 /// `grad_input` (input's shape; None: not requested, PyTorch's `output_mask[0]`)
 /// and `grad_grid` (grid's shape), both overwritten.

@@ -85,6 +85,10 @@ pub struct GroupNormIo {
     pub rstd: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for GroupNormIo {}
+
 /// Group norm forward (and layer norm, see the module docs): writes `y`
 /// (`[n, c, s]`, dtype `dt`) and per-group `mean` and `rstd` (`[n, g]`, dtype
 /// `stat_dt`). `weight`/`bias` (`[c]`, dtype `param_dt`) may be null.
@@ -200,6 +204,10 @@ pub struct GroupNormGrads {
     pub dweight: *mut u8,
     pub dbias: *mut u8,
 }
+
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for GroupNormGrads {}
 
 /// Group norm backward. With `xhat = (x - mean) * rstd` and `d = dy * w[ch]`,
 /// `dx = rstd * (d - mean(d) - xhat * mean(d * xhat))` over each group,
@@ -353,6 +361,10 @@ pub struct BatchParams {
     pub running_var: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for BatchParams {}
+
 /// Gathers channel `ch` (`n * s` values) of an `[n, c, s]` tensor.
 unsafe fn channel<T: Element>(dt: DType, p: SendPtr<u8>, sh: BatchShape, ch: usize, dst: &mut [T]) {
     for i in 0..sh.n {
@@ -380,6 +392,10 @@ pub struct BatchNormIo {
     pub save_mean: *mut u8,
     pub save_invstd: *mut u8,
 }
+
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for BatchNormIo {}
 
 /// Batch norm forward. Training: per channel, normalise with the batch
 /// statistics, store `save_mean` and `save_invstd` (`[c]`, dtype
@@ -495,6 +511,10 @@ pub struct BatchNormGrads {
     pub dweight: *mut u8,
     pub dbias: *mut u8,
 }
+
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for BatchNormGrads {}
 
 /// Batch norm backward. Training uses the saved batch statistics:
 /// `dx = w * invstd * (dy - mean(dy) - xhat * mean(dy * xhat))`; evaluation

@@ -73,6 +73,10 @@ pub struct LstmCell {
     pub workspace: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for LstmCell {}
+
 /// The operands of one [`lstm_cell_backward`] call.
 #[derive(Debug, Clone, Copy)]
 pub struct LstmCellGrads {
@@ -86,6 +90,10 @@ pub struct LstmCellGrads {
     pub grad_bias: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for LstmCellGrads {}
+
 /// The operands of one [`gru_cell`] call.
 #[derive(Debug, Clone, Copy)]
 pub struct GruCell {
@@ -98,6 +106,10 @@ pub struct GruCell {
     pub workspace: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for GruCell {}
+
 /// The operands of one [`gru_cell_backward`] call.
 #[derive(Debug, Clone, Copy)]
 pub struct GruCellGrads {
@@ -109,6 +121,10 @@ pub struct GruCellGrads {
     pub grad_input_bias: *mut u8,
     pub grad_hidden_bias: *mut u8,
 }
+
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for GruCellGrads {}
 
 /// What every inner cell function needs besides its operands: the dtype of
 /// all operands, the batch size, the hidden size and the threads allowed.

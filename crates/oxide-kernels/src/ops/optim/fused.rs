@@ -54,6 +54,10 @@ pub struct AdamTensors {
     pub max_exp_avg_sq: *mut u8,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for AdamTensors {}
+
 /// Hyper-parameters of one SGD step.
 #[derive(Debug, Clone, Copy)]
 pub struct Sgd {

@@ -67,6 +67,10 @@ pub struct Weights {
     pub stride: isize,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for Weights {}
+
 /// `out[data[i]] += weights[i]` (or `+= 1` as int64 without weights) over
 /// `n` non-negative integers at `data`; `out` holds `nbins` contiguous
 /// elements (int64, or the weights' dtype) and is zeroed first.
@@ -176,6 +180,10 @@ pub struct Bins {
     pub nedges: usize,
     pub local_search: bool,
 }
+
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for Bins {}
 
 /// `histc`: counts of the `n` values at `input` (element stride `stride`)
 /// in the `nedges - 1` bins delimited by the ascending `edges` (contiguous,

@@ -7,6 +7,7 @@ use super::*;
 /// Extents come from the operands: query `[B, Hq, L, E]`, key `[B, Hkv, S,
 /// E]`, value `[B, Hkv, S, Ev]` (`Hkv` dividing `Hq`), any strides.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct OxideAttention {
     pub causal: bool,
     pub scale: f64,
@@ -81,29 +82,39 @@ pub unsafe extern "C" fn oxide_attention_dropout_blocks(
     })
 }
 
-/// Runs `f` with the kernel's description of the attention over `q`, `k`, `v`
-/// and the optional `bias` (`[B, Hq, L, S]`, any strides; stride 0 on broadcast
-/// dims), after checking every operand's sizes and dtype (dropout bits borrowed
-/// from the Philox state of `a`).
-fn with_attention<T>(
+/// Checks the attention over `q`, `k`, `v` and the optional `bias`
+/// (`[B, Hq, L, S]`, any strides; stride 0 on broadcast dims): every operand's
+/// sizes and dtype. Returns the extents and the dtype.
+fn check_attention(
     op: &'static str,
-    on: &OxideLaunch,
-    a: &OxideAttention,
     [q, k, v]: [&Operand; 3],
     bias: &Option<Operand>,
-    f: impl FnOnce(&oxide_kernels::ops::nn::attention::Attention) -> Result<T, AbiError>,
-) -> Result<T, AbiError> {
-    use oxide_kernels::ops::nn::attention::{Attention, Dropout};
+) -> Result<(oxide_kernels::ops::nn::attention::Dims, DType), AbiError> {
     let dims = attention_dims(op, q, k, v)?;
     let dt = common_dtype(op, &[q, k, v])?;
     if let Some(b) = bias {
         b.sizes_are(op, &[dims.batch, dims.heads_q, dims.len_q, dims.len_kv].map(|e| e as i64))?;
         b.dtype_is(op, dt)?;
     }
+    Ok((dims, dt))
+}
+
+/// Runs `f` with the kernel's description of an attention checked by
+/// [`check_attention`] (dropout bits from the Philox state of `a`). Called
+/// inside the launch record, which owns the operands and the scalars.
+fn with_attention<T>(
+    a: OxideAttention,
+    (dims, dtype): (oxide_kernels::ops::nn::attention::Dims, DType),
+    [q, k, v]: [&Operand; 3],
+    bias: &Option<Operand>,
+    threads: usize,
+    f: impl FnOnce(&oxide_kernels::ops::nn::attention::Attention) -> T,
+) -> T {
+    use oxide_kernels::ops::nn::attention::{Attention, Dropout};
     let bits = philox(&a.philox);
     let att = Attention {
         dims,
-        dtype: dt,
+        dtype,
         query: attention_operand(q),
         key: attention_operand(k),
         value: attention_operand(v),
@@ -111,7 +122,7 @@ fn with_attention<T>(
         causal: a.causal,
         scale: a.scale,
         dropout: (a.dropout_p > 0.0).then_some(Dropout { p: a.dropout_p, bits: &bits }),
-        threads: on.threads(),
+        threads,
     };
     f(&att)
 }
@@ -148,14 +159,15 @@ pub unsafe extern "C" fn oxide_attention_forward(
             v.ok_or_else(missing)?,
         );
         // SAFETY: the function's contract.
-        let a = unsafe { attention.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
-        with_attention(OP, &on, a, [&q, &k, &v], &bias, |att| {
-            let d = att.dims;
-            out.sizes_are(OP, &[d.batch, d.heads_q, d.len_q, d.dim_v].map(|e| e as i64))?;
-            out.dtype_is(OP, att.dtype)?;
-            lse.dtype_is(OP, lse_dtype(att.dtype))?;
-            flat(OP, &lse, d.batch * d.heads_q * d.len_q)?;
-            launch(&on, || {
+        let a = *unsafe { attention.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
+        let checked = check_attention(OP, [&q, &k, &v], &bias)?;
+        let (d, dt) = checked;
+        out.sizes_are(OP, &[d.batch, d.heads_q, d.len_q, d.dim_v].map(|e| e as i64))?;
+        out.dtype_is(OP, dt)?;
+        lse.dtype_is(OP, lse_dtype(dt))?;
+        flat(OP, &lse, d.batch * d.heads_q * d.len_q)?;
+        launch(&on, move || {
+            with_attention(a, checked, [&q, &k, &v], &bias, on.threads(), |att| {
                 // SAFETY: every operand was decoded and checked to have the sizes `att.dims` implies;
                 // the kernel addresses them through their own strides.
                 unsafe { oxide_kernels::ops::nn::attention::forward(att, attention_operand(&out), lse.dst()) }
@@ -220,26 +232,27 @@ pub unsafe extern "C" fn oxide_attention_backward(
             v.ok_or_else(missing)?,
         );
         // SAFETY: the function's contract.
-        let a = unsafe { attention.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
-        with_attention(OP, &on, a, [&q, &k, &v], &bias, |att| {
-            let d = att.dims;
-            let out_sizes = [d.batch, d.heads_q, d.len_q, d.dim_v].map(|e| e as i64);
-            for o in [&out, &grad_out] {
-                o.sizes_are(OP, &out_sizes)?;
-                o.dtype_is(OP, att.dtype)?;
+        let a = *unsafe { attention.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
+        let checked = check_attention(OP, [&q, &k, &v], &bias)?;
+        let (d, dt) = checked;
+        let out_sizes = [d.batch, d.heads_q, d.len_q, d.dim_v].map(|e| e as i64);
+        for o in [&out, &grad_out] {
+            o.sizes_are(OP, &out_sizes)?;
+            o.dtype_is(OP, dt)?;
+        }
+        lse.dtype_is(OP, lse_dtype(dt))?;
+        flat(OP, &lse, d.batch * d.heads_q * d.len_q)?;
+        let bias_sizes = [d.batch, d.heads_q, d.len_q, d.len_kv].map(|e| e as i64);
+        for (g, sizes) in [(&gq, &q.sizes[..]), (&gk, &k.sizes[..]), (&gv, &v.sizes[..]), (&gb, &bias_sizes[..])] {
+            if let Some(g) = g {
+                g.sizes_are(OP, sizes)?;
+                g.dtype_is(OP, dt)?;
             }
-            lse.dtype_is(OP, lse_dtype(att.dtype))?;
-            flat(OP, &lse, d.batch * d.heads_q * d.len_q)?;
-            let bias_sizes = [d.batch, d.heads_q, d.len_q, d.len_kv].map(|e| e as i64);
-            for (g, sizes) in [(&gq, q.sizes), (&gk, k.sizes), (&gv, v.sizes), (&gb, &bias_sizes[..])] {
-                if let Some(g) = g {
-                    g.sizes_are(OP, sizes)?;
-                    g.dtype_is(OP, att.dtype)?;
-                }
-            }
+        }
+        launch(&on, move || {
             let op4 = |o: &Option<Operand>| o.as_ref().map(attention_operand);
             let grads = Grads { query: op4(&gq), key: op4(&gk), value: op4(&gv), bias: op4(&gb) };
-            launch(&on, || {
+            with_attention(a, checked, [&q, &k, &v], &bias, on.threads(), |att| {
                 // SAFETY: every operand was decoded and checked to have the sizes `att.dims` implies;
                 // the kernel addresses them through their own strides.
                 unsafe {

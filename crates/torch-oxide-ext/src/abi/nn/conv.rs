@@ -70,14 +70,18 @@ pub unsafe extern "C" fn oxide_convolution(
         // SAFETY: the function's contract.
         let [output, input, weight, bias] = unsafe { operands(OP, [&output, &input, &weight, &bias]) }?;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (o, i, w) = (output.ok_or_else(missing)?, input.ok_or_else(missing)?, weight.ok_or_else(missing)?);
+        let (o, i, w) = (
+            output.clone().ok_or_else(missing)?,
+            input.clone().ok_or_else(missing)?,
+            weight.clone().ok_or_else(missing)?,
+        );
         // SAFETY: the function's contract.
         let c = unsafe { conv.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
         let cv = conv_desc(c)?;
         let dt = optional_dtype(OP, &[&output, &input, &weight, &bias], o.dtype)?;
         conv_operands(OP, c, &cv, &input, &weight, &output, &bias)?;
-        let bias = bias.map(|b| b.src());
-        launch(&on, || {
+        launch(&on, move || {
+            let bias = bias.map(|b| b.src());
             // SAFETY: every operand was decoded and checked contiguous with the sizes `cv` implies.
             unsafe { oxide_kernels::ops::nn::conv::convolution(dt, &cv, i.src(), w.src(), bias, o.dst(), on.threads()) }
         })
@@ -108,8 +112,9 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         // SAFETY: the function's contract.
         let [grad_input, grad_weight, grad_bias, grad_output, input, weight] =
             unsafe { operands(OP, [&grad_input, &grad_weight, &grad_bias, &grad_output, &input, &weight]) }?;
-        let go =
-            grad_output.ok_or_else(|| AbiError::Invalid(format!("{OP}: a required operand is missing (null data)")))?;
+        let go = grad_output
+            .clone()
+            .ok_or_else(|| AbiError::Invalid(format!("{OP}: a required operand is missing (null data)")))?;
         // SAFETY: the function's contract.
         let c = unsafe { conv.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null description")))?;
         let cv = conv_desc(c)?;
@@ -119,13 +124,13 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         let dt = optional_dtype(OP, &[&grad_output, &input, &weight, &grad_input, &grad_weight, &grad_bias], go.dtype)?;
         conv_operands(OP, c, &cv, &input, &weight, &grad_output, &grad_bias)?;
         conv_operands(OP, c, &cv, &grad_input, &grad_weight, &None, &None)?;
-        let grads = Grads {
-            input: grad_input.map(|g| g.dst()),
-            weight: grad_weight.map(|g| g.dst()),
-            bias: grad_bias.map(|g| g.dst()),
-        };
-        let (x, w) = (src_or_null(&input), src_or_null(&weight));
-        launch(&on, || {
+        launch(&on, move || {
+            let grads = Grads {
+                input: grad_input.map(|g| g.dst()),
+                weight: grad_weight.map(|g| g.dst()),
+                bias: grad_bias.map(|g| g.dst()),
+            };
+            let (x, w) = (src_or_null(&input), src_or_null(&weight));
             // SAFETY: every operand was decoded and checked contiguous with the sizes `cv` implies;
             // an absent input or weight is only read for a gradient that is absent too (checked above).
             unsafe { oxide_kernels::ops::nn::conv::convolution_backward(dt, &cv, go.src(), x, w, grads, on.threads()) }
@@ -186,7 +191,7 @@ pub unsafe extern "C" fn oxide_unfold(
         let (il, cl) = u.elements(op)?;
         flat(op, images, il)?;
         flat(op, columns, cl)?;
-        launch(&on, || {
+        launch_op(&on, fold, move || {
             // SAFETY: both operands were decoded and checked contiguous with the element counts `u` implies.
             unsafe {
                 if fold {

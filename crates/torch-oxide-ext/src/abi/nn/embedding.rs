@@ -90,11 +90,12 @@ pub unsafe extern "C" fn oxide_embedding_bag(
         let max_indices = if mode == Mode::Max {
             let m = max_indices.ok_or_else(missing)?;
             index_operand(OP, &m, num_bags * dim)?;
-            m.dst() as *mut i64
+            Some(m)
         } else {
-            std::ptr::null_mut()
+            None
         };
-        launch(&on, || {
+        launch(&on, move || {
+            let max_indices = max_indices.map_or(std::ptr::null_mut(), |m| m.dst() as *mut i64);
             // SAFETY: every operand was decoded and checked contiguous with the element count the bags imply.
             unsafe {
                 let bags = Bags {
@@ -182,7 +183,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
         } else {
             None
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count the bags imply.
             unsafe {
                 let g = BagGrad {
@@ -240,7 +241,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_per_sample_weights_backward(
         flat(OP, &out, n)?;
         index_operand(OP, &indices, n)?;
         index_operand(OP, &offset2bag, n)?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count the bags imply.
             unsafe {
                 let bags = SampleBags {

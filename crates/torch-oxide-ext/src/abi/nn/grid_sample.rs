@@ -61,7 +61,7 @@ pub unsafe extern "C" fn oxide_grid_sample_2d(
         grid.contiguous(OP)?;
         output.sizes_are(OP, &[gs.batch, gs.channels, gs.output[0], gs.output[1]].map(|e| e as i64))?;
         output.contiguous(OP)?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: the operands were decoded and checked contiguous with the sizes `gs` describes.
             unsafe {
                 oxide_kernels::ops::nn::grid_sample::grid_sample_2d(
@@ -115,15 +115,15 @@ pub unsafe extern "C" fn oxide_grid_sample_2d_backward(
         grid.contiguous(OP)?;
         grad_output.sizes_are(OP, &[gs.batch, gs.channels, gs.output[0], gs.output[1]].map(|e| e as i64))?;
         grad_output.contiguous(OP)?;
-        grad_grid.sizes_are(OP, grid.sizes)?;
+        grad_grid.sizes_are(OP, &grid.sizes)?;
         grad_grid.contiguous(OP)?;
         if let Some(gi) = &grad_input {
-            gi.sizes_are(OP, input.sizes)?;
+            gi.sizes_are(OP, &input.sizes)?;
             gi.dtype_is(OP, dt)?;
             gi.contiguous(OP)?;
         }
         let grads = GridGrads { input: grad_input.map(|g| g.dst()), grid: grad_grid.dst() };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: the operands were decoded and checked contiguous with the sizes `gs` describes.
             unsafe {
                 oxide_kernels::ops::nn::grid_sample::grid_sample_2d_backward(

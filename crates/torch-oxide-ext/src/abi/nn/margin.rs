@@ -51,7 +51,7 @@ pub unsafe extern "C" fn oxide_multilabel_margin_loss(
         flat(OP, &target, sh.n * sh.c)?;
         flat(OP, &is_target, sh.n * sh.c)?;
         flat(OP, &output, if sh.reduction == Reduction::None { sh.n } else { 1 })?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe {
                 oxide_kernels::ops::nn::margin::multilabel_margin_loss(
@@ -93,12 +93,12 @@ pub unsafe extern "C" fn oxide_multilabel_margin_loss_backward(
         let dt = common_dtype(OP, &[&input, &grad_input, &grad_output, &is_target])?;
         target.dtype_is(OP, DType::I64)?;
         input.contiguous(OP)?;
-        grad_input.sizes_are(OP, input.sizes)?;
+        grad_input.sizes_are(OP, &input.sizes)?;
         grad_input.contiguous(OP)?;
         flat(OP, &target, sh.n * sh.c)?;
         flat(OP, &is_target, sh.n * sh.c)?;
         flat(OP, &grad_output, if sh.reduction == Reduction::None { sh.n } else { 1 })?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe {
                 let io = oxide_kernels::ops::nn::margin::MarginGrads {

@@ -60,7 +60,7 @@ pub unsafe extern "C" fn oxide_nll_loss(
         flat(OP, &out, if reduction == Reduction::None { n * s } else { 1 })?;
         flat(OP, &total_weight, 1)?;
         let sh = NllShape { n, c, s, ignore_index, reduction };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe {
                 oxide_kernels::ops::nn::nll::nll_loss(
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn oxide_nll_loss_backward(
         flat(OP, &grad_output, if reduction == Reduction::None { n * s } else { 1 })?;
         flat(OP, &total_weight, 1)?;
         let sh = NllShape { n, c, s, ignore_index, reduction };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe {
                 oxide_kernels::ops::nn::nll::nll_loss_backward(

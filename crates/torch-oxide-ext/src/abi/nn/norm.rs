@@ -68,7 +68,7 @@ pub unsafe extern "C" fn oxide_group_norm(
             mean: mean.dst(),
             rstd: rstd.dst(),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe { oxide_kernels::ops::nn::norm::group_norm(dt, sh, io, eps, on.threads()) }
         })
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn oxide_group_norm_backward(
             dweight: dst_or_null(&dweight),
             dbias: dst_or_null(&dbias),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe { oxide_kernels::ops::nn::norm::group_norm_backward(dt, sh, io, on.threads()) }
         })
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn oxide_batch_norm(
             save_mean: dst_or_null(&save_mean),
             save_invstd: dst_or_null(&save_invstd),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies.
             unsafe { oxide_kernels::ops::nn::norm::batch_norm(dt, sh, pdt, p, io, on.threads()) }
         })
@@ -265,7 +265,7 @@ pub unsafe extern "C" fn oxide_batch_norm_backward(
         same_sizes(OP, &[&x, &dy])?;
         let dt = common_dtype(OP, &[&x, &dy])?;
         if let Some(d) = &dx {
-            d.sizes_are(OP, x.sizes)?;
+            d.sizes_are(OP, &x.sizes)?;
             d.dtype_is(OP, dt)?;
             d.contiguous(OP)?;
         }
@@ -293,7 +293,7 @@ pub unsafe extern "C" fn oxide_batch_norm_backward(
             dweight: dst_or_null(&dweight),
             dbias: dst_or_null(&dbias),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked contiguous with the element count `sh` implies;
             // the backward only reads the running statistics.
             unsafe { oxide_kernels::ops::nn::norm::batch_norm_backward(dt, sh, pdt, p, io, on.threads()) }

@@ -46,7 +46,7 @@ pub unsafe extern "C" fn oxide_max_pool(
         flat(OP, &input, planes * plane(&g.input))?;
         flat(OP, &output, planes * plane(&g.output))?;
         flat(OP, &indices, planes * plane(&g.output))?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: the operands were decoded and checked contiguous with the volumes `axes` covers.
             unsafe {
                 oxide_kernels::ops::nn::pool::max_pool(
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn oxide_max_pool_backward(
         flat(OP, &grad_input, planes * in_plane)?;
         flat(OP, &grad_output, planes * out_plane)?;
         flat(OP, &indices, planes * out_plane)?;
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: the operands were decoded and checked contiguous with the counts passed.
             unsafe {
                 oxide_kernels::ops::nn::pool::max_pool_backward(
@@ -155,7 +155,7 @@ pub unsafe extern "C" fn oxide_avg_pool(
         let (src_volume, dst_volume) = if backward { (&g.output, &g.input) } else { (&g.input, &g.output) };
         flat(OP, &src, planes * plane(src_volume))?;
         flat(OP, &dst, planes * plane(dst_volume))?;
-        launch(&on, || {
+        launch_op(&on, backward, move || {
             // SAFETY: the operands were decoded and checked contiguous with the volumes `axes` covers.
             unsafe {
                 if backward {

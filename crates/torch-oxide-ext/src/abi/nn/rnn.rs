@@ -59,7 +59,8 @@ pub unsafe extern "C" fn oxide_lstm_cell(
         let all = unsafe { operands(OP, [&hy, &cy, &workspace, &igates, &hgates, &cx, &b_ih, &b_hh]) }?;
         let [hy, cy, workspace, igates, hgates, cx, b_ih, b_hh] = &all;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (hy_o, cy_o, ws_o) = (hy.ok_or_else(missing)?, cy.ok_or_else(missing)?, workspace.ok_or_else(missing)?);
+        let (hy_o, cy_o, ws_o) =
+            (hy.clone().ok_or_else(missing)?, cy.clone().ok_or_else(missing)?, workspace.clone().ok_or_else(missing)?);
         if igates.is_none() || hgates.is_none() {
             return Err(missing());
         }
@@ -80,7 +81,7 @@ pub unsafe extern "C" fn oxide_lstm_cell(
             cy: cy_o.dst(),
             workspace: ws_o.dst(),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked to have the sizes the cell implies
             // (the matrices are read through their own strides, the rest is contiguous).
             unsafe { oxide_kernels::ops::nn::rnn::lstm_cell(dt, batch, hidden, io, on.threads()) }
@@ -115,7 +116,7 @@ pub unsafe extern "C" fn oxide_lstm_cell_backward(
             unsafe { operands(OP, [&grad_gates, &grad_cx, &grad_bias, &grad_hy, &grad_cy, &cx, &cy, &workspace]) }?;
         let [grad_gates, grad_cx, grad_bias, grad_hy, grad_cy, cx, cy, workspace] = &all;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (gg, gcx) = (grad_gates.ok_or_else(missing)?, grad_cx.ok_or_else(missing)?);
+        let (gg, gcx) = (grad_gates.clone().ok_or_else(missing)?, grad_cx.clone().ok_or_else(missing)?);
         if cy.is_none() || workspace.is_none() {
             return Err(missing());
         }
@@ -134,7 +135,7 @@ pub unsafe extern "C" fn oxide_lstm_cell_backward(
             grad_cx: gcx.dst(),
             grad_bias: dst_or_null(grad_bias),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked to have the sizes the cell implies
             // (the matrices are read through their own strides, the rest is contiguous).
             unsafe { oxide_kernels::ops::nn::rnn::lstm_cell_backward(dt, batch, hidden, io, on.threads()) }
@@ -167,7 +168,7 @@ pub unsafe extern "C" fn oxide_gru_cell(
         let all = unsafe { operands(OP, [&hy, &workspace, &igates, &hgates, &hx, &b_ih, &b_hh]) }?;
         let [hy, workspace, igates, hgates, hx, b_ih, b_hh] = &all;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (hy_o, ws_o) = (hy.ok_or_else(missing)?, workspace.ok_or_else(missing)?);
+        let (hy_o, ws_o) = (hy.clone().ok_or_else(missing)?, workspace.clone().ok_or_else(missing)?);
         if igates.is_none() || hgates.is_none() {
             return Err(missing());
         }
@@ -186,7 +187,7 @@ pub unsafe extern "C" fn oxide_gru_cell(
             hy: hy_o.dst(),
             workspace: ws_o.dst(),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked to have the sizes the cell implies
             // (the matrices are read through their own strides, the rest is contiguous).
             unsafe { oxide_kernels::ops::nn::rnn::gru_cell(dt, batch, hidden, io, on.threads()) }
@@ -232,7 +233,8 @@ pub unsafe extern "C" fn oxide_gru_cell_backward(
         }?;
         let [gi, gh, ghx, gib, ghb, grad_hy, workspace] = &all;
         let missing = || AbiError::Invalid(format!("{OP}: a required operand is missing (null data)"));
-        let (gi_o, gh_o, ghx_o) = (gi.ok_or_else(missing)?, gh.ok_or_else(missing)?, ghx.ok_or_else(missing)?);
+        let (gi_o, gh_o, ghx_o) =
+            (gi.clone().ok_or_else(missing)?, gh.clone().ok_or_else(missing)?, ghx.clone().ok_or_else(missing)?);
         if workspace.is_none() {
             return Err(missing());
         }
@@ -252,7 +254,7 @@ pub unsafe extern "C" fn oxide_gru_cell_backward(
             grad_input_bias: dst_or_null(gib),
             grad_hidden_bias: dst_or_null(ghb),
         };
-        launch(&on, || {
+        launch(&on, move || {
             // SAFETY: every operand was decoded and checked to have the sizes the cell implies
             // (the matrices are read through their own strides, the rest is contiguous).
             unsafe { oxide_kernels::ops::nn::rnn::gru_cell_backward(dt, batch, hidden, io, on.threads()) }

@@ -49,8 +49,8 @@ pub unsafe extern "C" fn oxide_softmax(
         same_sizes(OP, &[&out, &input])?;
         input.contiguous(OP)?;
         out.contiguous(OP)?;
-        let span = softmax_span(OP, input.sizes, dim, log)?;
-        launch(&on, || {
+        let span = softmax_span(OP, &input.sizes, dim, log)?;
+        launch(&on, move || {
             // SAFETY: both operands were decoded and checked contiguous with the sizes `span` covers.
             unsafe {
                 oxide_kernels::ops::nn::softmax::softmax(
@@ -89,8 +89,8 @@ pub unsafe extern "C" fn oxide_softmax_backward(
         for o in [&grad_input, &grad, &output] {
             o.contiguous(OP)?;
         }
-        let span = softmax_span(OP, output.sizes, dim, log)?;
-        launch(&on, || {
+        let span = softmax_span(OP, &output.sizes, dim, log)?;
+        launch(&on, move || {
             // SAFETY: the three operands were decoded and checked contiguous with the sizes `span` covers.
             unsafe {
                 oxide_kernels::ops::nn::softmax::softmax_backward(

@@ -195,6 +195,10 @@ pub struct Grads {
     pub bias: Option<*mut u8>,
 }
 
+// SAFETY: addresses of device memory the kernel's caller vouches for, as for
+// [`crate::engine::iter::Operand`]: a launch record holding them may run on a stream worker.
+unsafe impl Send for Grads {}
+
 unsafe fn run_backward<T: Storage>(
     cv: &Conv,
     grad_output: *const u8,

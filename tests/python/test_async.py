@@ -1,0 +1,262 @@
+"""Asynchronous execution: kernels are launch records that stream workers run later.
+
+CPU PyTorch is the oracle: every result read back after asynchronous work must equal
+what CPU computes. The "long" kernels are large matrix products (hundreds of
+milliseconds on the 2-core CI machines), so a host call made right after one
+finds it still running.
+"""
+
+import threading
+import time
+
+import pytest
+import torch
+from conftest import run_python
+
+N = 1536  # a float32 N x N x N product takes well over 100 ms on two cores
+
+
+def long_operands(device="oxide", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(N, N, generator=g)
+    b = torch.randn(N, N, generator=g)
+    return a, b, a.to(device), b.to(device)
+
+
+def test_launch_returns_before_the_kernel_has_run():
+    _, _, a, b = long_operands()
+    torch.oxide.synchronize()
+    stream = torch.oxide.current_stream()
+    c = a @ b
+    assert not stream.query(), "the product was still running when the call returned"
+    stream.synchronize()
+    assert stream.query()
+    assert c.shape == (N, N)
+
+
+def test_host_reads_wait_for_the_stream():
+    a_cpu, b_cpu, a, b = long_operands(seed=1)
+    expected = a_cpu @ b_cpu
+    c = a @ b
+    # .item() right after a long kernel sees its result.
+    assert c[3, 5].item() == pytest.approx(expected[3, 5].item(), rel=1e-4, abs=1e-3)
+    c = a @ b
+    torch.testing.assert_close(c.cpu(), expected, rtol=1e-4, atol=1e-3)
+    c = (a @ b) > 0
+    torch.testing.assert_close(torch.nonzero(c).cpu(), torch.nonzero(expected > 0))
+    d = a @ b
+    assert torch.equal(d > 0, c)
+    e = a @ b
+    assert str(e[:2, :2].cpu()) == str(e[:2, :2]).replace(", device='oxide:0'", "")
+
+
+def test_queued_kernel_error_is_raised_at_the_next_synchronization():
+    x = torch.arange(6.0, device="oxide")
+    bad = torch.tensor([0, 9], device="oxide")
+    with pytest.raises(RuntimeError, match=r"(?s)kernel launched earlier failed.*9.*OXIDE_LAUNCH_BLOCKING"):
+        x[bad]
+        torch.oxide.synchronize()
+    # Not sticky: the stream runs later work, and the error was reported once.
+    y = x * 2
+    torch.oxide.synchronize()
+    torch.testing.assert_close(y.cpu(), torch.arange(6.0) * 2)
+
+
+def test_launch_blocking_raises_at_the_call():
+    x = torch.arange(6.0, device="oxide")
+    bad = torch.tensor([0, 9], device="oxide")
+    with torch.oxide._LaunchBlocking():
+        with pytest.raises(IndexError):
+            x[bad]
+    torch.oxide.synchronize()
+
+
+def test_launch_blocking_environment_variable():
+    code = """
+        import torch, torch_oxide
+        assert torch.oxide._launch_blocking()
+        x = torch.arange(6.0, device="oxide")
+        try:
+            x[torch.tensor([0, 9], device="oxide")]
+        except IndexError as e:
+            print("raised at the call:", e)
+    """
+    r = run_python(code, env={"OXIDE_LAUNCH_BLOCKING": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "raised at the call" in r.stdout
+    r = run_python("import torch, torch_oxide; torch.ones(1, device='oxide')", env={"OXIDE_LAUNCH_BLOCKING": "yes"})
+    assert r.returncode != 0 and "OXIDE_LAUNCH_BLOCKING" in r.stderr
+
+
+def test_events_time_device_execution():
+    _, _, a, b = long_operands(seed=2)
+    torch.oxide.synchronize()
+    start = torch.Event(device="oxide", enable_timing=True)
+    end = torch.Event(device="oxide", enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    c = a @ b
+    end.record()
+    enqueued = time.perf_counter() - t0
+    assert not end.query(), "recording does not wait for the product"
+    end.synchronize()
+    wall = time.perf_counter() - t0
+    ms = start.elapsed_time(end)
+    # The product ran between the two events, after the host had moved on.
+    assert ms > enqueued * 1e3
+    assert ms >= 0.5 * wall * 1e3
+    del c
+
+
+def test_wait_event_orders_streams_without_blocking_the_host():
+    a_cpu, b_cpu, a, b = long_operands(seed=3)
+    side = torch.Stream(device="oxide")
+    done = torch.Event(device="oxide")
+    with torch.oxide.stream(side):
+        c = a @ b
+        done.record()
+    main = torch.oxide.current_stream()
+    main.wait_event(done)
+    assert not side.query()
+    d = c + 1  # on the main stream, after the side stream's product
+    torch.testing.assert_close(d.cpu(), a_cpu @ b_cpu + 1, rtol=1e-4, atol=1e-3)
+
+
+def test_record_stream_keeps_a_block_from_reuse_while_another_stream_reads_it():
+    a_cpu, b_cpu, _, _ = long_operands(seed=4)
+    expected = a_cpu @ b_cpu
+    side = torch.Stream(device="oxide")
+    a = a_cpu.to("oxide")
+    b = b_cpu.to("oxide")
+    torch.oxide.synchronize()
+    side.wait_stream(torch.oxide.current_stream())
+    with torch.oxide.stream(side):
+        c = a @ b  # reads a, allocated on the default stream
+    a.record_stream(side)
+    address = a.data_ptr()
+    del a
+    # A block of a's size on the default stream: not a's block while the side stream may read it.
+    sentinel = torch.full((N, N), 1e30, device="oxide")
+    if sentinel.data_ptr() == address:
+        pytest.fail("a block recorded on a busy stream was reused")
+    side.synchronize()
+    torch.testing.assert_close(c.cpu(), expected, rtol=1e-4, atol=1e-3)
+    del sentinel
+    # Once the side stream is done, the block returns to the default stream's cache.
+    reused = torch.empty(N, N, device="oxide")
+    assert reused.data_ptr() == address
+
+
+def test_freed_block_is_reused_at_once_on_its_own_stream():
+    _, _, a, b = long_operands(seed=5)
+    c = a @ b
+    address = c.data_ptr()
+    del c  # the product may still be running: stream order protects the block
+    d = torch.ones(N, N, device="oxide")
+    assert d.data_ptr() == address
+    torch.testing.assert_close(d.cpu(), torch.ones(N, N))
+
+
+def test_copies_between_devices_are_ordered_against_both_streams():
+    a_cpu, b_cpu, a0, b0 = long_operands("oxide:0", seed=6)
+    a1, b1 = a_cpu.to("oxide:1"), b_cpu.to("oxide:1")
+    expected = a_cpu @ b_cpu
+    busy1 = a1 @ b1  # device 1 busy too
+    x0 = a0 @ b0
+    y1 = x0.to("oxide:1")  # waits for the product on device 0
+    x0.zero_()  # device 0's later work waits for the copy
+    torch.testing.assert_close(y1.cpu(), expected, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(busy1.cpu(), expected, rtol=1e-4, atol=1e-3)
+    assert not x0.cpu().any()
+
+
+def test_pinned_copies():
+    host = torch.randn(1 << 20).pin_memory()
+    original = host.clone()
+    dev = host.to("oxide", non_blocking=True)
+    host.fill_(7.0)  # overwriting the source after a non-blocking copy
+    torch.testing.assert_close(dev.cpu(), original)
+    out = torch.empty(1 << 20).pin_memory()
+    done = torch.Event(device="oxide")
+    out.copy_(dev * 2, non_blocking=True)
+    done.record()
+    done.synchronize()
+    torch.testing.assert_close(out, original * 2)
+
+
+def test_autograd_with_the_forward_on_a_side_stream():
+    g = torch.Generator().manual_seed(7)
+    w_cpu = torch.randn(256, 256, generator=g, requires_grad=True)
+    x_cpu = torch.randn(64, 256, generator=g)
+    w = w_cpu.detach().to("oxide").requires_grad_()
+    x = x_cpu.to("oxide")
+    side = torch.Stream(device="oxide")
+    side.wait_stream(torch.oxide.current_stream())
+    with torch.oxide.stream(side):
+        loss = torch.tanh(x @ w).sum()
+    torch.oxide.current_stream().wait_stream(side)
+    loss.backward()
+    torch.tanh(x_cpu @ w_cpu).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_graph_mixed_with_eager_launches():
+    def f(x, w):
+        return torch.relu(x @ w) * 2 + x.sum(dim=1, keepdim=True)
+
+    compiled = torch.compile(f)
+    g = torch.Generator().manual_seed(8)
+    x_cpu, w_cpu = torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)
+    x, w = x_cpu.to("oxide"), w_cpu.to("oxide")
+    for _ in range(3):
+        y = compiled(x @ w, w)  # the eager product is queued when the graph starts
+        x_next = y / y.abs().max()
+        x_cpu_next = f(x_cpu @ w_cpu, w_cpu)
+        torch.testing.assert_close(y.cpu(), x_cpu_next, rtol=1e-3, atol=1e-2)
+        x, x_cpu = x_next, x_cpu_next / x_cpu_next.abs().max()
+
+
+def test_threads_on_two_devices_against_cpu():
+    """4 threads, 2 devices, each on its own stream, for several seconds; every result against CPU."""
+    seconds = 30.0
+    failures: list[str] = []
+    counts = [0] * 4
+
+    def worker(k: int) -> None:
+        device = f"oxide:{k % 2}"
+        g = torch.Generator().manual_seed(100 + k)
+        stream = torch.Stream(device=device)
+        deadline = time.monotonic() + seconds
+        try:
+            with torch.oxide.stream(stream):
+                while time.monotonic() < deadline:
+                    a = torch.randn(96, 96, generator=g)
+                    b = torch.randn(96, 96, generator=g)
+                    da, db = a.to(device), b.to(device)
+                    got = (torch.softmax(da @ db, dim=1) + da.sin()).sum(dim=0)
+                    want = (torch.softmax(a @ b, dim=1) + a.sin()).sum(dim=0)
+                    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+                    counts[k] += 1
+        except Exception as e:  # noqa: BLE001  reported below with its thread
+            failures.append(f"thread {k}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    assert all(c > 0 for c in counts), counts
+
+
+def test_interpreter_exit_with_queued_work():
+    code = """
+        import torch, torch_oxide
+        a = torch.randn(1500, 1500, device="oxide")
+        for _ in range(4):
+            a = a @ a
+        print("queued")
+    """
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert "queued" in r.stdout
