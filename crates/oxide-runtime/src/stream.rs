@@ -31,7 +31,7 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -69,6 +69,13 @@ impl Priority {
         }
     }
 }
+
+/// How long a stream worker keeps polling for the next record before it sleeps.
+/// A Python loop launches every few microseconds: polling bridges those gaps, so
+/// the launching thread does not pay a wake-up system call per launch, while a
+/// worker whose program has gone to do host work or to wait gives its core back
+/// within a twentieth of a millisecond.
+const WORKER_SPIN: Duration = Duration::from_micros(50);
 
 /// A kernel or copy queued on a stream: `Ok` or a message for the caller.
 pub type Work = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
@@ -165,7 +172,9 @@ impl StreamState {
     /// The worker: runs the records in order, forever (the thread is detached;
     /// process exit ends it). Only this thread pops from the queue.
     fn run_worker(self: Arc<Self>) {
+        let mut last = 0;
         loop {
+            self.poll_for_work(last);
             let (seq, record) = {
                 let mut q = self.lock();
                 loop {
@@ -194,6 +203,20 @@ impl StreamState {
                 }
             }
             self.complete(seq);
+            last = seq;
+        }
+    }
+
+    /// Polls, without the lock, until something was submitted after `last` or
+    /// [`WORKER_SPIN`] has passed (an inline launch also counts; the worker then
+    /// finds the queue empty and sleeps).
+    fn poll_for_work(&self, last: u64) {
+        let start = Instant::now();
+        while self.submitted() <= last && start.elapsed() < WORKER_SPIN {
+            // Yielding, not a pure spin: on a machine with as few cores as threads, a
+            // worker that shares its core with the launching thread would otherwise
+            // take the core from the very thread it waits for.
+            std::thread::yield_now();
         }
     }
 }
