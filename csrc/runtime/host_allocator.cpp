@@ -2,9 +2,10 @@
 // memory from the runtime (page-aligned, tracked so is_pinned() can answer).
 // Behind tensor.pin_memory(), torch.empty(..., pin_memory=True) and
 // DataLoader(pin_memory=True, pin_memory_device="oxide").
-// Blocks are returned to the runtime on free (no cache), so record_event has
-// nothing to defer: with inline streams, all work that used a block is done
-// when its last reference goes.
+// Blocks are returned to the runtime on free (no cache). A non-blocking copy
+// between a pinned block and a device is queued on a stream; the runtime itself
+// keeps the block until that copy has run (oxide-runtime's host.rs records a
+// fence per queued copy), so record_event has nothing left to do.
 #include "common/oxide.h"
 
 #include <ATen/core/CachingHostAllocator.h>

@@ -59,7 +59,9 @@ def test_queued_kernel_error_is_raised_at_the_next_synchronization():
     x = torch.arange(6.0, device="oxide")
     bad = torch.tensor([0, 9], device="oxide")
     x[torch.tensor([0, 1], device="oxide")]  # the signature's first launch runs at the call
-    with pytest.raises(RuntimeError, match=r"(?s)kernel launched earlier failed.*9.*OXIDE_LAUNCH_BLOCKING"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)kernel launched earlier failed: oxide_index: .*9.*OXIDE_LAUNCH_BLOCKING"
+    ):
         x[bad]
         torch.oxide.synchronize()
     # Not sticky: the stream runs later work, and the error was reported once.
@@ -178,18 +180,39 @@ def test_copies_between_devices_are_ordered_against_both_streams():
     assert not x0.cpu().any()
 
 
-def test_pinned_copies():
+def test_pinned_copies_are_queued_and_keep_their_block():
+    a_cpu, b_cpu, a, b = long_operands(seed=9)
+    stream = torch.oxide.current_stream()
     host = torch.randn(1 << 20).pin_memory()
     original = host.clone()
+    product = a @ b  # the stream is busy: the copies below are queued behind the product
     dev = host.to("oxide", non_blocking=True)
-    host.fill_(7.0)  # overwriting the source after a non-blocking copy
+    assert not stream.query(), "a non-blocking copy from pinned memory does not wait"
+    address = host.data_ptr()
+    del host  # freed while its copy is still queued: the block must outlive the copy
+    other = torch.empty(1 << 20).pin_memory().fill_(7.0)
+    assert other.data_ptr() != address
     torch.testing.assert_close(dev.cpu(), original)
-    out = torch.empty(1 << 20).pin_memory()
+
+    out = torch.empty(N, N).pin_memory()
+    product = a @ b
+    out.copy_(product, non_blocking=True)
+    assert not stream.query(), "a non-blocking copy into pinned memory does not wait"
     done = torch.Event(device="oxide")
-    out.copy_(dev * 2, non_blocking=True)
     done.record()
     done.synchronize()
-    torch.testing.assert_close(out, original * 2)
+    torch.testing.assert_close(out, a_cpu @ b_cpu, rtol=1e-4, atol=1e-3)
+    # to("cpu", non_blocking=True) makes a pinned destination, as for CUDA: queued too.
+    product = a @ b
+    to_host = product.to("cpu", non_blocking=True)
+    assert to_host.is_pinned()
+    stream.synchronize()
+    torch.testing.assert_close(to_host, a_cpu @ b_cpu, rtol=1e-4, atol=1e-3)
+    # A pageable destination is written before the call returns.
+    product = a @ b
+    pageable = torch.empty(N, N)
+    pageable.copy_(product, non_blocking=True)
+    torch.testing.assert_close(pageable, a_cpu @ b_cpu, rtol=1e-4, atol=1e-3)
 
 
 def test_autograd_with_the_forward_on_a_side_stream():

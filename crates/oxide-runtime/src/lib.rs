@@ -340,6 +340,9 @@ impl Runtime {
 
     /// `cudaMemcpyAsync`: copies `bytes` from `src` to `dst` in stream order on
     /// `stream` of the device side (the destination for device-to-device).
+    /// A copy between a device and pinned host memory is queued (the host does
+    /// not wait; synchronise the stream before reading the host side); any other
+    /// copy runs on the calling thread after the stream's queued work.
     /// The ranges must not overlap. Null pointers are allowed only for 0 bytes.
     ///
     /// Errors: [`Error::InvalidCopy`] when a pointer is on the wrong side or
@@ -378,10 +381,30 @@ impl Runtime {
         }
         // SAFETY: both ranges were checked above to be live, disjoint and `bytes` long
         // (host ranges are the caller's contract, as with cudaMemcpy).
-        let copy = || unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
-        match device {
-            Some(d) => self.devices[d].streams.launch(stream, copy).map(|_| ()),
-            None => {
+        let copy = move || unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
+        let pinned = match kind {
+            MemcpyKind::HostToDevice => Some(src),
+            MemcpyKind::DeviceToHost => Some(dst),
+            _ => None,
+        }
+        .filter(|&p| self.pointer_kind(p) == PointerKind::PinnedHost);
+        match (device, pinned) {
+            // Pinned memory: queued, as CUDA copies pinned memory asynchronously; the
+            // block is kept until the copy has run, even if freed before.
+            (Some(d), Some(host)) if !self.launch_blocking() => {
+                let streams = &self.devices[d].streams;
+                streams.enqueue(
+                    stream,
+                    Record::Work(Box::new(move || {
+                        copy();
+                        Ok(())
+                    })),
+                )?;
+                self.host.record(host, streams.fence(stream)?);
+                Ok(())
+            }
+            (Some(d), _) => self.devices[d].streams.launch(stream, copy).map(|_| ()),
+            (None, _) => {
                 copy();
                 Ok(())
             }

@@ -21,11 +21,23 @@
 namespace oxide {
 namespace {
 
-void memcpy_on(const at::Tensor& device_side, void* dst, const void* src, size_t bytes, int32_t kind) {
+void memcpy_on(const at::Tensor& device_side, void* dst, const void* src, size_t bytes, int32_t kind,
+               bool wait = true) {
   const auto index = device_side.device().index();
   const int64_t stream = current_stream(index);
   OXIDE_CHECK(oxide_memcpy_async(dst, src, bytes, kind, index, stream));
-  OXIDE_CHECK(oxide_stream_synchronize(index, stream));
+  if (wait) {
+    OXIDE_CHECK(oxide_stream_synchronize(index, stream));
+  }
+}
+
+// A non-blocking copy between a device tensor and a pinned host tensor of the same
+// dtype and layout moves the bytes directly and is queued on the current stream
+// (CUDA's semantics: the host reads the result after synchronizing; the pinned
+// block is kept until the copy has run, even when freed earlier).
+bool same_dense_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.is_non_overlapping_and_dense();
 }
 
 // Same dtype, both on oxide (possibly different devices), src already expanded to dst's shape.
@@ -116,6 +128,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
   if (dst_dev) {  // host -> device
     const c10::DeviceGuard guard(dst.device());
+    if (non_blocking && same_dense_layout(self, dst) && self.is_pinned()) {
+      memcpy_on(dst, dst.data_ptr(), self.const_data_ptr(), dst.nbytes(), OXIDE_MEMCPY_HOST_TO_DEVICE, false);
+      return dst;
+    }
     const at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes());
     if (!dst.is_non_overlapping_and_dense()) {
       at::Tensor staging = at::empty(dst.sizes(), dst.options());
@@ -132,6 +148,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
   // device -> host
   const c10::DeviceGuard guard(self.device());
+  if (non_blocking && same_dense_layout(self, dst) && dst.is_pinned()) {
+    memcpy_on(self, dst.data_ptr(), self.const_data_ptr(), dst.nbytes(), OXIDE_MEMCPY_DEVICE_TO_HOST, false);
+    return dst;
+  }
   const at::Tensor src = self.is_non_overlapping_and_dense() ? self : self.contiguous();
   at::Tensor host = at::empty_strided(src.sizes(), src.strides(), src.options().device(at::kCPU));
   memcpy_on(src, host.data_ptr(), src.const_data_ptr(), host.nbytes(), OXIDE_MEMCPY_DEVICE_TO_HOST);

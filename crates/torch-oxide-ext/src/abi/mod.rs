@@ -628,9 +628,17 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + '
         }
         return r;
     }
-    streams
-        .enqueue(l.stream, oxide_runtime::Record::Work(Box::new(move || kernel().map_err(|e| e.into().to_string()))))?;
+    let entry = entry_point(std::any::type_name::<F>());
+    let record = move || kernel().map_err(|e| format!("{entry}: {}", e.into()));
+    streams.enqueue(l.stream, oxide_runtime::Record::Work(Box::new(record)))?;
     Ok(())
+}
+
+/// The ABI function a kernel closure was launched from (`oxide_index`), from
+/// the closure's type name (`torch_oxide_ext::abi::index::oxide_index::{{closure}}`):
+/// a queued kernel's error names its kernel, since the launching call has returned.
+fn entry_point(closure: &'static str) -> &'static str {
+    closure.split("::").find(|part| part.starts_with("oxide_")).unwrap_or("a kernel")
 }
 
 /// Runs `kernel` on the calling thread once the work queued on the launch's
