@@ -146,11 +146,44 @@ def _sequence():
     )
 
 
+def _host_work():
+    """A step whose host does real work: the next batch is prepared in Python (parsing
+    text records into numbers) after the step's kernels are launched, as a data loader
+    in the training thread does. Queued kernels run while Python prepares the batch;
+    with launch blocking (and on the CPU) the two take turns."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10),
+    )
+    records = [" ".join(f"{(i * 7919 + j * 104729) % 1000 / 1000:.3f}" for j in range(512)) for i in range(64)]
+    labels = torch.arange(64) % 10
+
+    def prepare():
+        return torch.tensor([[float(v) for v in r.split()] for r in records])
+
+    state = {}
+
+    def step(m, opt, dev):
+        xb = state.pop(dev, None)
+        xb = prepare().to(dev) if xb is None else xb
+        opt.zero_grad()
+        F.cross_entropy(m(xb), labels.to(dev)).backward()
+        opt.step()
+        state[dev] = prepare().to(dev)  # the next batch, while the kernels run
+
+    return model, step, lambda p: torch.optim.SGD(p, lr=0.01), 1.3
+
+
 WORKLOADS: dict[str, Callable] = {
     "digits CNN epoch": _digits,
     "ResNet-18 step (8x3x64x64)": _resnet,
     "GPT-2 step (4 layers, 256 wide, 4x128 tokens)": _gpt2,
     "LSTM+GRU step (32x50 tokens, 128 wide)": _sequence,
+    "MLP step + host batch preparation": _host_work,
 }
 
 
