@@ -154,9 +154,8 @@ pub fn runtime() -> Result<&'static Runtime> {
                 .map(|i| {
                     let memory = memory::DeviceMemory::reserve(i, config.device_memory)?;
                     let (range, capacity) = ((memory.base(), memory.span()), memory.capacity());
-                    let streams = Streams::new(i);
                     let allocator = Mutex::new(CachingAllocator::new(memory));
-                    Ok(Device { index: i, allocator, range, capacity, streams })
+                    Ok(Device { index: i, allocator, range, capacity, streams: Streams::new(i) })
                 })
                 .collect::<Result<Vec<_>>>()?;
             // SAFETY: registering a plain extern "C" function with no captured state.

@@ -618,8 +618,7 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + '
     };
     let known = || KNOWN_SIGNATURES.read().unwrap_or_else(|e| e.into_inner()).binary_search(&signature).is_ok();
     if rt.launch_blocking() || !known() {
-        let (_, r) = streams.launch(l.stream, kernel)?;
-        let r = r.map_err(Into::into);
+        let r = launch_now(l, kernel);
         if !matches!(r, Err(AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }))) {
             let mut set = KNOWN_SIGNATURES.write().unwrap_or_else(|e| e.into_inner());
             if let Err(at) = set.binary_search(&signature) {
