@@ -53,6 +53,12 @@ pub enum Error {
     /// but not sticky: the stream stays usable).
     #[error("oxide:{device} stream {stream}: a kernel launched earlier failed: {message} (kernel errors are reported asynchronously, at the next synchronization; set OXIDE_LAUNCH_BLOCKING=1 to raise them at the launching call)")]
     Deferred { device: usize, stream: i64, message: String },
+
+    /// The operating system refused to start a stream's worker thread; the
+    /// launch was not queued (the next launch on the stream tries again).
+    #[error("oxide:{device} stream {stream}: could not start the stream's worker thread: {message}")]
+    WorkerStart { device: usize, stream: i64, message: String },
+
     /// Any use of the runtime in a process forked after it was initialised.
     #[error("the oxide runtime cannot be used in a forked subprocess after it was initialised in the parent; use the 'spawn' start method for multiprocessing")]
     Forked,

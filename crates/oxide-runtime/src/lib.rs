@@ -28,7 +28,9 @@ pub use error::{Error, Result};
 pub use event::Event;
 pub use host::HostMemory;
 pub use philox::Philox4x32;
-pub use stream::{Fence, Priority, Record, StreamId, Streams, DEFAULT_STREAM};
+pub use stream::{
+    host_waiting, on_stream_worker, set_wait_hook, Fence, Priority, Record, StreamId, Streams, DEFAULT_STREAM,
+};
 
 /// One device: its caching allocator (owning its memory) and its streams.
 pub struct Device {

@@ -77,6 +77,36 @@ impl Priority {
 /// within a twentieth of a millisecond.
 const WORKER_SPIN: Duration = Duration::from_micros(50);
 
+thread_local! {
+    /// True on stream worker threads (they wait for other streams' work, never for the host).
+    static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Host threads (any thread but a stream worker) waiting for a stream right now.
+static HOST_WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Called by a host thread that is about to wait for a stream (see [`set_wait_hook`]).
+static WAIT_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// True when the calling thread is a stream worker.
+pub fn on_stream_worker() -> bool {
+    ON_WORKER.with(|w| w.get())
+}
+
+/// True while some host thread waits for a stream (a synchronisation, a read of
+/// device memory, an event wait on the host): its core is free for kernels.
+pub fn host_waiting() -> bool {
+    HOST_WAITERS.load(Ordering::SeqCst) > 0
+}
+
+/// Installs `hook`, which a host thread calls each time before it sleeps waiting
+/// for a stream (once per process; later calls are ignored). The extension
+/// installs the kernel team's helper here, so a waiting host runs the remaining
+/// parts of the kernel a stream worker is running instead of idling.
+pub fn set_wait_hook(hook: fn()) {
+    let _ = WAIT_HOOK.set(hook);
+}
+
 /// A kernel or copy queued on a stream: `Ok` or a message for the caller.
 pub type Work = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
 
@@ -143,9 +173,19 @@ impl StreamState {
     /// sequentially consistent): either the waiter sees the completion or the
     /// completer sees the waiter and wakes it under the lock the waiter holds
     /// until it sleeps, so no wakeup is missed.
+    ///
+    /// A host thread counts in [`host_waiting`] while it waits and first runs the
+    /// wait hook (helping with the kernel running now), then sleeps.
     pub fn wait_for(&self, seq: u64) {
         if self.is_complete(seq) {
             return;
+        }
+        let host = !on_stream_worker();
+        if host {
+            HOST_WAITERS.fetch_add(1, Ordering::SeqCst);
+            if let Some(hook) = WAIT_HOOK.get() {
+                hook();
+            }
         }
         let mut q = self.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
@@ -153,6 +193,10 @@ impl StreamState {
             q = self.progressed.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(q);
+        if host {
+            HOST_WAITERS.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// The queue, also after a panic elsewhere poisoned its lock (records run outside it).
@@ -172,6 +216,7 @@ impl StreamState {
     /// The worker: runs the records in order, forever (the thread is detached;
     /// process exit ends it). Only this thread pops from the queue.
     fn run_worker(self: Arc<Self>) {
+        ON_WORKER.with(|w| w.set(true));
         let mut last = 0;
         loop {
             self.poll_for_work(last);
@@ -368,14 +413,14 @@ impl Streams {
         let state = self.get(id)?;
         if !state.worker_started.swap(true, Ordering::AcqRel) {
             let worker = Arc::clone(state);
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("oxide{}-stream{id}", self.device))
-                .spawn(move || worker.run_worker())
-                .map_err(|e| Error::Deferred {
-                    device: self.device,
-                    stream: id,
-                    message: format!("could not start the stream worker: {e}"),
-                })?;
+                .spawn(move || worker.run_worker());
+            if let Err(e) = spawned {
+                // Nothing was queued: the next enqueue tries to start the worker again.
+                state.worker_started.store(false, Ordering::Release);
+                return Err(Error::WorkerStart { device: self.device, stream: id, message: e.to_string() });
+            }
         }
         let mut q = state.lock();
         // Numbered under the lock, so the queue is in sequence order.

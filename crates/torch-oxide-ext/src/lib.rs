@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod fallback;
+mod site;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -213,6 +214,13 @@ fn _ffi_panic_probe() -> (i32, String) {
 #[pymodule]
 #[pyo3(name = "_C")]
 fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Kernels running on stream workers leave the host's core to the host while it
+    // runs Python, and a host that waits for the device helps with the kernel
+    // running then (oxide_kernels::engine::team, "Narrow launches").
+    oxide_kernels::engine::team::set_narrow_policy(|| {
+        oxide_runtime::on_stream_worker() && !oxide_runtime::host_waiting()
+    });
+    oxide_runtime::set_wait_hook(oxide_kernels::engine::team::help);
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(is_initialized, m)?)?;

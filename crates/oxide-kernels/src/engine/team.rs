@@ -37,6 +37,17 @@
 //! spinning after its task; a launcher that shares a CPU with a running task sleeps
 //! instead of spinning too.
 //!
+//! Narrow launches. On a device whose kernels run on stream workers, the host
+//! thread keeps a core busy with Python while the kernels it queued run. A launch
+//! that used every core then would put three threads on two cores, and the host's
+//! own work (data preparation, logging) would slow by as much as the kernels gain.
+//! So a launcher may ask for a narrow launch ([`set_narrow_policy`]; the extension
+//! asks for it on stream workers while no host thread waits for the device): it
+//! gives no tasks to the workers and runs them all itself, but stays open to
+//! helpers. A host thread that starts waiting for the device calls [`help`] and
+//! takes the tasks not claimed yet, so the kernel running when the host stops
+//! gets the host's core; launches that start while a host waits are wide again.
+//!
 //! One launch runs at a time: a thread that launches while another thread's launch
 //! runs waits for it (both would compete for the same cores anyway). A launch with
 //! more tasks than the team has threads is refused and the caller uses rayon
@@ -111,6 +122,37 @@ thread_local! {
 }
 
 static TEAM: OnceLock<Option<&'static Team>> = OnceLock::new();
+
+/// Whether the calling thread's next launch is narrow (see the module documentation).
+static NARROW_POLICY: OnceLock<fn() -> bool> = OnceLock::new();
+
+/// The narrow launch running now, while it has tasks to hand out; its counters live
+/// on the launcher's stack until [`HELPERS`] is back to 0 after it was closed.
+#[derive(Clone, Copy)]
+struct Open {
+    job: Job,
+    tasks: usize,
+    /// The next unclaimed task.
+    next: *const AtomicUsize,
+    /// Tasks other than task 0 that have not finished.
+    unfinished: *const AtomicUsize,
+}
+
+// SAFETY: the pointers address the launcher's counters and job, which outlive
+// every helper that copied them: a helper registers in `HELPERS` under `OPEN`'s
+// lock, and the launcher closes `OPEN` and waits for `HELPERS` to be 0 before
+// its stack frame ends.
+unsafe impl Send for Open {}
+
+static OPEN: Mutex<Option<Open>> = Mutex::new(None);
+/// Helpers working on the open (or just closed) narrow launch.
+static HELPERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs the rule deciding whether a launch is narrow (once per process; later
+/// calls are ignored). Without one, every launch uses the whole team.
+pub fn set_narrow_policy(policy: fn() -> bool) {
+    let _ = NARROW_POLICY.set(policy);
+}
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn mark_forked_child() {
@@ -333,6 +375,11 @@ pub fn run(tasks: usize, f: &(dyn Fn(usize) + Sync)) -> bool {
         return false;
     }
     let mut launch = team.launch.lock().unwrap_or_else(|e| e.into_inner());
+    if NARROW_POLICY.get().is_some_and(|narrow| narrow()) {
+        run_narrow(team, tasks, f);
+        drop(launch);
+        return true;
+    }
     *launch += 1;
     let ticket = *launch;
     // SAFETY: erases `f`'s lifetime; it is used only until `pending` reaches 0 below.
@@ -383,6 +430,65 @@ pub fn run(tasks: usize, f: &(dyn Fn(usize) + Sync)) -> bool {
     true
 }
 
+/// A launch the calling thread runs alone unless a host thread helps (the caller
+/// holds the team's launch lock). Panics as in [`run`].
+fn run_narrow(team: &Team, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+    let next = AtomicUsize::new(1);
+    let unfinished = AtomicUsize::new(tasks - 1);
+    // SAFETY: erases `f`'s lifetime; helpers use it only until `HELPERS` is 0 below.
+    let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(f) };
+    *OPEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Open { job, tasks, next: &next, unfinished: &unfinished });
+    IN_TEAM.with(|c| c.set(true));
+    let own = catch_unwind(AssertUnwindSafe(|| f(0)));
+    run_open_tasks(team, job, tasks, &next, &unfinished);
+    IN_TEAM.with(|c| c.set(false));
+    *OPEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    // Every task is claimed; a helper may still run one (or be about to find none left).
+    while HELPERS.load(SeqCst) != 0 || unfinished.load(SeqCst) != 0 {
+        thread::yield_now();
+    }
+    let helper_panic = team.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Err(payload) = own {
+        resume_unwind(payload);
+    }
+    if let Some(payload) = helper_panic {
+        resume_unwind(payload);
+    }
+}
+
+/// Claims and runs tasks of an open launch until none is left.
+fn run_open_tasks(team: &Team, job: Job, tasks: usize, next: &AtomicUsize, unfinished: &AtomicUsize) {
+    loop {
+        let t = next.fetch_add(1, SeqCst);
+        if t >= tasks {
+            break;
+        }
+        run_task(team, job, t);
+        unfinished.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Runs tasks of the narrow launch running now, if there is one with tasks left,
+/// on the calling thread: what a host thread does before it sleeps waiting for the
+/// device (see the module documentation). Returns at once otherwise.
+pub fn help() {
+    if in_team() || FORKED.load(Relaxed) {
+        return;
+    }
+    let Some(team) = TEAM.get().copied().flatten() else { return };
+    let open = {
+        let guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(open) = *guard else { return };
+        HELPERS.fetch_add(1, SeqCst);
+        open
+    };
+    IN_TEAM.with(|c| c.set(true));
+    // SAFETY: registered in `HELPERS` while the launch was open, so its counters live on.
+    run_open_tasks(team, open.job, open.tasks, unsafe { &*open.next }, unsafe { &*open.unfinished });
+    IN_TEAM.with(|c| c.set(false));
+    HELPERS.fetch_sub(1, SeqCst);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +501,59 @@ mod tests {
             eprintln!("skipped: the team needs at least two threads (rayon pool of {n})");
         }
         (n >= 2).then_some(n)
+    }
+
+    thread_local! {
+        static NARROW_HERE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The narrow policy of these tests: only threads that asked for it launch narrow.
+    fn narrow_here() -> bool {
+        NARROW_HERE.with(|c| c.get())
+    }
+
+    #[test]
+    fn a_narrow_launch_runs_on_its_launcher_and_takes_a_helper() {
+        let Some(n) = team_size() else { return };
+        set_narrow_policy(narrow_here);
+        NARROW_HERE.with(|c| c.set(true));
+        let me = thread::current().id();
+        let ran = Mutex::new(Vec::new());
+        assert!(run(n, &|t| ran.lock().unwrap().push((t, thread::current().id()))));
+        let mut ran = ran.into_inner().unwrap();
+        ran.sort_by_key(|r| r.0);
+        assert_eq!(
+            ran,
+            (0..n).map(|t| (t, me)).collect::<Vec<_>>(),
+            "without a helper every task runs on the launcher"
+        );
+
+        // Task 0 holds the launcher until another thread has run task 1: only a helper can.
+        let started = AtomicBool::new(false);
+        let helped = Mutex::new(None);
+        thread::scope(|s| {
+            s.spawn(|| {
+                while !started.load(SeqCst) {
+                    spin_loop();
+                }
+                help();
+            });
+            assert!(run(n, &|t| {
+                if t == 0 {
+                    started.store(true, SeqCst);
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    while helped.lock().unwrap().is_none() && Instant::now() < deadline {
+                        thread::yield_now();
+                    }
+                } else if t == 1 {
+                    *helped.lock().unwrap() = Some(thread::current().id());
+                }
+            }));
+        });
+        let helper = helped.into_inner().unwrap().expect("task 1 ran");
+        assert_ne!(helper, me, "the helper ran task 1");
+        NARROW_HERE.with(|c| c.set(false));
+        help(); // no open launch: returns at once
     }
 
     fn assert_every_task_runs_once(n: usize) {
