@@ -210,6 +210,22 @@ def cases() -> list[Case]:
                     blocking=blocking,
                 )
             )
+    # A kernel that checks its operands' values (a divisor of 0) records the Python line
+    # that launched it when queued (ARCHITECTURE.md, "Errors"): its cost next to mul's.
+    for name, op in (("mul int64", torch.mul), ("floor_divide int64", torch.floor_divide)):
+        out.append(
+            Case(
+                f"{name} (per call)",
+                "overhead",
+                "1",
+                lambda: (torch.tensor([7]), torch.tensor([2])),
+                op,
+                target=None,
+                reps=7,
+                warmup=1,
+                calls=OVERHEAD_CALLS,
+            )
+        )
     conv_flops = 3 * 2.0 * 8 * 64 * 64 * 9 * 32 * 32  # forward, grad input, grad weight
     out.append(
         Case(

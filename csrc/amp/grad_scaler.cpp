@@ -17,8 +17,7 @@ void non_finite_check_and_unscale(at::TensorList self, at::Tensor& found_inf, co
   TORCH_CHECK(inv_scale.scalar_type() == at::kFloat, "inv_scale must be a float tensor.");
   TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
   TORCH_CHECK(inv_scale.device() == found_inf.device(), "inv_scale and found_inf must be on the same device.");
-  const double inv = inv_scale.item<float>();
-  bool found = false;
+  // No host read: each launch reads inv_scale and writes found_inf on the device, in stream order.
   for (const auto& t : self) {
     TORCH_CHECK(t.device() == inv_scale.device(), "One of scaled_grads was not on the same device as inv_scale.");
     TORCH_CHECK(at::isFloatingType(t.scalar_type()), "One of scaled_grads was not a floating-point tensor.");
@@ -27,10 +26,7 @@ void non_finite_check_and_unscale(at::TensorList self, at::Tensor& found_inf, co
       continue;
     }
     const c10::DeviceGuard guard(t.device());
-    OXIDE_CHECK(oxide_amp_unscale(launch_on(t), inout_arg(t), inv, &found));
-  }
-  if (found) {
-    found_inf.fill_(1.0);
+    OXIDE_CHECK(oxide_amp_unscale(launch_on(t), inout_arg(t), in_arg(inv_scale), inout_arg(found_inf)));
   }
 }
 

@@ -55,19 +55,132 @@ def test_host_reads_wait_for_the_stream():
     assert str(e[:2, :2].cpu()) == str(e[:2, :2]).replace(", device='oxide:0'", "")
 
 
+def _launch_line(marker: str) -> int:
+    """The line of this file holding `marker` (a comment at a launching call)."""
+    with open(__file__) as f:
+        return next(n for n, line in enumerate(f, 1) if line.rstrip().endswith(marker) and "def " not in line)
+
+
 def test_queued_kernel_error_is_raised_at_the_next_synchronization():
     x = torch.arange(6.0, device="oxide")
     bad = torch.tensor([0, 9], device="oxide")
     x[torch.tensor([0, 1], device="oxide")]  # the signature's first launch runs at the call
-    with pytest.raises(
-        RuntimeError, match=r"(?s)kernel launched earlier failed: oxide_index: .*9.*OXIDE_LAUNCH_BLOCKING"
-    ):
-        x[bad]
+    y = x[bad]  # launch: index
+    z = x + 1  # later work on the stream
+    with pytest.raises(RuntimeError) as raised:
         torch.oxide.synchronize()
-    # Not sticky: the stream runs later work, and the error was reported once.
-    y = x * 2
+    message = str(raised.value)
+    # The error names the kernel and the Python line that launched it, not the synchronizing line.
+    assert "kernel launched earlier failed: oxide_index" in message, message
+    where = f"test_async.py:{_launch_line('# launch: index')} (in test_queued_kernel_error_is_raised_at_the_next"
+    assert where in message, message
+    assert "9" in message and "OXIDE_LAUNCH_BLOCKING" in message, message
+    # Not sticky: the stream ran the later work, runs new work, and the error was reported once.
+    torch.testing.assert_close(z.cpu(), torch.arange(6.0) + 1)
+    w = x * 2
     torch.oxide.synchronize()
-    torch.testing.assert_close(y.cpu(), torch.arange(6.0) * 2)
+    torch.testing.assert_close(w.cpu(), torch.arange(6.0) * 2)
+    assert y.shape == (2,)
+
+
+def _cross_entropy(logits, target):
+    return torch.nn.functional.cross_entropy(logits, target)  # launch: nll_loss
+
+
+def _floor_divide(a, b):
+    return a // b  # launch: div_floor
+
+
+@pytest.mark.parametrize(
+    ("name", "launch", "good", "bad"),
+    [("nll_loss", _cross_entropy, [0, 1, 2], [0, 1, 7]), ("div_floor", _floor_divide, [1, 2, 3], [1, 0, 3])],
+)
+def test_queued_value_errors_name_operator_and_user_line(name, launch, good, bad):
+    """Errors of kernels that check values name the operator and the first line outside
+    torch (F.cross_entropy's caller, not torch/nn/functional.py)."""
+    a = torch.randn(3, 4, device="oxide") if name == "nll_loss" else torch.tensor([4, 5, 6], device="oxide")
+    launch(a, torch.tensor(good, device="oxide"))  # warm: queued from now on
+    torch.oxide.synchronize()
+    out = launch(a, torch.tensor(bad, device="oxide"))
+    with pytest.raises(RuntimeError) as raised:
+        out.cpu()
+    message = str(raised.value)
+    assert f"{name} (oxide_" in message, message
+    assert f"test_async.py:{_launch_line(f'# launch: {name}')} " in message, message
+    assert "torch/nn/functional.py" not in message, message
+
+
+def test_grad_scaler_unscale_does_not_synchronize():
+    """found_inf is written by the unscale kernel on the device (CUDA's behaviour), so
+    GradScaler.unscale_ queues its work instead of reading a flag on the host."""
+    _, _, a, b = long_operands(seed=11)
+    model = torch.nn.Linear(4, 4).to("oxide")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("oxide", init_scale=4.0)
+    for step, poison in enumerate((False, False, True, False)):
+        opt.zero_grad()
+        scaler.scale(model(torch.ones(2, 4, device="oxide")).sum()).backward()
+        if poison:
+            model.weight.grad[0, 0] = float("inf")
+        expected = model.weight.grad.cpu() / scaler.get_scale()
+        torch.oxide.synchronize()
+        c = a @ b  # a long kernel ahead of the unscale
+        scaler.unscale_(opt)
+        # (Step 0 launches each kernel signature for the first time: those run at the call.)
+        assert step == 0 or not torch.oxide.current_stream().query(), "unscale_ waited for the stream"
+        found = opt_state_found_inf(scaler, opt)
+        assert found == (1.0 if poison else 0.0)
+        if not poison:
+            torch.testing.assert_close(model.weight.grad.cpu(), expected)
+        scaler.step(opt)
+        scaler.update()
+        del c
+    assert scaler.get_scale() == 2.0, "one overflow halved the scale"
+
+
+@pytest.mark.parametrize("kind", ["adamw", "adam-tensor-lr", "sgd"])
+def test_fused_optimizer_steps_are_queued_and_match_cpu(kind):
+    """The step counts, a tensor lr, GradScaler's scale and found_inf are read by the fused
+    kernels on the device (as CUDA's are), so a step with GradScaler queues its work; the
+    parameters still match the same steps on CPU, a skipped (overflowed) step included."""
+    _, _, a, b = long_operands(seed=12)
+
+    def make(device):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4).to(device)
+        if kind == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
+        else:
+            lr = torch.tensor(0.01) if kind == "adam-tensor-lr" else 0.01
+            cls = torch.optim.Adam if kind == "adam-tensor-lr" else torch.optim.AdamW
+            opt = cls(model.parameters(), lr=lr, fused=True)
+        return model, opt, torch.amp.GradScaler(device.split(":")[0], init_scale=8.0)
+
+    results = {}
+    for device in ("cpu", "oxide"):
+        model, opt, scaler = make(device)
+        x = torch.linspace(-1, 1, 16).reshape(2, 8).to(device)
+        for step in range(4):
+            opt.zero_grad()
+            scaler.scale(model(x).square().sum()).backward()
+            if step == 2:
+                model.bias.grad[0] = float("inf")  # the step is skipped and the scale halves
+            if device == "oxide":
+                torch.oxide.synchronize()
+                c = a @ b  # a long kernel ahead of the step
+            scaler.step(opt)
+            if device == "oxide" and step > 0:  # step 0 launches each signature for the first time
+                assert not torch.oxide.current_stream().query(), "the optimizer step waited for the stream"
+            scaler.update()
+            if device == "oxide":
+                del c
+        results[device] = [p.detach().cpu() for p in model.parameters()] + [torch.tensor(scaler.get_scale())]
+    torch.testing.assert_close(results["oxide"], results["cpu"])
+
+
+def opt_state_found_inf(scaler, opt) -> float:
+    per_device = scaler._per_optimizer_states[id(opt)]["found_inf_per_device"]
+    return sum(v.item() for v in per_device.values())
 
 
 def test_launch_blocking_raises_at_the_call():

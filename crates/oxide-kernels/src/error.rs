@@ -25,5 +25,18 @@ pub enum Error {
     InvalidLayout { op: &'static str, reason: String },
 }
 
+impl Error {
+    /// The operator that reported the error, when the error names one.
+    pub fn op(&self) -> Option<&'static str> {
+        match self {
+            Error::UnsupportedDtype { op, .. }
+            | Error::InvalidValue { op, .. }
+            | Error::OutOfRange { op, .. }
+            | Error::InvalidLayout { op, .. } => Some(op),
+            Error::UnknownDtype { .. } | Error::IndexOutOfBounds { .. } => None,
+        }
+    }
+}
+
 /// Shorthand used throughout the kernels.
 pub type Result<T> = std::result::Result<T, Error>;

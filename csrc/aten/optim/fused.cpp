@@ -2,7 +2,8 @@
 // tensor-lr forms), which torch.optim.Adam/AdamW/SGD(fused=True) call for
 // oxide parameters. One Rust pass per parameter tensor (oxide_kernels::ops::optim::fused).
 // GradScaler's `found_inf` skips the step (torch.optim then undoes its step
-// count increment); `grad_scale` divides the gradients.
+// count increment); `grad_scale` divides the gradients. Tensor scalars on oxide
+// (lr, step counts, grad_scale, found_inf) are read by the kernels when they run.
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include "common/launch.h"
@@ -14,11 +15,27 @@ namespace {
 
 using OptT = const std::optional<at::Tensor>&;
 
-std::optional<double> scalar_of(OptT t) {
+// A one-element tensor argument of a step (lr, step count, grad scale, found_inf). On
+// oxide the kernel reads it when its launch runs, as CUDA's fused kernels do, so the
+// step never waits for the queue; a CPU tensor's value is read now.
+struct StepScalar {
+  OxideTensor arg = in_arg(std::optional<at::Tensor>());  // absent
+  std::optional<double> host;
+};
+
+StepScalar step_scalar(OptT t, const at::Tensor& param, const char* op) {
+  StepScalar s;
   if (!t.has_value() || !t->defined()) {
-    return std::nullopt;
+    return s;
   }
-  return t->item<double>();
+  if (t->is_privateuseone()) {
+    TORCH_CHECK(t->device() == param.device(), op, ": a step tensor on ", t->device(), " for a parameter on ",
+                param.device());
+    s.arg = in_arg(*t);
+  } else {
+    s.host = t->item<double>();
+  }
+  return s;
 }
 
 // Lists line up with the parameters: same length, sizes, dtype and device.
@@ -54,20 +71,26 @@ struct Operand {
   at::Tensor data;
 };
 
+bool defined(OptT t) { return t.has_value() && t->defined(); }
+
 void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-          at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
-          double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale, OptT found_inf,
+          at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, OptT lr_tensor, double beta1,
+          double beta2, double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale, OptT found_inf,
           bool decoupled) {
   const char* op = decoupled ? "_fused_adamw_" : "_fused_adam_";
   check_lists(params, {grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs}, op);
   TORCH_CHECK(state_steps.size() == params.size(), op, ": expected one step tensor per parameter");
   TORCH_CHECK(!amsgrad || max_exp_avg_sqs.size() == params.size(), op, ": amsgrad needs max_exp_avg_sqs");
-  if (const auto inf = scalar_of(found_inf); inf.has_value() && *inf != 0) {
-    return;
-  }
-  const auto scale = scalar_of(grad_scale);
   for (size_t i = 0; i < params.size(); ++i) {
-    OxideAdam h{lr,
+    const auto inf = step_scalar(found_inf, params[i], op);
+    if (inf.host.has_value() && *inf.host != 0) {
+      return;
+    }
+    const auto scale = step_scalar(grad_scale, params[i], op);
+    const auto lr_arg = step_scalar(lr_tensor, params[i], op);
+    const auto step = step_scalar(state_steps[i], params[i], op);
+    OxideStepScalars sc{lr_arg.arg, step.arg, scale.arg, inf.arg};
+    OxideAdam h{lr_arg.host.value_or(lr),
                 beta1,
                 beta2,
                 weight_decay,
@@ -75,15 +98,15 @@ void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, 
                 amsgrad,
                 maximize,
                 decoupled,
-                state_steps[i].item<double>(),
-                scale.value_or(1.0),
-                scale.has_value()};
+                step.host.value_or(0.0),
+                scale.host.value_or(1.0),
+                scale.host.has_value()};
     Operand p(params[i]), m(exp_avgs[i]), v(exp_avg_sqs[i]);
     Operand vmax(amsgrad ? max_exp_avg_sqs[i] : at::Tensor());
     // With a grad scale the kernel leaves the unscaled gradient in it, as CPU's and CUDA's fused steps do.
     Operand g(grads[i]);
-    OXIDE_CHECK(oxide_fused_adam(launch_on(params[i]), p.arg(), g.arg(), m.arg(), v.arg(), vmax.arg(), &h));
-    if (scale.has_value()) {
+    OXIDE_CHECK(oxide_fused_adam(launch_on(params[i]), p.arg(), g.arg(), m.arg(), v.arg(), vmax.arg(), sc, &h));
+    if (defined(grad_scale)) {
       g.commit();
     }
     p.commit();
@@ -97,42 +120,39 @@ template <bool Decoupled>
 void adam_op(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
              at::TensorList max_exp_avg_sqs, at::TensorList state_steps, double lr, double beta1, double beta2,
              double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale, OptT found_inf) {
-  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad,
-       maximize, grad_scale, found_inf, Decoupled);
+  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, std::nullopt, beta1, beta2, weight_decay,
+       eps, amsgrad, maximize, grad_scale, found_inf, Decoupled);
 }
 template <bool Decoupled>
 void adam_op_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                        at::TensorList max_exp_avg_sqs, at::TensorList state_steps, const at::Tensor& lr, double beta1,
                        double beta2, double weight_decay, double eps, bool amsgrad, bool maximize, OptT grad_scale,
                        OptT found_inf) {
-  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr.item<double>(), beta1, beta2,
-       weight_decay, eps, amsgrad, maximize, grad_scale, found_inf, Decoupled);
+  adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, 0.0, lr, beta1, beta2, weight_decay, eps,
+       amsgrad, maximize, grad_scale, found_inf, Decoupled);
 }
 
-void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double weight_decay,
-         double momentum, double lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
-         OptT grad_scale, OptT found_inf) {
-  check_lists(params, {grads, momentum_buffers}, "_fused_sgd_");
+void sgd_impl(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double weight_decay,
+              double momentum, double lr, OptT lr_tensor, double dampening, bool nesterov, bool maximize,
+              bool is_first_step, OptT grad_scale, OptT found_inf) {
+  const char* op = "_fused_sgd_";
+  check_lists(params, {grads, momentum_buffers}, op);
   TORCH_CHECK(momentum == 0 || momentum_buffers.size() == params.size(), "_fused_sgd_: momentum needs buffers");
-  if (const auto inf = scalar_of(found_inf); inf.has_value() && *inf != 0) {
-    return;
-  }
-  const auto scale = scalar_of(grad_scale);
   for (size_t i = 0; i < params.size(); ++i) {
-    OxideSgd h{lr,
-               weight_decay,
-               momentum,
-               dampening,
-               nesterov,
-               maximize,
-               is_first_step,
-               scale.value_or(1.0),
-               scale.has_value()};
+    const auto inf = step_scalar(found_inf, params[i], op);
+    if (inf.host.has_value() && *inf.host != 0) {
+      return;
+    }
+    const auto scale = step_scalar(grad_scale, params[i], op);
+    const auto lr_arg = step_scalar(lr_tensor, params[i], op);
+    OxideStepScalars sc{lr_arg.arg, in_arg(std::optional<at::Tensor>()), scale.arg, inf.arg};
+    OxideSgd h{lr_arg.host.value_or(lr), weight_decay,          momentum, dampening, nesterov, maximize, is_first_step,
+               scale.host.value_or(1.0), scale.host.has_value()};
     Operand p(params[i]);
     Operand buf(momentum != 0 ? momentum_buffers[i] : at::Tensor());
     Operand g(grads[i]);
-    OXIDE_CHECK(oxide_fused_sgd(launch_on(params[i]), p.arg(), g.arg(), buf.arg(), &h));
-    if (scale.has_value()) {
+    OXIDE_CHECK(oxide_fused_sgd(launch_on(params[i]), p.arg(), g.arg(), buf.arg(), sc, &h));
+    if (defined(grad_scale)) {
       g.commit();
     }
     p.commit();
@@ -140,11 +160,18 @@ void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_bu
   }
 }
 
+void sgd(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double weight_decay,
+         double momentum, double lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
+         OptT grad_scale, OptT found_inf) {
+  sgd_impl(params, grads, momentum_buffers, weight_decay, momentum, lr, std::nullopt, dampening, nesterov, maximize,
+           is_first_step, grad_scale, found_inf);
+}
+
 void sgd_tensor_lr(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers, double weight_decay,
                    double momentum, const at::Tensor& lr, double dampening, bool nesterov, bool maximize,
                    bool is_first_step, OptT grad_scale, OptT found_inf) {
-  sgd(params, grads, momentum_buffers, weight_decay, momentum, lr.item<double>(), dampening, nesterov, maximize,
-      is_first_step, grad_scale, found_inf);
+  sgd_impl(params, grads, momentum_buffers, weight_decay, momentum, 0.0, lr, dampening, nesterov, maximize,
+           is_first_step, grad_scale, found_inf);
 }
 
 }  // namespace

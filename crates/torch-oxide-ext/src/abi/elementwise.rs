@@ -154,6 +154,9 @@ pub unsafe extern "C" fn oxide_pointwise(
 ) -> i32 {
     ffi(|| {
         let o = pointwise_op(op)?;
+        if o.checks_values() {
+            checks_values();
+        }
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter(o.name(), &*iter, &on) }?;
         let common = if common < 0 { None } else { Some(dtype(common)?) };

@@ -25,6 +25,7 @@ pub unsafe extern "C" fn oxide_index(
     wrap_negative: bool,
 ) -> i32 {
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("index", &*iter, &on) }?;
         // SAFETY: the function's contract: both arrays hold `nindexed` values.
@@ -68,6 +69,7 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
 ) -> i32 {
     use oxide_kernels::ops::index::scatter::{scatter_reduce, Scatter, ScatterReduce, Strided};
     ffi(|| {
+        checks_values();
         const OP: &str = "scatter_reduce";
         let reduce = match reduce {
             OXIDE_SCATTER_REDUCE_MAX => ScatterReduce::Amax,
@@ -125,6 +127,7 @@ pub unsafe extern "C" fn oxide_scatter_reduce(
 #[no_mangle]
 pub unsafe extern "C" fn oxide_masked_scatter(on: OxideLaunch, iter: *const OxideIter, source: OxideTensor) -> i32 {
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter("masked_scatter", &*iter, &on) }?;
         // SAFETY: the function's contract.

@@ -137,7 +137,9 @@ impl AbiError {
             AbiError::Runtime(E::OutOfMemory { .. } | E::HostOutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
             AbiError::Runtime(E::Forked) => OXIDE_STATUS_FORKED,
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
-            AbiError::Runtime(E::InvalidEvent { .. } | E::Deferred { .. }) => OXIDE_STATUS_RUNTIME_ERROR,
+            AbiError::Runtime(E::InvalidEvent { .. } | E::Deferred { .. } | E::WorkerStart { .. }) => {
+                OXIDE_STATUS_RUNTIME_ERROR
+            }
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
             AbiError::Kernel(
@@ -153,10 +155,22 @@ thread_local! {
     /// Dtype codes of the operands the current ABI call decoded, in order: with
     /// the kernel's entry point, its launch signature (see [`launch`]).
     static CALL_DTYPES: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    /// Set by an ABI call whose kernel checks the values of its operands (see [`checks_values`]).
+    static CALL_CHECKS_VALUES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current ABI call as launching a kernel that checks the values of
+/// its operands (an index in range, a probability in [0, 1], an integer divisor
+/// not 0), the checks CUDA makes with device-side asserts. Such a kernel can
+/// fail after the call returned, so a queued launch of it records the Python
+/// line that launched it ([`crate::site`]) for its error.
+pub(crate) fn checks_values() {
+    CALL_CHECKS_VALUES.with(|c| c.set(true));
 }
 
 fn ffi(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
     CALL_DTYPES.with(|d| d.borrow_mut().clear());
+    CALL_CHECKS_VALUES.with(|c| c.set(false));
     let (status, message) = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => return OXIDE_STATUS_SUCCESS,
         Ok(Err(e)) => (e.status(), e.to_string()),
@@ -627,10 +641,37 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + '
         }
         return r;
     }
+    // A queue as deep as CUDA's launch queue: a host that runs that far ahead
+    // waits (and, waiting, helps) instead of growing the queue without bound.
+    let state = streams.state(l.stream)?;
+    if let Some(behind) = state.submitted().checked_sub(QUEUE_DEPTH) {
+        state.wait_for(behind);
+    }
     let entry = entry_point(std::any::type_name::<F>());
-    let record = move || kernel().map_err(|e| format!("{entry}: {}", e.into()));
+    let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
+    let record = move || kernel().map_err(|e| deferred_message(entry, site.as_ref(), e.into()));
     streams.enqueue(l.stream, oxide_runtime::Record::Work(Box::new(record)))?;
     Ok(())
+}
+
+/// Launch records a stream holds before a launching thread waits for it to run some.
+const QUEUE_DEPTH: u64 = 1024;
+
+/// The message of a queued kernel's error: the operator, the ABI entry point,
+/// where Python launched it (for kernels that check values) and the error.
+fn deferred_message(entry: &str, site: Option<&crate::site::LaunchSite>, e: AbiError) -> String {
+    let op = match &e {
+        AbiError::Kernel(k) => k.op(),
+        _ => None,
+    };
+    let name = match op {
+        Some(op) => format!("{op} ({entry})"),
+        None => entry.to_string(),
+    };
+    match site {
+        Some(site) => format!("{name}, launched at {site}: {e}"),
+        None => format!("{name}: {e}"),
+    }
 }
 
 /// The ABI function a kernel closure was launched from (`oxide_index`), from

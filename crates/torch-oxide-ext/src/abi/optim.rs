@@ -4,27 +4,41 @@
 use super::*;
 
 /// `_amp_foreach_non_finite_check_and_unscale_` for one strided operand:
-/// scales it in place by `inv_scale` and ORs "found a NaN/inf" into `*found`.
+/// scales it in place by the one-element float32 `inv_scale` and sets the
+/// one-element float32 `found_inf` to 1 when it meets a NaN or an infinity.
 ///
 /// # Safety
-/// `t` describes live memory (see [`operands`]); `found` is null or writable.
+/// Each [`OxideTensor`] describes live memory (see [`operands`]).
 #[no_mangle]
-pub unsafe extern "C" fn oxide_amp_unscale(on: OxideLaunch, t: OxideTensor, inv_scale: f64, found: *mut bool) -> i32 {
+pub unsafe extern "C" fn oxide_amp_unscale(
+    on: OxideLaunch,
+    t: OxideTensor,
+    inv_scale: OxideTensor,
+    found_inf: OxideTensor,
+) -> i32 {
+    use oxide_kernels::DType;
     const OP: &str = "_amp_foreach_non_finite_check_and_unscale_";
     ffi(|| {
         // SAFETY: the function's contract.
-        let [t] = unsafe { required(OP, [&t]) }?;
+        let [t, inv_scale, found_inf] = unsafe { required(OP, [&t, &inv_scale, &found_inf]) }?;
+        inv_scale.dtype_is(OP, DType::F32)?.numel_is(OP, 1)?;
+        found_inf.dtype_is(OP, DType::F32)?.numel_is(OP, 1)?;
         let layout = Layout::new(OP, &t.sizes, [&t.strides])?;
-        // The host reads the flag at once (see csrc/amp/grad_scaler.cpp), so this kernel runs now.
-        let any = launch_now(&on, || {
+        // As on CUDA, the scale is read and the flag written by the kernel, in
+        // stream order: GradScaler's step reads found_inf later, on the device.
+        launch(&on, move || -> Result<(), AbiError> {
+            // SAFETY: `inv_scale` is one float32 element (checked above).
+            let inv = unsafe { (inv_scale.src() as *const f32).read_unaligned() };
             // SAFETY: `layout` addresses only elements of the decoded operand.
-            unsafe { oxide_kernels::ops::optim::amp::unscale_and_check(t.dtype, &layout, t.dst(), inv_scale) }
-        })?;
-        if any && !found.is_null() {
-            // SAFETY: non-null, and the glue passes its own local.
-            unsafe { *found = true };
-        }
-        Ok(())
+            let any = unsafe {
+                oxide_kernels::ops::optim::amp::unscale_and_check(t.dtype, &layout, t.dst(), f64::from(inv))
+            }?;
+            if any {
+                // SAFETY: `found_inf` is one float32 element (checked above).
+                unsafe { (found_inf.dst() as *mut f32).write_unaligned(1.0) };
+            }
+            Ok(())
+        })
     })
 }
 
@@ -92,6 +106,69 @@ pub struct OxideAdam {
     pub has_grad_scale: bool,
 }
 
+/// One-element device tensors a fused optimizer step reads when its launch runs, as
+/// CUDA's fused kernels take them by pointer: the host never reads them, so the
+/// step's launches are queued like any other (torch.optim increments the step
+/// counts, and GradScaler writes `found_inf`, with kernels queued just before).
+/// Each is absent (see [`OxideTensor`]) when the caller passes a host value instead.
+#[repr(C)]
+pub struct OxideStepScalars {
+    /// The learning rate (a tensor `lr`); absent: the hyper-parameters' `lr`.
+    pub lr: OxideTensor,
+    /// Adam's step count after this step; absent: the hyper-parameters' `step`.
+    pub step: OxideTensor,
+    /// GradScaler's scale, dividing the gradients; absent: no scaling.
+    pub grad_scale: OxideTensor,
+    /// GradScaler's flag: nonzero skips the step; absent: never skipped.
+    pub found_inf: OxideTensor,
+}
+
+/// [`OxideStepScalars`] decoded: each present one is a one-element floating-point device tensor.
+struct StepScalars {
+    lr: Option<Operand>,
+    step: Option<Operand>,
+    grad_scale: Option<Operand>,
+    found_inf: Option<Operand>,
+}
+
+impl StepScalars {
+    /// # Safety
+    /// Each present [`OxideTensor`] of `s` describes live memory (see [`operands`]).
+    unsafe fn decode(op: &'static str, s: &OxideStepScalars) -> Result<StepScalars, AbiError> {
+        // SAFETY: the caller's contract.
+        let [lr, step, grad_scale, found_inf] = unsafe { operands(op, [&s.lr, &s.step, &s.grad_scale, &s.found_inf]) }?;
+        for o in [&lr, &step, &grad_scale, &found_inf].into_iter().flatten() {
+            o.numel_is(op, 1)?;
+            if !matches!(o.dtype, oxide_kernels::DType::F32 | oxide_kernels::DType::F64) {
+                return Err(AbiError::Invalid(format!(
+                    "{op}: a step scalar (lr, step, grad_scale, found_inf) of dtype {}, expected float32 or float64",
+                    o.dtype.name()
+                )));
+            }
+        }
+        Ok(StepScalars { lr, step, grad_scale, found_inf })
+    }
+
+    /// The value of a one-element operand, read when the launch runs.
+    fn value(o: &Option<Operand>) -> Option<f64> {
+        let o = o.as_ref()?;
+        let p = o.src();
+        // SAFETY: `decode` checked one element of float32 or float64.
+        Some(unsafe {
+            if o.dtype == oxide_kernels::DType::F64 {
+                (p as *const f64).read_unaligned()
+            } else {
+                f64::from((p as *const f32).read_unaligned())
+            }
+        })
+    }
+
+    /// True when GradScaler found an infinity or NaN: the step is skipped.
+    fn skip(&self) -> bool {
+        Self::value(&self.found_inf).is_some_and(|v| v != 0.0)
+    }
+}
+
 /// The contiguous operands of a fused step: one dtype, `numel` elements each.
 fn fused_operands(op: &'static str, ops: &[&Operand]) -> Result<(oxide_kernels::DType, usize), AbiError> {
     let dt = common_dtype(op, ops)?;
@@ -121,6 +198,7 @@ pub unsafe extern "C" fn oxide_fused_adam(
     exp_avg: OxideTensor,
     exp_avg_sq: OxideTensor,
     max_exp_avg_sq: OxideTensor,
+    scalars: OxideStepScalars,
     h: *const OxideAdam,
 ) -> i32 {
     use oxide_kernels::ops::optim::fused::{adam, Adam, AdamTensors};
@@ -135,8 +213,10 @@ pub unsafe extern "C" fn oxide_fused_adam(
         all.extend(max_exp_avg_sq.as_ref());
         let (dt, n) = fused_operands(OP, &all)?;
         // SAFETY: the function's contract.
+        let sc = unsafe { StepScalars::decode(OP, &scalars) }?;
+        // SAFETY: the function's contract.
         let h = unsafe { h.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null hyper-parameters")))?;
-        let hp = Adam {
+        let mut hp = Adam {
             lr: h.lr,
             beta1: h.beta1,
             beta2: h.beta2,
@@ -148,6 +228,10 @@ pub unsafe extern "C" fn oxide_fused_adam(
             step: h.step,
             grad_scale: h.has_grad_scale.then_some(h.grad_scale),
         };
+        // Checked at the call (the kernel checks again): a queued launch must not defer an argument error.
+        if hp.amsgrad && max_exp_avg_sq.is_none() {
+            return Err(AbiError::Invalid(format!("{OP}: amsgrad needs max_exp_avg_sqs")));
+        }
         let ts = AdamTensors {
             param: param.dst(),
             grad: grad.dst(),
@@ -156,6 +240,12 @@ pub unsafe extern "C" fn oxide_fused_adam(
             max_exp_avg_sq: data_or_null(max_exp_avg_sq),
         };
         launch(&on, move || {
+            if sc.skip() {
+                return Ok(());
+            }
+            hp.lr = StepScalars::value(&sc.lr).unwrap_or(hp.lr);
+            hp.step = StepScalars::value(&sc.step).unwrap_or(hp.step);
+            hp.grad_scale = StepScalars::value(&sc.grad_scale).or(hp.grad_scale);
             // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
             unsafe { adam(dt, n, ts, hp, on.threads()) }
         })
@@ -187,6 +277,7 @@ pub unsafe extern "C" fn oxide_fused_sgd(
     param: OxideTensor,
     grad: OxideTensor,
     momentum_buffer: OxideTensor,
+    scalars: OxideStepScalars,
     h: *const OxideSgd,
 ) -> i32 {
     const OP: &str = "_fused_sgd_";
@@ -198,8 +289,10 @@ pub unsafe extern "C" fn oxide_fused_sgd(
         all.extend(momentum_buffer.as_ref());
         let (dt, n) = fused_operands(OP, &all)?;
         // SAFETY: the function's contract.
+        let sc = unsafe { StepScalars::decode(OP, &scalars) }?;
+        // SAFETY: the function's contract.
         let h = unsafe { h.as_ref() }.ok_or_else(|| AbiError::Invalid(format!("{OP}: null hyper-parameters")))?;
-        let hp = oxide_kernels::ops::optim::fused::Sgd {
+        let mut hp = oxide_kernels::ops::optim::fused::Sgd {
             lr: h.lr,
             weight_decay: h.weight_decay,
             momentum: h.momentum,
@@ -209,7 +302,16 @@ pub unsafe extern "C" fn oxide_fused_sgd(
             is_first_step: h.is_first_step,
             grad_scale: h.has_grad_scale.then_some(h.grad_scale),
         };
+        // Checked at the call (the kernel checks again): a queued launch must not defer an argument error.
+        if hp.momentum != 0.0 && momentum_buffer.is_none() {
+            return Err(AbiError::Invalid(format!("{OP}: momentum needs momentum buffers")));
+        }
         launch(&on, move || {
+            if sc.skip() {
+                return Ok(());
+            }
+            hp.lr = StepScalars::value(&sc.lr).unwrap_or(hp.lr);
+            hp.grad_scale = StepScalars::value(&sc.grad_scale).or(hp.grad_scale);
             let buf = data_or_null(momentum_buffer);
             // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
             unsafe { oxide_kernels::ops::optim::fused::sgd(dt, n, param.dst(), grad.dst(), buf, hp, on.threads()) }

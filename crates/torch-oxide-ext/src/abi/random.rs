@@ -63,6 +63,7 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(
     philox_state: OxidePhilox,
 ) -> i32 {
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [dst, p] = unsafe { required("bernoulli_", [&dst, &p]) }?;
         same_sizes("bernoulli_", &[&dst, &p])?;
@@ -163,6 +164,7 @@ pub unsafe extern "C" fn oxide_multinomial(
     philox_state: OxidePhilox,
 ) -> i32 {
     ffi(|| {
+        checks_values();
         const OP: &str = "multinomial";
         // SAFETY: the function's contract.
         let [out, weights] = unsafe { required(OP, [&out, &weights]) }?;

@@ -467,6 +467,7 @@ pub unsafe extern "C" fn oxide_bincount(
 ) -> i32 {
     use oxide_kernels::ops::reduce::histogram::{bincount, Weights};
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [out, input, weights] = unsafe { operands("bincount", [&out, &input, &weights]) }?;
         let (out, input) = (present("bincount", out)?, present("bincount", input)?);

@@ -536,6 +536,25 @@ pub enum PointwiseOp {
     FloatTernary(FloatTernary),
 }
 
+impl PointwiseOp {
+    /// True for the ops whose kernels can reject their input values (an integer
+    /// division by zero, an integer to a negative power, a binary cross-entropy
+    /// input outside [0, 1]), so the error depends on the data, not the call.
+    pub fn checks_values(&self) -> bool {
+        matches!(
+            self,
+            PointwiseOp::RealBinary(
+                RealBinary::div_trunc
+                    | RealBinary::div_floor
+                    | RealBinary::remainder
+                    | RealBinary::fmod
+                    | RealBinary::pow
+            ) | PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar)
+                | PointwiseOp::FloatBinary(FloatBinary::binary_cross_entropy)
+        )
+    }
+}
+
 macro_rules! for_each_family {
     ($m:ident) => {
         $m!(

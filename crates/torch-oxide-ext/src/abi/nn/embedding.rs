@@ -56,6 +56,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
     use oxide_kernels::ops::nn::embedding::{embedding_bag, BagOutputs, Bags, Mode};
     const OP: &str = "embedding_bag";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [output, offset2bag, bag_size, max_indices, indices, offsets, weight, psw] = unsafe {
             operands(
@@ -144,6 +145,7 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
     use oxide_kernels::ops::nn::embedding::{embedding_bag_backward, BagGrad, Mode};
     const OP: &str = "embedding_bag_backward";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [grad_weight, grad, indices, offset2bag, bag_size, max_indices, psw] = unsafe {
             operands(OP, [&grad_weight, &grad, &indices, &offset2bag, &bag_size, &max_indices, &per_sample_weights])

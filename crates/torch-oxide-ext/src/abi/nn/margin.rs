@@ -42,6 +42,7 @@ pub unsafe extern "C" fn oxide_multilabel_margin_loss(
 ) -> i32 {
     const OP: &str = "multilabel_margin_loss";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [output, is_target, input, target] = unsafe { required(OP, [&output, &is_target, &input, &target]) }?;
         let sh = margin_shape(OP, &input, reduction)?;
@@ -86,6 +87,7 @@ pub unsafe extern "C" fn oxide_multilabel_margin_loss_backward(
 ) -> i32 {
     const OP: &str = "multilabel_margin_loss_backward";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [grad_input, grad_output, input, target, is_target] =
             unsafe { required(OP, [&grad_input, &grad_output, &input, &target, &is_target]) }?;

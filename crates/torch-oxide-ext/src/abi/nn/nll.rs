@@ -37,6 +37,7 @@ pub unsafe extern "C" fn oxide_nll_loss(
     use oxide_kernels::ops::nn::nll::{NllShape, Reduction};
     const OP: &str = "nll_loss";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [out, total_weight, input, target, weight] =
             unsafe { operands(OP, [&out, &total_weight, &input, &target, &weight]) }?;
@@ -96,6 +97,7 @@ pub unsafe extern "C" fn oxide_nll_loss_backward(
     use oxide_kernels::ops::nn::nll::{NllShape, Reduction};
     const OP: &str = "nll_loss_backward";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [grad_input, grad_output, target, weight, total_weight] =
             unsafe { operands(OP, [&grad_input, &grad_output, &target, &weight, &total_weight]) }?;

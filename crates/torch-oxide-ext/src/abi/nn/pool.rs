@@ -80,6 +80,7 @@ pub unsafe extern "C" fn oxide_max_pool_backward(
 ) -> i32 {
     const OP: &str = "max_pool_backward";
     ffi(|| {
+        checks_values();
         // SAFETY: the function's contract.
         let [grad_input, grad_output, indices] = unsafe { required(OP, [&grad_input, &grad_output, &indices]) }?;
         let split = |o: &Operand| -> Result<(usize, usize), AbiError> {
