@@ -641,11 +641,14 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + '
         }
         return r;
     }
-    // A queue as deep as CUDA's launch queue: a host that runs that far ahead
-    // waits (and, waiting, helps) instead of growing the queue without bound.
+    // A queue about as deep as CUDA's launch queue: a host that runs that far ahead
+    // waits (and, waiting, helps) until half of it has run, instead of growing the
+    // queue without bound. Half, so that a host kept ahead waits once per
+    // QUEUE_DEPTH / 2 launches, not at every launch.
     let state = streams.state(l.stream)?;
-    if let Some(behind) = state.submitted().checked_sub(QUEUE_DEPTH) {
-        state.wait_for(behind);
+    let submitted = state.submitted();
+    if submitted >= QUEUE_DEPTH && !state.is_complete(submitted - QUEUE_DEPTH) {
+        state.wait_for(submitted - QUEUE_DEPTH / 2);
     }
     let entry = entry_point(std::any::type_name::<F>());
     let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
