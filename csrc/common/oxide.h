@@ -34,6 +34,31 @@ static_assert(static_cast<int>(c10::ScalarType::UInt64) == OXIDE_DTYPE_UINT64);
 
 namespace oxide {
 
+// True for the dtypes the ABI has a code for (the static_asserts above): kernels compute
+// in them and copies convert between any two of them.
+constexpr bool is_abi_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Byte:
+    case c10::ScalarType::Char:
+    case c10::ScalarType::Short:
+    case c10::ScalarType::Int:
+    case c10::ScalarType::Long:
+    case c10::ScalarType::Half:
+    case c10::ScalarType::Float:
+    case c10::ScalarType::Double:
+    case c10::ScalarType::ComplexFloat:
+    case c10::ScalarType::ComplexDouble:
+    case c10::ScalarType::Bool:
+    case c10::ScalarType::BFloat16:
+    case c10::ScalarType::UInt16:
+    case c10::ScalarType::UInt32:
+    case c10::ScalarType::UInt64:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The calling thread's last runtime error message.
 inline std::string last_error() {
   std::string msg(oxide_last_error(nullptr, 0), '\0');

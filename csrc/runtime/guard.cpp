@@ -79,6 +79,23 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
   c10::DeviceIndex deviceCount() const noexcept override { return static_cast<c10::DeviceIndex>(oxide_device_count()); }
 
+  // torch.accelerator.get_device_capability: the dtypes a tensor can have on oxide with
+  // conversions among all of them, i.e. the ABI's dtype codes (common/oxide.h).
+  // Complex32 and the float8 types can be allocated but not converted yet (issue 27).
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    const auto index = index_or_current(d);
+    TORCH_CHECK(index >= 0 && index < oxide_device_count(), "invalid oxide device index ", index);
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+#define OXIDE_CAPABILITY(_1, name)                             \
+  if (is_abi_dtype(c10::ScalarType::name)) {                   \
+    cap.capability_data.supported_scalar_types.has_##name = 1; \
+  }
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(OXIDE_CAPABILITY)
+#undef OXIDE_CAPABILITY
+    return cap;
+  }
+
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
     TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ", device_index,

@@ -83,18 +83,6 @@ def _register_dynamo() -> None:
             return
         from torch._dynamo import device_interface as di
 
-        class OxideDeviceProperties:
-            """What Inductor's heuristics read from device properties."""
-
-            def __init__(self, index: int) -> None:
-                self.name = torch.oxide.get_device_name(index)
-                self.type = _BACKEND
-                self.index = index
-                # Inductor sizes parallel loops and reductions by this; oxide's
-                # "multiprocessors" are the host threads its kernels run on.
-                self.multi_processor_count = torch.get_num_threads()
-                self.total_memory = torch.oxide.mem_get_info(index)[1]
-
         class OxideInterface(di.DeviceInterface):
             """Dynamo's view of the ``oxide`` device: ``torch.oxide`` under Dynamo's names."""
 
@@ -112,8 +100,10 @@ def _register_dynamo() -> None:
                     return torch.oxide.current_device()
 
                 @staticmethod
-                def get_device_properties(device: Any = None) -> OxideDeviceProperties:
-                    return OxideDeviceProperties(torch.oxide._device_index(device))
+                def get_device_properties(device: Any = None) -> Any:
+                    # multi_processor_count: the threads oxide's kernels run on, which
+                    # Inductor's heuristics size parallel loops and reductions by.
+                    return torch.oxide.get_device_properties(device)
 
             @staticmethod
             def current_device() -> int:

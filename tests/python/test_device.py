@@ -119,6 +119,82 @@ def test_device_name_and_seed_api():
     assert torch._C._accelerator_getDefaultGenerator(1).initial_seed() == 1234
 
 
+def test_device_properties_with_torch_cuda_names():
+    props = torch.oxide.get_device_properties(1)
+    assert props.name == torch.oxide.get_device_name(1)
+    assert props.total_memory == torch.oxide.mem_get_info(1)[1] > 0
+    assert props.multi_processor_count >= 1
+    assert props.is_integrated
+    assert torch.oxide.get_device_capability("oxide:1") == (props.major, props.minor) == (1, 0)
+    assert torch.oxide.get_device_properties(torch.device("oxide", 0)).total_memory == props.total_memory
+    with pytest.raises(RuntimeError):
+        torch.oxide.get_device_properties(5)
+    assert torch.oxide.is_bf16_supported()
+    assert torch.oxide._initialized is torch.oxide.is_initialized()
+
+
+# Every dtype the ABI has a code for; complex32 and the float8 types can be allocated
+# but not yet converted (issue 27), so the capability leaves them out.
+ABI_DTYPES = {
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32, torch.uint64,
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.bool,
+}  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:Casting complex values to real discards")  # as on CPU
+def test_accelerator_device_capability_lists_convertible_dtypes():
+    cap = torch.accelerator.get_device_capability("oxide:1")
+    supported = cap["supported_dtypes"]
+    assert supported == ABI_DTYPES
+    assert torch.accelerator.get_device_capability() == cap
+    # What the capability promises: allocation, and conversion between any two, as on CPU.
+    for a in supported:
+        x = torch.tensor([0, 1, 3], dtype=torch.int64).to(a)
+        on_device = x.to("oxide:1")
+        for b in supported:
+            assert torch.equal(on_device.to(b).cpu(), x.to(b)), (a, b)
+
+
+def test_memory_summary_reports_the_allocator_statistics():
+    torch.oxide.synchronize()
+    before = torch.oxide.memory_allocated(1)
+    x = torch.empty(1 << 20, dtype=torch.uint8, device="oxide:1")
+    summary = torch.oxide.memory_summary(1)
+    allocated = next(line for line in summary.splitlines() if line.startswith("Allocated memory"))
+    current = allocated.split()[2:4]  # "Allocated memory <value> <unit> ..."
+    value = float(current[0]) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[current[1]]
+    assert abs(value - (before + (1 << 20))) <= 0.01 * value
+    assert "Reserved memory" in summary and "Segments" in summary
+    assert "Segments" not in torch.oxide.memory_summary(1, abbreviated=True)
+    del x
+
+
+def test_memory_fraction_is_enforced_and_the_process_stays_usable():
+    torch.oxide.synchronize()
+    torch.oxide.empty_cache()
+    total = torch.oxide.mem_get_info(1)[1]
+    try:
+        torch.oxide.set_per_process_memory_fraction(0.25, 1)
+        assert torch.oxide.get_per_process_memory_fraction("oxide:1") == pytest.approx(0.25, abs=1e-6)
+        ooms = torch.oxide.memory_stats(1)["num_ooms"]
+        fits = torch.empty(total // 8, dtype=torch.uint8, device="oxide:1")
+        with pytest.raises(torch.OutOfMemoryError, match="set_per_process_memory_fraction"):
+            torch.empty(total // 5, dtype=torch.uint8, device="oxide:1")
+        assert torch.oxide.memory_stats(1)["num_ooms"] == ooms + 1
+        # The other device has no limit, and this one still allocates within it.
+        big = torch.empty(total // 3, dtype=torch.uint8, device="oxide:0")
+        small = torch.ones(1000, device="oxide:1")
+        assert small.sum().item() == 1000
+        del fits, big
+        with pytest.raises(ValueError):
+            torch.oxide.set_per_process_memory_fraction(1.5, 1)
+    finally:
+        torch.oxide.set_per_process_memory_fraction(1.0, 1)
+    assert torch.oxide.get_per_process_memory_fraction(1) == 1.0
+    again = torch.empty(total // 3, dtype=torch.uint8, device="oxide:1")
+    del again
+
+
 def test_module_conversion_moves_parameters_in_place_and_keeps_ties():
     # As on CUDA: Module.to(), .oxide() and .cpu() set each Parameter's data in place
     # (the oxide _has_compatible_shallow_copy_type kernel admits the pair), so a

@@ -97,6 +97,8 @@ pub struct CachingAllocator {
     /// Cached free blocks ordered by (stream, size, ptr) for best-fit lookup.
     cached: BTreeSet<(StreamId, usize, usize)>,
     stats: DeviceStats,
+    /// The most bytes the allocator may reserve (`set_per_process_memory_fraction`).
+    limit: Option<usize>,
 }
 
 impl CachingAllocator {
@@ -107,6 +109,7 @@ impl CachingAllocator {
             pending: Vec::new(),
             cached: BTreeSet::new(),
             stats: DeviceStats::default(),
+            limit: None,
         }
     }
 
@@ -165,14 +168,41 @@ impl CachingAllocator {
         !self.cached.is_empty() || !self.pending.is_empty()
     }
 
+    /// Sets the most bytes the allocator may reserve (`None`: the device's capacity):
+    /// `torch.cuda.set_per_process_memory_fraction`. Blocks reserved already stay.
+    pub fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
+    /// The limit [`Self::set_limit`] set.
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// A new segment from device memory, within the limit.
+    fn segment(&mut self, bytes: usize, size: usize) -> Result<usize> {
+        match self.limit {
+            Some(limit) if self.memory.used() + size > limit => Err(Error::OutOfMemory {
+                device: self.memory.device(),
+                requested: bytes,
+                allocated: 0,
+                reserved: self.memory.used(),
+                capacity: self.memory.capacity(),
+                largest_free_block: None,
+                limit: Some(limit),
+            }),
+            _ => self.memory.malloc(size),
+        }
+    }
+
     fn device_malloc(&mut self, bytes: usize, size: usize, wait_idle: impl FnOnce()) -> Result<usize> {
-        let ptr = match self.memory.malloc(size) {
+        let ptr = match self.segment(bytes, size) {
             Ok(p) => p,
             Err(Error::OutOfMemory { .. }) if self.has_cached() => {
                 self.stats.num_alloc_retries += 1;
                 wait_idle();
                 self.empty_cache();
-                self.memory.malloc(size).map_err(|e| self.oom(e, bytes))?
+                self.segment(bytes, size).map_err(|e| self.oom(e, bytes))?
             }
             Err(e) => return Err(self.oom(e, bytes)),
         };
@@ -193,6 +223,7 @@ impl CachingAllocator {
                     reserved: self.stats.reserved_bytes.current as usize,
                     capacity,
                     largest_free_block,
+                    limit: self.limit,
                 }
             }
             other => other,
@@ -301,6 +332,26 @@ mod tests {
 
     fn alloc(cap: usize) -> CachingAllocator {
         CachingAllocator::new(DeviceMemory::reserve(0, cap).unwrap())
+    }
+
+    #[test]
+    fn a_limit_refuses_segments_past_it_and_releases_the_cache_first() {
+        const MIB: usize = 1 << 20;
+        let mut a = CachingAllocator::new(DeviceMemory::reserve(0, 8 * MIB).unwrap());
+        a.set_limit(Some(3 * MIB));
+        let x = a.allocate(2 * MIB, 0).unwrap();
+        match a.allocate(2 * MIB, 0) {
+            Err(Error::OutOfMemory { limit: Some(l), reserved, .. }) => assert_eq!((l, reserved), (3 * MIB, 2 * MIB)),
+            other => panic!("expected an out-of-memory error at the limit, got {other:?}"),
+        }
+        // A cached block is released for the retry, so a request that fits once the cache is empty succeeds.
+        a.free(x).unwrap();
+        let y = a.allocate(3 * MIB, 1).unwrap();
+        assert_eq!(a.memory().used(), 3 * MIB);
+        a.set_limit(None);
+        let z = a.allocate(4 * MIB, 1).unwrap();
+        assert!(a.free(y).is_ok() && a.free(z).is_ok());
+        assert_eq!(a.stats().num_ooms, 1);
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub enum Error {
     /// is within the free capacity but no free extent of the device's address
     /// range is large enough (fragmentation).
     #[error(
-        "oxide out of memory: tried to allocate {requested} bytes on oxide:{device}; device capacity {capacity} bytes, of which {} bytes are free; {allocated} bytes allocated by tensors, {reserved} bytes reserved by the caching allocator{} (set OXIDE_DEVICE_MEMORY to change the capacity)",
+        "oxide out of memory: tried to allocate {requested} bytes on oxide:{device}; device capacity {capacity} bytes, of which {} bytes are free; {allocated} bytes allocated by tensors, {reserved} bytes reserved by the caching allocator{}{} (set OXIDE_DEVICE_MEMORY to change the capacity)",
         capacity.saturating_sub(*reserved),
+        limit_note(*limit),
         fragmentation_note(*largest_free_block)
     )]
     OutOfMemory {
@@ -24,6 +25,8 @@ pub enum Error {
         reserved: usize,
         capacity: usize,
         largest_free_block: Option<usize>,
+        /// The process's limit on reserved bytes (`set_per_process_memory_fraction`), when set.
+        limit: Option<usize>,
     },
 
     /// A pinned host allocation the operating system refused.
@@ -70,6 +73,13 @@ pub enum Error {
     /// The operating system refused to reserve a device's address range.
     #[error("could not reserve {bytes} bytes of address space for oxide:{device}: {reason}")]
     Reserve { device: usize, bytes: usize, reason: String },
+}
+
+fn limit_note(limit: Option<usize>) -> String {
+    match limit {
+        Some(l) => format!("; this process may reserve at most {l} bytes (set_per_process_memory_fraction)"),
+        None => String::new(),
+    }
 }
 
 fn fragmentation_note(largest_free_block: Option<usize>) -> String {

@@ -183,6 +183,7 @@ impl DeviceMemory {
             reserved: self.used,
             capacity: self.capacity,
             largest_free_block,
+            limit: None,
         };
         if size > self.capacity - self.used {
             return Err(oom(None));

@@ -117,6 +117,35 @@ fn device_capacity(index: i64) -> PyResult<usize> {
     Ok(device(index)?.capacity())
 }
 
+/// Threads a kernel splits its work over (the kernel thread team, the launcher
+/// included): what `get_device_properties().multi_processor_count` reports.
+#[pyfunction]
+fn kernel_threads() -> usize {
+    oxide_kernels::engine::team::size()
+}
+
+/// `torch.cuda.set_per_process_memory_fraction`: the caching allocator of device
+/// `index` may reserve at most `fraction` of the device's capacity; past it an
+/// allocation raises out-of-memory (after releasing the cache, as at the capacity).
+#[pyfunction]
+fn set_memory_fraction(index: i64, fraction: f64) -> PyResult<()> {
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(PyValueError::new_err(format!("invalid memory fraction {fraction}: expected a number in [0, 1]")));
+    }
+    let d = device(index)?;
+    let limit = (fraction < 1.0).then(|| (d.capacity() as f64 * fraction) as usize);
+    d.allocator().set_limit(limit);
+    Ok(())
+}
+
+/// The fraction [`set_memory_fraction`] set for device `index` (1.0 when none).
+#[pyfunction]
+fn memory_fraction(index: i64) -> PyResult<f64> {
+    let d = device(index)?;
+    let limit = d.allocator().limit();
+    Ok(limit.map_or(1.0, |l| l as f64 / d.capacity() as f64))
+}
+
 /// `(free, total)` bytes of device `index`, as `torch.cuda.mem_get_info`.
 #[pyfunction]
 fn mem_get_info(index: i64) -> PyResult<(usize, usize)> {
@@ -234,6 +263,9 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_device, m)?)?;
     m.add_function(wrap_pyfunction!(_stream_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_capacity, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(set_memory_fraction, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_fraction, m)?)?;
     m.add_function(wrap_pyfunction!(mem_get_info, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(reset_peak_memory_stats, m)?)?;

@@ -12,6 +12,7 @@ None (current device) and report bytes. Invalid devices raise ``RuntimeError``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -29,6 +30,12 @@ __all__ = [
     "device",
     "synchronize",
     "get_device_name",
+    "get_device_properties",
+    "get_device_capability",
+    "is_bf16_supported",
+    "memory_summary",
+    "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",
     "mem_get_info",
     "memory_stats",
     "memory_allocated",
@@ -209,6 +216,52 @@ def get_device_name(device: _DeviceLike = None) -> str:
     return f"oxide:{idx} (Rust runtime on host CPU, {gib:g} GiB)"
 
 
+# oxide's device generation, what CUDA calls the compute capability: (1, 0) for the
+# first. Not comparable with CUDA's numbers; code that gates features on CUDA's
+# capability asks torch.cuda, never this.
+_CAPABILITY = (1, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class OxideDeviceProperties:
+    """What :func:`get_device_properties` reports, named as ``torch.cuda``'s properties."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    # Threads a kernel splits its work over: the kernel thread team, at most
+    # torch.get_num_threads() (CUDA: streaming multiprocessors).
+    multi_processor_count: int
+    # Device memory is host memory (CUDA: an integrated GPU sharing the host's memory).
+    is_integrated: bool
+
+
+def get_device_properties(device: _DeviceLike = None) -> OxideDeviceProperties:
+    """Properties of ``device``, with ``torch.cuda.get_device_properties``'s field names."""
+    _lazy_init()
+    idx = _device_index(device)
+    return OxideDeviceProperties(
+        name=get_device_name(idx),
+        major=_CAPABILITY[0],
+        minor=_CAPABILITY[1],
+        total_memory=_C.device_capacity(idx),
+        multi_processor_count=min(_C.kernel_threads(), torch.get_num_threads()),
+        is_integrated=True,
+    )
+
+
+def get_device_capability(device: _DeviceLike = None) -> tuple[int, int]:
+    """``(major, minor)`` of ``device``'s generation (see ``_CAPABILITY``)."""
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True: oxide's kernels compute in bfloat16 (accumulating in float32 as CPU PyTorch does)."""
+    return is_available()
+
+
 def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
     """``(free, total)`` device memory in bytes; free excludes memory the caching allocator holds."""
     _lazy_init()
@@ -257,6 +310,72 @@ def empty_cache() -> None:
     """Release every cached, unused block of every device back to device memory."""
     if is_initialized():
         _C.empty_cache()
+
+
+def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
+    """Limit what the caching allocator of ``device`` may reserve to ``fraction`` of its
+    memory (``torch.cuda.set_per_process_memory_fraction``): an allocation past it raises
+    ``torch.OutOfMemoryError`` once the cache has been released. 1.0 removes the limit;
+    memory reserved already is kept."""
+    _lazy_init()
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        raise TypeError(f"invalid type for fraction: {type(fraction).__name__}, expected a float")
+    _C.set_memory_fraction(_device_index(device), float(fraction))
+
+
+def get_per_process_memory_fraction(device: _DeviceLike = None) -> float:
+    """The fraction :func:`set_per_process_memory_fraction` set for ``device`` (1.0: none)."""
+    _lazy_init()
+    return _C.memory_fraction(_device_index(device))
+
+
+def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
+    """The caching allocator's statistics of ``device`` as a table (``torch.cuda.memory_summary``'s
+    rows: current, peak, allocated and freed totals), for printing."""
+    stats = memory_stats(device)
+    idx = _device_index(device)
+
+    def size(n: int) -> str:
+        for unit in ("B", "KiB", "MiB", "GiB"):
+            if abs(n) < 1024 or unit == "GiB":
+                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+            n /= 1024
+        return str(n)
+
+    rows = [
+        ("Allocated memory", "allocated_bytes", size),
+        ("Active memory", "active_bytes", size),
+        ("Requested memory", "requested_bytes", size),
+        ("Reserved memory", "reserved_bytes", size),
+        ("Allocations", "allocation", str),
+        ("Active allocs", "active", str),
+        ("Segments", "segment", str),
+    ]
+    if abbreviated:
+        rows = rows[:4]
+    head = f"{'Metric':<20}{'Current':>14}{'Peak':>14}{'Tot Alloc':>14}{'Tot Freed':>14}"
+    rule = "=" * len(head)
+    lines = [
+        rule,
+        f" oxide caching allocator summary, device {idx} ({get_device_name(idx)})",
+        rule,
+        head,
+        "-" * len(head),
+    ]
+    for label, key, fmt in rows:
+        values = [fmt(stats[f"{key}.all.{k}"]) for k in ("current", "peak", "allocated", "freed")]
+        lines.append(f"{label:<20}" + "".join(f"{v:>14}" for v in values))
+    lines.append("-" * len(head))
+    lines.append(f"Allocation retries: {stats['num_alloc_retries']}    Out-of-memory errors: {stats['num_ooms']}")
+    lines.append(rule)
+    return "\n".join(lines)
+
+
+def __getattr__(name: str) -> Any:
+    # torch.cuda._initialized is a module attribute read by libraries; here it follows the runtime.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fallback_stats() -> dict[str, int]:
