@@ -1,6 +1,7 @@
 """Caching allocator statistics, empty_cache, out-of-memory, torch.accelerator memory API."""
 
 import gc
+import pickle
 
 import pytest
 import torch
@@ -149,3 +150,70 @@ def test_out_of_memory_message_names_the_numbers():
     assert f"tried to allocate {cap + 512} bytes on oxide:1" in msg, msg
     assert f"device capacity {cap} bytes" in msg and "bytes are free" in msg, msg
     assert "allocated by tensors" in msg and "reserved by the caching allocator" in msg, msg
+
+
+def _allocate_in_a_named_function(n):
+    return torch.empty(n, dtype=torch.uint8, device="oxide:1")
+
+
+def test_memory_history_and_snapshot_in_cuda_schema(tmp_path):
+    from torch.cuda import _memory_viz
+
+    torch.oxide.synchronize()
+    torch.oxide._record_memory_history(max_entries=10_000)
+    try:
+        kept = _allocate_in_a_named_function(3 << 20)
+        dropped = _allocate_in_a_named_function(5000)
+        del dropped
+        snap = torch.oxide._snapshot()
+    finally:
+        torch.oxide._record_memory_history(None)
+    events = snap["device_traces"][1]
+    actions = [(e["action"], e["size"]) for e in events]
+    assert actions == [("alloc", 3 << 20), ("alloc", 5000), ("free_requested", 5000), ("free_completed", 5000)]
+    frames = events[0]["frames"]
+    assert frames[0]["name"] == "_allocate_in_a_named_function"
+    assert frames[0]["filename"].endswith("test_memory.py")
+    assert any(f["name"] == "test_memory_history_and_snapshot_in_cuda_schema" for f in frames)
+
+    # Segments cover every live tensor and reconcile with the allocator's statistics.
+    for device in (0, 1):
+        segs = [s for s in snap["segments"] if s["device"] == device]
+        active = sum(b["size"] for s in segs for b in s["blocks"] if b["state"] == "active_allocated")
+        assert active == torch.oxide.memory_allocated(device)
+        assert sum(s["total_size"] for s in segs) == torch.oxide.memory_reserved(device)
+    ours = next(s for s in snap["segments"] if s["address"] == kept.data_ptr())
+    assert ours["blocks"][0]["state"] == "active_allocated"
+    assert ours["blocks"][0]["requested_size"] == 3 << 20
+    assert ours["blocks"][0]["frames"][0]["name"] == "_allocate_in_a_named_function"
+    _collect()
+
+    def live_on_1(segments):
+        return {s["address"] for s in segments if s["device"] == 1 and s["blocks"][0]["state"] == "active_allocated"}
+
+    assert kept.data_ptr() in live_on_1(torch.oxide.memory_snapshot()) == live_on_1(torch.oxide._snapshot()["segments"])
+
+    # PyTorch's visualizer renders it unchanged.
+    assert "segments: " in _memory_viz.segsum(snap)
+    assert "_allocate_in_a_named_function" in _memory_viz.memory(snap, format_flamegraph=lambda text: text)
+    assert "free completed" in _memory_viz.trace(snap)
+    assert "<html" in _memory_viz.trace_plot(snap).lower()
+    path = tmp_path / "snapshot.pickle"
+    torch.oxide._dump_snapshot(str(path))
+    with open(path, "rb") as f:
+        assert pickle.load(f)["segments"]
+
+    # Stopped: nothing more is recorded; restarting clears and max_entries keeps the newest.
+    _allocate_in_a_named_function(100)
+    assert len(torch.oxide._snapshot()["device_traces"][1]) == len(events)
+    torch.oxide._record_memory_history(max_entries=2)
+    try:
+        for n in (100, 200, 300):
+            _allocate_in_a_named_function(n)
+        sizes = [e["size"] for e in torch.oxide._snapshot()["device_traces"][1]]
+    finally:
+        torch.oxide._record_memory_history(None)
+    assert sizes[-2:] == [300, 300] and len(sizes) == 2
+    with pytest.raises(ValueError):
+        torch.oxide._record_memory_history(enabled="yes")
+    del kept

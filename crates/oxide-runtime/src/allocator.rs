@@ -88,6 +88,29 @@ struct Block {
     recorded_streams: Vec<(usize, StreamId)>,
 }
 
+/// Where a block of the caching allocator stands (a memory snapshot's block states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    /// Held by a tensor.
+    Active,
+    /// Freed, waiting for work queued on other streams before it is reused.
+    PendingFree,
+    /// Freed and cached for reuse on its stream.
+    Cached,
+}
+
+/// One block of the caching allocator (each block is its own segment of device
+/// memory: the allocator reuses blocks whole and never splits them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockInfo {
+    pub ptr: usize,
+    pub size: usize,
+    /// Bytes the allocation asked for (0 for a cached block).
+    pub requested: usize,
+    pub stream: StreamId,
+    pub state: BlockState,
+}
+
 /// The caching allocator of one device.
 pub struct CachingAllocator {
     memory: DeviceMemory,
@@ -166,6 +189,34 @@ impl CachingAllocator {
     /// True when the cache holds blocks that releasing could give back.
     pub fn has_cached(&self) -> bool {
         !self.cached.is_empty() || !self.pending.is_empty()
+    }
+
+    /// Every block the allocator holds, by address: what `torch.cuda.memory_snapshot` lists.
+    pub fn blocks(&self) -> Vec<BlockInfo> {
+        let active = self.active.iter().map(|(&ptr, b)| BlockInfo {
+            ptr,
+            size: b.size,
+            requested: b.requested,
+            stream: b.stream,
+            state: BlockState::Active,
+        });
+        let pending = self.pending.iter().map(|&((stream, size, ptr), _)| BlockInfo {
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            state: BlockState::PendingFree,
+        });
+        let cached = self.cached.iter().map(|&(stream, size, ptr)| BlockInfo {
+            ptr,
+            size,
+            requested: 0,
+            stream,
+            state: BlockState::Cached,
+        });
+        let mut all: Vec<BlockInfo> = active.chain(pending).chain(cached).collect();
+        all.sort_by_key(|b| b.ptr);
+        all
     }
 
     /// Sets the most bytes the allocator may reserve (`None`: the device's capacity):
@@ -352,6 +403,22 @@ mod tests {
         let z = a.allocate(4 * MIB, 1).unwrap();
         assert!(a.free(y).is_ok() && a.free(z).is_ok());
         assert_eq!(a.stats().num_ooms, 1);
+    }
+
+    #[test]
+    fn blocks_lists_active_and_cached_blocks_by_address() {
+        let mut a = CachingAllocator::new(DeviceMemory::reserve(0, 1 << 20).unwrap());
+        let x = a.allocate(1000, 0).unwrap();
+        let y = a.allocate(3000, 2).unwrap();
+        a.free(x).unwrap();
+        let blocks = a.blocks();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!((blocks[0].ptr, blocks[0].size, blocks[0].state), (x, 1024, BlockState::Cached));
+        assert_eq!(
+            (blocks[1].ptr, blocks[1].requested, blocks[1].stream, blocks[1].state),
+            (y, 3000, 2, BlockState::Active)
+        );
+        assert_eq!(blocks.iter().map(|b| b.size).sum::<usize>(), a.memory().used());
     }
 
     #[test]

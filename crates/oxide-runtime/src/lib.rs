@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-pub use allocator::{CachingAllocator, DeviceStats, Stat};
+pub use allocator::{BlockInfo, BlockState, CachingAllocator, DeviceStats, Stat};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use event::Event;

@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod fallback;
+mod memory_history;
 mod site;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -146,6 +147,52 @@ fn memory_fraction(index: i64) -> PyResult<f64> {
     Ok(limit.map_or(1.0, |l| l as f64 / d.capacity() as f64))
 }
 
+/// Starts or stops the memory history (`torch.oxide._record_memory_history`).
+#[pyfunction]
+fn record_memory_history(enabled: bool, stacks: bool, max_entries: usize) {
+    memory_history::record(enabled, stacks, max_entries);
+}
+
+/// A Python frame as the memory snapshot gives it: (filename, line, function).
+type PyFrame = (String, i64, String);
+/// A block of [`memory_snapshot_raw`]: device, address, size, requested, stream, state, stack.
+type BlockRow = (usize, usize, usize, usize, i64, &'static str, Vec<PyFrame>);
+/// An event of [`memory_snapshot_raw`]: device, action, address, size, stream, time (us), stack.
+type EventRow = (usize, &'static str, usize, usize, i64, i64, Vec<PyFrame>);
+
+/// The raw material of `torch.oxide._snapshot()`: every caching-allocator block of
+/// every device as (device, address, size, requested, stream, state, allocation
+/// stack), and the recorded events as (device, action, address, size, stream,
+/// time in microseconds, stack). Python assembles CUDA's dictionaries.
+#[pyfunction]
+fn memory_snapshot_raw() -> PyResult<(Vec<BlockRow>, Vec<EventRow>)> {
+    use oxide_runtime::BlockState;
+    let rt = runtime().map_err(to_py)?;
+    let (events, live) = memory_history::snapshot();
+    let frames = |f: &[site::LaunchSite]| -> Vec<PyFrame> {
+        f.iter().map(|s| (s.file.clone(), s.line, s.function.clone())).collect()
+    };
+    let mut blocks = Vec::new();
+    for d in 0..rt.device_count() {
+        let device = rt.device(d as i64).map_err(to_py)?;
+        for b in device.allocator().blocks() {
+            let state = match b.state {
+                BlockState::Active => "active_allocated",
+                BlockState::PendingFree => "active_pending_free",
+                BlockState::Cached => "inactive",
+            };
+            let stack = match b.state {
+                BlockState::Active => live.get(&b.ptr).map(|f| frames(f)).unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            blocks.push((d, b.ptr, b.size, b.requested, b.stream, state, stack));
+        }
+    }
+    let events =
+        events.iter().map(|e| (e.device, e.action, e.addr, e.size, e.stream, e.time_us, frames(&e.frames))).collect();
+    Ok((blocks, events))
+}
+
 /// `(free, total)` bytes of device `index`, as `torch.cuda.mem_get_info`.
 #[pyfunction]
 fn mem_get_info(index: i64) -> PyResult<(usize, usize)> {
@@ -265,6 +312,8 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_threads, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_fraction, m)?)?;
+    m.add_function(wrap_pyfunction!(record_memory_history, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_snapshot_raw, m)?)?;
     m.add_function(wrap_pyfunction!(memory_fraction, m)?)?;
     m.add_function(wrap_pyfunction!(mem_get_info, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;

@@ -12,12 +12,12 @@ use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 
-/// Where a kernel was launched from.
+/// Where a kernel was launched from (or memory allocated): one Python frame.
 #[derive(Debug, Clone)]
 pub(crate) struct LaunchSite {
-    file: String,
-    line: i64,
-    function: String,
+    pub file: String,
+    pub line: i64,
+    pub function: String,
 }
 
 impl std::fmt::Display for LaunchSite {
@@ -74,5 +74,36 @@ pub(crate) fn capture() -> Option<LaunchSite> {
                 _ => return describe(&innermost),
             }
         }
+    })
+}
+
+/// Every Python frame of the calling thread, innermost first (at most `max`), for
+/// the memory history; empty when the thread runs no Python code.
+pub(crate) fn stack(max: usize) -> Vec<LaunchSite> {
+    // SAFETY: as in `capture`.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 || unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null()
+    {
+        return Vec::new();
+    }
+    Python::attach(|py| {
+        let mut out = Vec::new();
+        // SAFETY: the GIL is held; the frame is borrowed and only used while it is held.
+        let Some(mut frame) = (unsafe { Bound::from_borrowed_ptr_or_opt(py, pyo3::ffi::PyEval_GetFrame().cast()) })
+        else {
+            return out;
+        };
+        while out.len() < max {
+            let Ok(code) = frame.getattr("f_code") else { break };
+            out.push(LaunchSite {
+                file: code.getattr("co_filename").and_then(|f| f.extract()).unwrap_or_default(),
+                line: frame.getattr("f_lineno").and_then(|l| l.extract()).unwrap_or(0),
+                function: code.getattr("co_name").and_then(|f| f.extract()).unwrap_or_default(),
+            });
+            match frame.getattr("f_back") {
+                Ok(back) if !back.is_none() => frame = back,
+                _ => break,
+            }
+        }
+        out
     })
 }

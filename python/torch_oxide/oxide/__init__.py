@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ __all__ = [
     "is_bf16_supported",
     "memory_summary",
     "set_per_process_memory_fraction",
+    "memory_snapshot",
     "get_per_process_memory_fraction",
     "mem_get_info",
     "memory_stats",
@@ -327,6 +329,90 @@ def get_per_process_memory_fraction(device: _DeviceLike = None) -> float:
     """The fraction :func:`set_per_process_memory_fraction` set for ``device`` (1.0: none)."""
     _lazy_init()
     return _C.memory_fraction(_device_index(device))
+
+
+def _record_memory_history(
+    enabled: str | None = "all",
+    context: str | None = "all",
+    stacks: str = "all",
+    max_entries: int = sys.maxsize,
+    device: _DeviceLike = None,
+) -> None:
+    """Start (``enabled="all"`` or ``"state"``) or stop (``None``) recording the caching
+    allocator's allocations and frees of every device, as ``torch.cuda.memory._record_memory_history``.
+    Each event keeps the Python stack that caused it unless ``context`` is None; oxide
+    records Python frames only (``stacks="all"`` adds no C++ frames). ``max_entries``
+    events are kept, the oldest dropped first. Starting clears what was recorded."""
+    if enabled not in (None, "state", "all"):
+        raise ValueError(f"enabled must be None, 'state' or 'all', got {enabled!r}")
+    if context not in (None, "state", "alloc", "all"):
+        raise ValueError(f"context must be None, 'state', 'alloc' or 'all', got {context!r}")
+    if stacks not in ("python", "all"):
+        raise ValueError(f"stacks must be 'python' or 'all', got {stacks!r}")
+    _lazy_init()
+    _C.record_memory_history(enabled is not None, context is not None, max(1, min(max_entries, 2**63 - 1)))
+
+
+def _frames(stack: list[tuple[str, int, str]]) -> list[dict[str, Any]]:
+    return [{"filename": f, "line": line, "name": name} for f, line, name in stack]
+
+
+def _snapshot(device: _DeviceLike = None) -> dict[str, Any]:
+    """The caching allocator's state in ``torch.cuda.memory._snapshot()``'s schema:
+    ``segments`` (every block of every device; oxide reserves one segment per block)
+    and ``device_traces`` (the events recorded by :func:`_record_memory_history`, one
+    list per device), which ``torch.cuda._memory_viz`` renders."""
+    _lazy_init()
+    blocks, events = _C.memory_snapshot_raw()
+    segments = []
+    for dev, addr, size, requested, stream_id, state, stack in blocks:
+        active = state != "inactive"
+        frames = _frames(stack)
+        segments.append(
+            {
+                "device": dev,
+                "address": addr,
+                "total_size": size,
+                "allocated_size": size if state == "active_allocated" else 0,
+                "active_size": size if active else 0,
+                "requested_size": requested,
+                "stream": stream_id,
+                "segment_type": "large" if size > 1 << 20 else "small",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": frames,
+                "blocks": [
+                    {"address": addr, "size": size, "requested_size": requested, "state": state, "frames": frames}
+                ],
+            }
+        )
+    traces: list[list[dict[str, Any]]] = [[] for _ in range(device_count())]
+    for dev, action, addr, size, stream_id, time_us, stack in events:
+        traces[dev].append(
+            {
+                "action": action,
+                "addr": addr,
+                "size": size,
+                "stream": stream_id,
+                "time_us": time_us,
+                "frames": _frames(stack),
+            }
+        )
+    return {"segments": segments, "device_traces": traces}
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """The segments of :func:`_snapshot` (``torch.cuda.memory_snapshot``)."""
+    return _snapshot()["segments"]
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickle :func:`_snapshot` to ``filename``, for https://pytorch.org/memory_viz or
+    ``python -m torch.cuda._memory_viz trace_plot FILE -o FILE.html``."""
+    import pickle
+
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
 
 
 def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:

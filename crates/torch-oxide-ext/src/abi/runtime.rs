@@ -62,6 +62,7 @@ pub extern "C" fn oxide_check_device(device: i32) -> i32 {
 pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut *mut c_void) -> i32 {
     ffi(|| {
         let p = runtime()?.malloc(device as i64, bytes, stream)?;
+        crate::memory_history::on_alloc(device as usize, p, bytes, stream);
         put(out, p as *mut c_void)
     })
 }
@@ -73,6 +74,7 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
         if ptr.is_null() {
             return Ok(());
         }
+        crate::memory_history::on_free(ptr as usize);
         Ok(runtime()?.free(ptr as usize)?)
     })
 }

@@ -1,0 +1,125 @@
+//! The memory history behind `torch.oxide._record_memory_history` and the
+//! `device_traces` of `torch.oxide._snapshot()`: allocation and free events of
+//! the caching allocator with the Python stack that caused each, in the order
+//! and with the field names of `torch.cuda`'s, so `torch.cuda._memory_viz`
+//! renders them. Off by default; while off, an allocation pays one atomic load.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use std::collections::HashMap;
+
+use crate::site::{stack, LaunchSite};
+
+/// Deepest Python stack recorded per event.
+const MAX_FRAMES: usize = 64;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// One event of a device's trace.
+pub(crate) struct Event {
+    pub action: &'static str,
+    pub device: usize,
+    pub addr: usize,
+    pub size: usize,
+    pub stream: i64,
+    pub time_us: i64,
+    pub frames: Arc<[LaunchSite]>,
+}
+
+/// A live allocation recorded while enabled: device, size, stream and the stack.
+type Live = (usize, usize, i64, Arc<[LaunchSite]>);
+
+#[derive(Default)]
+struct History {
+    stacks: bool,
+    max_entries: usize,
+    events: VecDeque<Event>,
+    /// Live allocations recorded while enabled, by address.
+    live: HashMap<usize, Live>,
+}
+
+static HISTORY: Mutex<Option<History>> = Mutex::new(None);
+
+fn history() -> std::sync::MutexGuard<'static, Option<History>> {
+    HISTORY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts (clearing what was recorded) or stops recording. `stacks`: record the
+/// Python stack of each event; `max_entries`: events kept, the oldest dropped first.
+pub(crate) fn record(enabled: bool, stacks: bool, max_entries: usize) {
+    let mut h = history();
+    if enabled {
+        *h = Some(History { stacks, max_entries: max_entries.max(1), ..Default::default() });
+    } else if let Some(h) = h.as_mut() {
+        // Stopped: what was recorded stays for the next snapshot, nothing new is added.
+        h.live.clear();
+    }
+    ENABLED.store(enabled, Ordering::Release);
+}
+
+fn now_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+fn push(h: &mut History, e: Event) {
+    if h.events.len() >= h.max_entries {
+        h.events.pop_front();
+    }
+    h.events.push_back(e);
+}
+
+/// Records an allocation of `size` bytes at `addr` (a no-op while not recording).
+pub(crate) fn on_alloc(device: usize, addr: usize, size: usize, stream: i64) {
+    if !ENABLED.load(Ordering::Acquire) || addr == 0 {
+        return;
+    }
+    // The stack is read before the lock: reading it may wait for the GIL.
+    let frames: Arc<[LaunchSite]> = stack(MAX_FRAMES).into();
+    let mut h = history();
+    let Some(h) = h.as_mut() else { return };
+    let frames = if h.stacks { frames } else { Arc::from(Vec::new()) };
+    h.live.insert(addr, (device, size, stream, Arc::clone(&frames)));
+    push(h, Event { action: "alloc", device, addr, size, stream, time_us: now_us(), frames });
+}
+
+/// Records the free of the block at `addr`, if its allocation was recorded:
+/// `free_requested`, then `free_completed` (the caching allocator takes it back
+/// at once; reuse by other streams waits for their work in the allocator).
+pub(crate) fn on_free(addr: usize) {
+    if !ENABLED.load(Ordering::Acquire) || addr == 0 {
+        return;
+    }
+    let frames: Arc<[LaunchSite]> = stack(MAX_FRAMES).into();
+    let mut h = history();
+    let Some(h) = h.as_mut() else { return };
+    let Some((device, size, stream, _)) = h.live.remove(&addr) else { return };
+    let frames = if h.stacks { frames } else { Arc::from(Vec::new()) };
+    let time_us = now_us();
+    for action in ["free_requested", "free_completed"] {
+        push(h, Event { action, device, addr, size, stream, time_us, frames: Arc::clone(&frames) });
+    }
+}
+
+/// The recorded events, oldest first, and the stacks of the live allocations by address.
+pub(crate) fn snapshot() -> (Vec<Event>, HashMap<usize, Arc<[LaunchSite]>>) {
+    let h = history();
+    let Some(h) = h.as_ref() else { return (Vec::new(), HashMap::new()) };
+    let events = h
+        .events
+        .iter()
+        .map(|e| Event {
+            action: e.action,
+            device: e.device,
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+            time_us: e.time_us,
+            frames: Arc::clone(&e.frames),
+        })
+        .collect();
+    let live = h.live.iter().map(|(&addr, (_, _, _, frames))| (addr, Arc::clone(frames))).collect();
+    (events, live)
+}
