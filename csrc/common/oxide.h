@@ -15,48 +15,44 @@
 
 #include "oxide_abi.h"
 
-// The ABI's dtype codes are c10::ScalarType values (checked on the Rust side against oxide_kernels::DType).
-static_assert(static_cast<int>(c10::ScalarType::Byte) == OXIDE_DTYPE_UINT8);
-static_assert(static_cast<int>(c10::ScalarType::Char) == OXIDE_DTYPE_INT8);
-static_assert(static_cast<int>(c10::ScalarType::Short) == OXIDE_DTYPE_INT16);
-static_assert(static_cast<int>(c10::ScalarType::Int) == OXIDE_DTYPE_INT32);
-static_assert(static_cast<int>(c10::ScalarType::Long) == OXIDE_DTYPE_INT64);
-static_assert(static_cast<int>(c10::ScalarType::Half) == OXIDE_DTYPE_FLOAT16);
-static_assert(static_cast<int>(c10::ScalarType::Float) == OXIDE_DTYPE_FLOAT32);
-static_assert(static_cast<int>(c10::ScalarType::Double) == OXIDE_DTYPE_FLOAT64);
-static_assert(static_cast<int>(c10::ScalarType::ComplexFloat) == OXIDE_DTYPE_COMPLEX64);
-static_assert(static_cast<int>(c10::ScalarType::ComplexDouble) == OXIDE_DTYPE_COMPLEX128);
-static_assert(static_cast<int>(c10::ScalarType::Bool) == OXIDE_DTYPE_BOOL);
-static_assert(static_cast<int>(c10::ScalarType::BFloat16) == OXIDE_DTYPE_BFLOAT16);
-static_assert(static_cast<int>(c10::ScalarType::UInt16) == OXIDE_DTYPE_UINT16);
-static_assert(static_cast<int>(c10::ScalarType::UInt32) == OXIDE_DTYPE_UINT32);
-static_assert(static_cast<int>(c10::ScalarType::UInt64) == OXIDE_DTYPE_UINT64);
+// The dtypes the ABI has a code for, each with its code: kernels compute in them and
+// copies convert between any two of them. The codes are c10::ScalarType values
+// (checked on the Rust side against oxide_kernels::DType, and here below).
+#define OXIDE_FORALL_ABI_DTYPES(_) \
+  _(Byte, UINT8)                   \
+  _(Char, INT8)                    \
+  _(Short, INT16)                  \
+  _(Int, INT32)                    \
+  _(Long, INT64)                   \
+  _(Half, FLOAT16)                 \
+  _(Float, FLOAT32)                \
+  _(Double, FLOAT64)               \
+  _(ComplexFloat, COMPLEX64)       \
+  _(ComplexDouble, COMPLEX128)     \
+  _(Bool, BOOL)                    \
+  _(BFloat16, BFLOAT16)            \
+  _(UInt16, UINT16)                \
+  _(UInt32, UINT32)                \
+  _(UInt64, UINT64)
+
+#define OXIDE_CHECK_DTYPE_CODE(scalar, code) \
+  static_assert(static_cast<int>(c10::ScalarType::scalar) == OXIDE_DTYPE_##code);
+OXIDE_FORALL_ABI_DTYPES(OXIDE_CHECK_DTYPE_CODE)
+#undef OXIDE_CHECK_DTYPE_CODE
 
 namespace oxide {
 
-// True for the dtypes the ABI has a code for (the static_asserts above): kernels compute
-// in them and copies convert between any two of them.
+// True for the dtypes of OXIDE_FORALL_ABI_DTYPES.
 constexpr bool is_abi_dtype(c10::ScalarType t) {
+#define OXIDE_ABI_DTYPE_CASE(scalar, code) \
+  case c10::ScalarType::scalar:            \
+    return true;
   switch (t) {
-    case c10::ScalarType::Byte:
-    case c10::ScalarType::Char:
-    case c10::ScalarType::Short:
-    case c10::ScalarType::Int:
-    case c10::ScalarType::Long:
-    case c10::ScalarType::Half:
-    case c10::ScalarType::Float:
-    case c10::ScalarType::Double:
-    case c10::ScalarType::ComplexFloat:
-    case c10::ScalarType::ComplexDouble:
-    case c10::ScalarType::Bool:
-    case c10::ScalarType::BFloat16:
-    case c10::ScalarType::UInt16:
-    case c10::ScalarType::UInt32:
-    case c10::ScalarType::UInt64:
-      return true;
+    OXIDE_FORALL_ABI_DTYPES(OXIDE_ABI_DTYPE_CASE)
     default:
       return false;
   }
+#undef OXIDE_ABI_DTYPE_CASE
 }
 
 // The calling thread's last runtime error message.

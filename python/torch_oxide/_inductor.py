@@ -168,7 +168,7 @@ def _register_dynamo() -> None:
 
             @staticmethod
             def is_bf16_supported(including_emulation: bool = False) -> bool:
-                return True
+                return torch.oxide.is_bf16_supported(including_emulation)
 
             @staticmethod
             def memory_allocated(device: Any = None) -> int:

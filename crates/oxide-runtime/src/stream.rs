@@ -107,6 +107,10 @@ pub fn set_wait_hook(hook: fn()) {
     let _ = WAIT_HOOK.set(hook);
 }
 
+/// Records a stream holds before a launching thread waits for it to run some
+/// ([`Streams::throttle`]).
+pub const QUEUE_DEPTH: u64 = 1024;
+
 /// A kernel or copy queued on a stream: `Ok` or a message for the caller.
 pub type Work = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
 
@@ -441,6 +445,23 @@ impl Streams {
             state.queued.notify_one();
         }
         Ok(seq)
+    }
+
+    /// Keeps stream `id`'s queue about as deep as CUDA's launch queue: when more
+    /// than [`QUEUE_DEPTH`] records are still to run, waits (and, waiting, helps)
+    /// until half of them have, instead of letting a host that runs far ahead grow
+    /// the queue without bound. Half, so that a host kept ahead waits once per
+    /// `QUEUE_DEPTH / 2` launches, not at every launch. Called by launching threads
+    /// before they enqueue a kernel, holding no lock a record could need.
+    ///
+    /// Errors: [`Error::InvalidStream`].
+    pub fn throttle(&self, id: StreamId) -> Result<()> {
+        let state = self.get(id)?;
+        let submitted = state.submitted();
+        if submitted >= QUEUE_DEPTH && !state.is_complete(submitted - QUEUE_DEPTH) {
+            state.wait_for(submitted - QUEUE_DEPTH / 2);
+        }
+        Ok(())
     }
 
     /// `cudaStreamQuery`: true when all work enqueued on `id` has finished,

@@ -17,8 +17,11 @@ use crate::site::{stack, LaunchSite};
 const MAX_FRAMES: usize = 64;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Whether events keep their Python stack (read before taking the GIL to walk it).
+static STACKS: AtomicBool = AtomicBool::new(false);
 
 /// One event of a device's trace.
+#[derive(Clone)]
 pub(crate) struct Event {
     pub action: &'static str,
     pub device: usize,
@@ -34,7 +37,6 @@ type Live = (usize, usize, i64, Arc<[LaunchSite]>);
 
 #[derive(Default)]
 struct History {
-    stacks: bool,
     max_entries: usize,
     events: VecDeque<Event>,
     /// Live allocations recorded while enabled, by address.
@@ -52,12 +54,23 @@ fn history() -> std::sync::MutexGuard<'static, Option<History>> {
 pub(crate) fn record(enabled: bool, stacks: bool, max_entries: usize) {
     let mut h = history();
     if enabled {
-        *h = Some(History { stacks, max_entries: max_entries.max(1), ..Default::default() });
+        *h = Some(History { max_entries: max_entries.max(1), ..Default::default() });
     } else if let Some(h) = h.as_mut() {
         // Stopped: what was recorded stays for the next snapshot, nothing new is added.
         h.live.clear();
     }
+    STACKS.store(stacks, Ordering::Release);
     ENABLED.store(enabled, Ordering::Release);
+}
+
+/// The calling thread's Python stack, when events keep one (read before the
+/// history's lock is taken: reading it may wait for the GIL).
+fn frames() -> Arc<[LaunchSite]> {
+    if STACKS.load(Ordering::Acquire) {
+        stack(MAX_FRAMES).into()
+    } else {
+        Arc::from(Vec::new())
+    }
 }
 
 fn now_us() -> i64 {
@@ -76,11 +89,9 @@ pub(crate) fn on_alloc(device: usize, addr: usize, size: usize, stream: i64) {
     if !ENABLED.load(Ordering::Acquire) || addr == 0 {
         return;
     }
-    // The stack is read before the lock: reading it may wait for the GIL.
-    let frames: Arc<[LaunchSite]> = stack(MAX_FRAMES).into();
+    let frames = frames();
     let mut h = history();
     let Some(h) = h.as_mut() else { return };
-    let frames = if h.stacks { frames } else { Arc::from(Vec::new()) };
     h.live.insert(addr, (device, size, stream, Arc::clone(&frames)));
     push(h, Event { action: "alloc", device, addr, size, stream, time_us: now_us(), frames });
 }
@@ -92,11 +103,10 @@ pub(crate) fn on_free(addr: usize) {
     if !ENABLED.load(Ordering::Acquire) || addr == 0 {
         return;
     }
-    let frames: Arc<[LaunchSite]> = stack(MAX_FRAMES).into();
+    let frames = frames();
     let mut h = history();
     let Some(h) = h.as_mut() else { return };
     let Some((device, size, stream, _)) = h.live.remove(&addr) else { return };
-    let frames = if h.stacks { frames } else { Arc::from(Vec::new()) };
     let time_us = now_us();
     for action in ["free_requested", "free_completed"] {
         push(h, Event { action, device, addr, size, stream, time_us, frames: Arc::clone(&frames) });
@@ -107,19 +117,7 @@ pub(crate) fn on_free(addr: usize) {
 pub(crate) fn snapshot() -> (Vec<Event>, HashMap<usize, Arc<[LaunchSite]>>) {
     let h = history();
     let Some(h) = h.as_ref() else { return (Vec::new(), HashMap::new()) };
-    let events = h
-        .events
-        .iter()
-        .map(|e| Event {
-            action: e.action,
-            device: e.device,
-            addr: e.addr,
-            size: e.size,
-            stream: e.stream,
-            time_us: e.time_us,
-            frames: Arc::clone(&e.frames),
-        })
-        .collect();
+    let events = h.events.iter().cloned().collect();
     let live = h.live.iter().map(|(&addr, (_, _, _, frames))| (addr, Arc::clone(frames))).collect();
     (events, live)
 }

@@ -17,26 +17,30 @@ using OptT = const std::optional<at::Tensor>&;
 
 // A one-element tensor argument of a step (lr, step count, grad scale, found_inf). On
 // oxide the kernel reads it when its launch runs, as CUDA's fused kernels do, so the
-// step never waits for the queue; a CPU tensor's value is read now.
+// step never waits for the queue; a CPU tensor's value is read once, here.
 struct StepScalar {
-  OxideTensor arg = in_arg(std::optional<at::Tensor>());  // absent
+  explicit StepScalar(OptT t) {
+    if (t.has_value() && t->defined()) {
+      if (t->is_privateuseone()) {
+        device = *t;
+      } else {
+        host = t->item<double>();
+      }
+    }
+  }
+  // The kernel's operand for `param`'s launch: absent unless the scalar is on oxide,
+  // where it must be on the parameter's device.
+  OxideTensor arg(const at::Tensor& param, const char* op) const {
+    if (!device.defined()) {
+      return in_arg(std::optional<at::Tensor>());
+    }
+    TORCH_CHECK(device.device() == param.device(), op, ": a step tensor on ", device.device(), " for a parameter on ",
+                param.device());
+    return in_arg(device);
+  }
+  at::Tensor device;
   std::optional<double> host;
 };
-
-StepScalar step_scalar(OptT t, const at::Tensor& param, const char* op) {
-  StepScalar s;
-  if (!t.has_value() || !t->defined()) {
-    return s;
-  }
-  if (t->is_privateuseone()) {
-    TORCH_CHECK(t->device() == param.device(), op, ": a step tensor on ", t->device(), " for a parameter on ",
-                param.device());
-    s.arg = in_arg(*t);
-  } else {
-    s.host = t->item<double>();
-  }
-  return s;
-}
 
 // Lists line up with the parameters: same length, sizes, dtype and device.
 void check_lists(at::TensorList params, std::initializer_list<at::TensorList> others, const char* op) {
@@ -81,15 +85,14 @@ void adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, 
   check_lists(params, {grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs}, op);
   TORCH_CHECK(state_steps.size() == params.size(), op, ": expected one step tensor per parameter");
   TORCH_CHECK(!amsgrad || max_exp_avg_sqs.size() == params.size(), op, ": amsgrad needs max_exp_avg_sqs");
+  const StepScalar inf(found_inf), scale(grad_scale), lr_arg(lr_tensor);
+  if (inf.host.has_value() && *inf.host != 0) {
+    return;
+  }
   for (size_t i = 0; i < params.size(); ++i) {
-    const auto inf = step_scalar(found_inf, params[i], op);
-    if (inf.host.has_value() && *inf.host != 0) {
-      return;
-    }
-    const auto scale = step_scalar(grad_scale, params[i], op);
-    const auto lr_arg = step_scalar(lr_tensor, params[i], op);
-    const auto step = step_scalar(state_steps[i], params[i], op);
-    OxideStepScalars sc{lr_arg.arg, step.arg, scale.arg, inf.arg};
+    const StepScalar step(state_steps[i]);
+    const auto& param = params[i];
+    OxideStepScalars sc{lr_arg.arg(param, op), step.arg(param, op), scale.arg(param, op), inf.arg(param, op)};
     OxideAdam h{lr_arg.host.value_or(lr),
                 beta1,
                 beta2,
@@ -138,14 +141,14 @@ void sgd_impl(at::TensorList params, at::TensorList grads, at::TensorList moment
   const char* op = "_fused_sgd_";
   check_lists(params, {grads, momentum_buffers}, op);
   TORCH_CHECK(momentum == 0 || momentum_buffers.size() == params.size(), "_fused_sgd_: momentum needs buffers");
+  const StepScalar inf(found_inf), scale(grad_scale), lr_arg(lr_tensor);
+  if (inf.host.has_value() && *inf.host != 0) {
+    return;
+  }
   for (size_t i = 0; i < params.size(); ++i) {
-    const auto inf = step_scalar(found_inf, params[i], op);
-    if (inf.host.has_value() && *inf.host != 0) {
-      return;
-    }
-    const auto scale = step_scalar(grad_scale, params[i], op);
-    const auto lr_arg = step_scalar(lr_tensor, params[i], op);
-    OxideStepScalars sc{lr_arg.arg, in_arg(std::optional<at::Tensor>()), scale.arg, inf.arg};
+    const auto& param = params[i];
+    OxideStepScalars sc{lr_arg.arg(param, op), in_arg(std::optional<at::Tensor>()), scale.arg(param, op),
+                        inf.arg(param, op)};
     OxideSgd h{lr_arg.host.value_or(lr), weight_decay,          momentum, dampening, nesterov, maximize, is_first_step,
                scale.host.value_or(1.0), scale.host.has_value()};
     Operand p(params[i]);

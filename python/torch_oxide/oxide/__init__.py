@@ -421,12 +421,14 @@ def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str
     stats = memory_stats(device)
     idx = _device_index(device)
 
-    def size(n: int) -> str:
-        for unit in ("B", "KiB", "MiB", "GiB"):
-            if abs(n) < 1024 or unit == "GiB":
-                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+    def size(n: float) -> str:
+        if abs(n) < 1024:
+            return f"{n:.0f} B"
+        for unit in ("KiB", "MiB", "GiB"):
             n /= 1024
-        return str(n)
+            if abs(n) < 1024 or unit == "GiB":
+                break
+        return f"{n:.2f} {unit}"
 
     rows = [
         ("Allocated memory", "allocated_bytes", size),

@@ -641,28 +641,20 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + '
         }
         return r;
     }
-    // A queue about as deep as CUDA's launch queue: a host that runs that far ahead
-    // waits (and, waiting, helps) until half of it has run, instead of growing the
-    // queue without bound. Half, so that a host kept ahead waits once per
-    // QUEUE_DEPTH / 2 launches, not at every launch.
-    let state = streams.state(l.stream)?;
-    let submitted = state.submitted();
-    if submitted >= QUEUE_DEPTH && !state.is_complete(submitted - QUEUE_DEPTH) {
-        state.wait_for(submitted - QUEUE_DEPTH / 2);
-    }
-    let entry = entry_point(std::any::type_name::<F>());
+    streams.throttle(l.stream)?;
+    // The closure's type name, parsed into the entry point only if the kernel fails.
+    let closure = std::any::type_name::<F>();
     let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
-    let record = move || kernel().map_err(|e| deferred_message(entry, site.as_ref(), e.into()));
+    let record = move || kernel().map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
     streams.enqueue(l.stream, oxide_runtime::Record::Work(Box::new(record)))?;
     Ok(())
 }
 
-/// Launch records a stream holds before a launching thread waits for it to run some.
-const QUEUE_DEPTH: u64 = 1024;
-
-/// The message of a queued kernel's error: the operator, the ABI entry point,
-/// where Python launched it (for kernels that check values) and the error.
-fn deferred_message(entry: &str, site: Option<&crate::site::LaunchSite>, e: AbiError) -> String {
+/// The message of a queued kernel's error: the operator, the ABI entry point (from
+/// the kernel closure's type name), where Python launched it (for kernels that
+/// check values) and the error.
+fn deferred_message(closure: &'static str, site: Option<&crate::site::LaunchSite>, e: AbiError) -> String {
+    let entry = entry_point(closure);
     let op = match &e {
         AbiError::Kernel(k) => k.op(),
         _ => None,
