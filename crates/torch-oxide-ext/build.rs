@@ -94,6 +94,11 @@ fn main() {
         .cargo_metadata(false);
     for inc in includes.split('\x1f').filter(|s| !s.is_empty()) {
         build.flag("-isystem").flag(inc);
+        // Kineto's headers (for the child profiler) ship in the wheel under include/kineto.
+        let kineto = Path::new(inc).join("kineto");
+        if kineto.join("IActivityProfiler.h").exists() {
+            build.flag("-isystem").flag(kineto.to_str().unwrap());
+        }
     }
     println!("cargo:rerun-if-env-changed=OXIDE_WERROR");
     if std::env::var("OXIDE_WERROR").is_ok_and(|v| v == "1") {

@@ -10,10 +10,30 @@
 namespace oxide {
 namespace {
 
+// profile_memory=True: the profiler's memory events, as CUDA's caching
+// allocator reports them (the block's size, then the device's allocated and
+// reserved bytes after the change). Only while a profiler asks for them.
+void report_to_profiler(void* ptr, int64_t bytes, c10::DeviceIndex device) {
+  OxideDeviceStats s{};
+  if (oxide_device_stats(device, &s) == OXIDE_STATUS_SUCCESS) {
+    c10::reportMemoryUsageToProfiler(ptr, bytes, static_cast<size_t>(s.allocated_bytes.current),
+                                     static_cast<size_t>(s.reserved_bytes.current),
+                                     c10::Device(c10::DeviceType::PrivateUse1, device));
+  }
+}
+
 void delete_device_ptr(void* ptr) {
+  int32_t device = -1;
+  size_t bytes = 0;
+  const bool report = ptr != nullptr && C10_UNLIKELY(c10::memoryProfilingEnabled()) &&
+                      oxide_block_size(ptr, &device, &bytes) == OXIDE_STATUS_SUCCESS;
   // A deleter must not throw; a failing free means a bookkeeping bug, reported as a warning.
   if (oxide_free(ptr) != OXIDE_STATUS_SUCCESS) {
     TORCH_WARN("oxide: freeing device memory failed: ", last_error());
+    return;
+  }
+  if (report) {
+    report_to_profiler(ptr, -static_cast<int64_t>(bytes), static_cast<c10::DeviceIndex>(device));
   }
 }
 
@@ -30,6 +50,12 @@ struct OxideDeviceAllocator final : c10::DeviceAllocator {
     const c10::DeviceIndex device = current_device();
     void* ptr = nullptr;
     OXIDE_CHECK(oxide_malloc(device, nbytes, current_stream(device), &ptr));
+    if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr) {
+      int32_t owner = -1;
+      size_t bytes = 0;
+      OXIDE_CHECK(oxide_block_size(ptr, &owner, &bytes));
+      report_to_profiler(ptr, static_cast<int64_t>(bytes), device);
+    }
     return {ptr, ptr, &delete_device_ptr, c10::Device(c10::DeviceType::PrivateUse1, device)};
   }
 

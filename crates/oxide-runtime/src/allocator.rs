@@ -342,6 +342,11 @@ impl CachingAllocator {
         }
     }
 
+    /// Size of the active block at `ptr` (its requested size rounded up), if it is one.
+    pub fn block_size(&self, ptr: usize) -> Option<usize> {
+        self.active.get(&ptr).map(|b| b.size)
+    }
+
     /// True when `ptr` is the start of a block handed to a caller.
     pub fn is_active(&self, ptr: usize) -> bool {
         self.active.contains_key(&ptr)

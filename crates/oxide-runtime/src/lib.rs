@@ -16,6 +16,7 @@ pub mod event;
 pub mod host;
 pub mod memory;
 pub mod philox;
+pub mod profiler;
 pub mod stream;
 
 use std::cell::RefCell;
@@ -116,6 +117,18 @@ impl MemcpyKind {
             MemcpyKind::HostToDevice => "host-to-device",
             MemcpyKind::DeviceToHost => "device-to-host",
             MemcpyKind::DeviceToDevice => "device-to-device",
+        }
+    }
+
+    /// The copy's name in a profile, as CUDA's activity records name copies.
+    fn activity_name(self, pinned: bool) -> &'static str {
+        match (self, pinned) {
+            (MemcpyKind::HostToDevice, true) => "Memcpy HtoD (Pinned -> Device)",
+            (MemcpyKind::HostToDevice, false) => "Memcpy HtoD (Pageable -> Device)",
+            (MemcpyKind::DeviceToHost, true) => "Memcpy DtoH (Device -> Pinned)",
+            (MemcpyKind::DeviceToHost, false) => "Memcpy DtoH (Device -> Pageable)",
+            (MemcpyKind::DeviceToDevice, _) => "Memcpy DtoD (Device -> Device)",
+            (MemcpyKind::HostToHost, _) => "Memcpy HtoH (Host -> Host)",
         }
     }
 }
@@ -389,22 +402,35 @@ impl Runtime {
             _ => None,
         }
         .filter(|&p| self.pointer_kind(p) == PointerKind::PinnedHost);
+        let trace = |d: usize| {
+            profiler::Launch::begin(profiler::ActivityKind::Memcpy, || kind.activity_name(pinned.is_some()), d, stream)
+        };
         match (device, pinned) {
             // Pinned memory: queued, as CUDA copies pinned memory asynchronously; the
             // block is kept until the copy has run, even if freed before.
             (Some(d), Some(host)) if !self.launch_blocking() => {
                 let streams = &self.devices[d].streams;
+                let mut trace = trace(d);
+                if let Some(t) = trace.as_mut() {
+                    t.submitted();
+                }
                 streams.enqueue(
                     stream,
                     Record::Work(Box::new(move || {
-                        copy();
+                        profiler::traced(trace, copy);
                         Ok(())
                     })),
                 )?;
                 self.host.record(host, streams.fence(stream)?);
                 Ok(())
             }
-            (Some(d), _) => self.devices[d].streams.launch(stream, copy).map(|_| ()),
+            (Some(d), _) => {
+                let mut trace = trace(d);
+                if let Some(t) = trace.as_mut() {
+                    t.submitted();
+                }
+                self.devices[d].streams.launch(stream, || profiler::traced(trace, copy)).map(|_| ())
+            }
             (None, _) => {
                 copy();
                 Ok(())

@@ -25,6 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
 use oxide_kernels::Layout;
+use oxide_runtime::profiler::{traced, ActivityKind, Launch};
 use oxide_runtime::{runtime, Event, MemcpyKind, PointerKind};
 
 use crate::fallback;
@@ -35,6 +36,7 @@ pub mod index;
 pub mod linalg;
 pub mod nn;
 pub mod optim;
+pub mod profiler;
 pub mod random;
 pub mod reduce;
 pub mod runtime;
@@ -642,10 +644,15 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + '
         return r;
     }
     streams.throttle(l.stream)?;
-    // The closure's type name, parsed into the entry point only if the kernel fails.
+    // The closure's type name, parsed into the entry point only if the kernel fails
+    // or a profiler records it.
     let closure = std::any::type_name::<F>();
     let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
-    let record = move || kernel().map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
+    let mut trace = Launch::begin(ActivityKind::Kernel, || entry_point(closure), l.device as usize, l.stream);
+    if let Some(t) = trace.as_mut() {
+        t.submitted();
+    }
+    let record = move || traced(trace, kernel).map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
     streams.enqueue(l.stream, oxide_runtime::Record::Work(Box::new(record)))?;
     Ok(())
 }
@@ -679,8 +686,14 @@ fn entry_point(closure: &'static str) -> &'static str {
 /// Runs `kernel` on the calling thread once the work queued on the launch's
 /// stream has run, and returns its result: for kernels whose result the host
 /// needs at once (the size of a data-dependent output, a flag read on the host).
-fn launch_now<T, E: Into<AbiError>>(l: &OxideLaunch, kernel: impl FnOnce() -> Result<T, E>) -> Result<T, AbiError> {
-    let (_, r) = runtime()?.device(l.device as i64)?.streams().launch(l.stream, kernel)?;
+fn launch_now<T, E: Into<AbiError>, F: FnOnce() -> Result<T, E>>(l: &OxideLaunch, kernel: F) -> Result<T, AbiError> {
+    let streams = runtime()?.device(l.device as i64)?.streams();
+    let mut trace =
+        Launch::begin(ActivityKind::Kernel, || entry_point(std::any::type_name::<F>()), l.device as usize, l.stream);
+    if let Some(t) = trace.as_mut() {
+        t.submitted();
+    }
+    let (_, r) = streams.launch(l.stream, || traced(trace, kernel))?;
     r.map_err(Into::into)
 }
 

@@ -79,6 +79,20 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
     })
 }
 
+/// Device and size of the live block at `ptr` (what the allocator reports
+/// to `profile_memory`).
+#[no_mangle]
+pub extern "C" fn oxide_block_size(ptr: *const c_void, device: *mut i32, out: *mut usize) -> i32 {
+    ffi(|| {
+        let rt = runtime()?;
+        let invalid = || oxide_runtime::Error::InvalidPointer { ptr: ptr as usize };
+        let PointerKind::Device(d) = rt.pointer_kind(ptr as usize) else { return Err(invalid().into()) };
+        let size = rt.device(d as i64)?.allocator().block_size(ptr as usize).ok_or_else(invalid)?;
+        put(device, d as i32)?;
+        put(out, size)
+    })
+}
+
 /// Marks the block at `ptr` as used by `stream` of `stream_device` (`recordStream`);
 /// the stream may belong to any device, as with CUDA.
 #[no_mangle]
