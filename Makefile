@@ -9,12 +9,16 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models profile clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
 
 test: build cargo-test pytest
+
+# A few profiled training steps of the main job: a Chrome trace and memory pictures in results/profile/.
+profile: build
+	$(PY) examples/profile_digits.py --out results/profile
 
 $(DEPS_STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

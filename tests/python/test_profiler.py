@@ -2,7 +2,11 @@
 time from the Kineto child profiler, trace lanes and flow arrows, memory events."""
 
 import json
+import pickle
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -74,7 +78,9 @@ def test_chrome_trace_has_lanes_kernels_and_flows(tmp_path):
     # One lane per stream on the device's process, named after it.
     assert {e["tid"] for e in kernels} == {0, side.stream_id}
     assert all(e["pid"] == 0 for e in kernels)
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"
+    }
     assert names[(0, side.stream_id)] == f"stream {side.stream_id}"
     assert any(e.get("ph") == "M" and e["name"] == "process_name" and e["args"]["name"] == "oxide 0" for e in events)
     # Each kernel is linked to the operator that launched it and has a launch-to-kernel arrow.
@@ -183,3 +189,21 @@ def test_profiling_from_threads():
             t.join()
     assert not errors
     assert sum(e.count for e in prof.key_averages() if e.key == "oxide_gemm") == 20
+
+
+def test_make_profile_writes_the_pictures(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, str(root / "examples" / "profile_digits.py"), "--steps", "1", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert sum(e.get("cat") == "kernel" for e in events) > 10
+    assert "<html" in (tmp_path / "memory_timeline.html").read_text().lower()
+    assert "<html" in (tmp_path / "memory_trace.html").read_text().lower()
+    snapshot = pickle.loads((tmp_path / "memory_snapshot.pickle").read_bytes())
+    assert any(e["action"] == "alloc" for e in snapshot["device_traces"][0])
+    assert "oxide_gemm" in (tmp_path / "operators.txt").read_text()
