@@ -1,7 +1,10 @@
 """Caching allocator statistics, empty_cache, out-of-memory, torch.accelerator memory API."""
 
 import gc
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -169,9 +172,9 @@ def test_memory_history_and_snapshot_in_cuda_schema(tmp_path):
     finally:
         torch.oxide._record_memory_history(None)
     events = snap["device_traces"][1]
-    actions = [(e["action"], e["size"]) for e in events]
+    actions = [(e["action"], e["size"]) for e in events if not e["action"].startswith("segment_")]
     assert actions == [("alloc", 3 << 20), ("alloc", 5000), ("free_requested", 5000), ("free_completed", 5000)]
-    frames = events[0]["frames"]
+    frames = next(e for e in events if e["action"] == "alloc")["frames"]
     assert frames[0]["name"] == "_allocate_in_a_named_function"
     assert frames[0]["filename"].endswith("test_memory.py")
     assert any(f["name"] == "test_memory_history_and_snapshot_in_cuda_schema" for f in frames)
@@ -217,3 +220,85 @@ def test_memory_history_and_snapshot_in_cuda_schema(tmp_path):
     with pytest.raises(ValueError):
         torch.oxide._record_memory_history(enabled="yes")
     del kept
+
+
+def test_memory_history_segments_and_oom():
+    from torch.cuda import _memory_viz
+
+    _collect()
+    torch.oxide.empty_cache()
+    torch.oxide._record_memory_history(max_entries=10_000)
+    try:
+        a = _allocate_in_a_named_function(7 << 20)  # a fresh segment
+        addr = a.data_ptr()
+        del a
+        _collect()
+        torch.oxide.empty_cache()  # gives the segment back
+        capacity = torch.oxide.mem_get_info(1)[1]
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(2 * capacity, dtype=torch.uint8, device="oxide:1")
+        snap = torch.oxide._snapshot()
+    finally:
+        torch.oxide._record_memory_history(None)
+    events = snap["device_traces"][1]
+    seen = [(e["action"], e["addr"], e["size"]) for e in events]
+    assert seen.index(("segment_alloc", addr, 7 << 20)) < seen.index(("alloc", addr, 7 << 20))
+    assert seen.index(("free_completed", addr, 7 << 20)) < seen.index(("segment_free", addr, 7 << 20))
+    oom = [e for e in events if e["action"] == "oom"]
+    assert len(oom) == 1 and oom[0]["size"] == 2 * capacity
+    assert 0 < oom[0]["device_free"] <= capacity
+    text = _memory_viz.trace(snap)
+    assert "cudaMalloc(" in text and "cudaFree(" in text and "raise OutOfMemoryError" in text
+    # Stopped: the allocators no longer keep segment changes.
+    b = _allocate_in_a_named_function(9 << 20)
+    del b
+    assert len(torch.oxide._snapshot()["device_traces"][1]) == len(events)
+
+
+_HOLDER = """
+import sys, torch, torch_oxide
+x = torch.empty(5 << 20, dtype=torch.uint8, device="oxide:1")
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _start_holder(env):
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_live_memory_of_other_processes(tmp_path, monkeypatch):
+    from torch_oxide.__main__ import processes
+
+    monkeypatch.setenv("OXIDE_SHM_DIR", str(tmp_path))
+    env = dict(os.environ)
+    holder = _start_holder(env)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "torch_oxide"], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines()]
+        row = next(r for r in rows if r[:2] == [str(holder.pid), "oxide:1"])
+        assert row[2:4] == ["5.0", "MiB"]
+        found = {p.pid: p for p in processes()}
+        assert found[holder.pid].devices[1].allocated == 5 << 20
+        assert found[holder.pid].devices[1].capacity == torch.oxide.mem_get_info(1)[1]
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert holder.returncode == 0
+    assert not (tmp_path / f"torch-oxide-{holder.pid}.mem").exists()  # removed at exit
+
+    # A killed process cannot remove its file; the reader skips and removes it.
+    killed = _start_holder(env)
+    killed.kill()
+    killed.wait(timeout=60)
+    assert (tmp_path / f"torch-oxide-{killed.pid}.mem").exists()
+    assert killed.pid not in {p.pid for p in processes()}
+    assert not (tmp_path / f"torch-oxide-{killed.pid}.mem").exists()

@@ -111,6 +111,14 @@ pub struct BlockInfo {
     pub state: BlockState,
 }
 
+/// A segment of device memory obtained or given back (`cudaMalloc` / `cudaFree`
+/// under CUDA's caching allocator): a memory history's `segment_alloc` / `segment_free`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentEvent {
+    Alloc { ptr: usize, size: usize },
+    Free { ptr: usize, size: usize },
+}
+
 /// The caching allocator of one device.
 pub struct CachingAllocator {
     memory: DeviceMemory,
@@ -122,6 +130,8 @@ pub struct CachingAllocator {
     stats: DeviceStats,
     /// The most bytes the allocator may reserve (`set_per_process_memory_fraction`).
     limit: Option<usize>,
+    /// Segment changes not taken yet, while a memory history records them.
+    segment_events: Option<Vec<SegmentEvent>>,
 }
 
 impl CachingAllocator {
@@ -133,6 +143,7 @@ impl CachingAllocator {
             cached: BTreeSet::new(),
             stats: DeviceStats::default(),
             limit: None,
+            segment_events: None,
         }
     }
 
@@ -260,7 +271,20 @@ impl CachingAllocator {
         self.stats.num_device_alloc += 1;
         self.stats.segment.increase(1);
         self.stats.reserved_bytes.increase(size as i64);
+        if let Some(events) = self.segment_events.as_mut() {
+            events.push(SegmentEvent::Alloc { ptr, size });
+        }
         Ok(ptr)
+    }
+
+    /// Starts (`true`) or stops keeping [`SegmentEvent`]s for [`Self::take_segment_events`].
+    pub fn record_segment_events(&mut self, on: bool) {
+        self.segment_events = on.then(Vec::new);
+    }
+
+    /// The segment changes since the last call, oldest first.
+    pub fn take_segment_events(&mut self) -> Vec<SegmentEvent> {
+        self.segment_events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn oom(&mut self, e: Error, bytes: usize) -> Error {
@@ -338,6 +362,9 @@ impl CachingAllocator {
                 self.stats.num_device_free += 1;
                 self.stats.segment.decrease(1);
                 self.stats.reserved_bytes.decrease(size as i64);
+                if let Some(events) = self.segment_events.as_mut() {
+                    events.push(SegmentEvent::Free { ptr, size });
+                }
             }
         }
     }
@@ -388,6 +415,30 @@ mod tests {
 
     fn alloc(cap: usize) -> CachingAllocator {
         CachingAllocator::new(DeviceMemory::reserve(0, cap).unwrap())
+    }
+
+    #[test]
+    fn segment_events_while_recorded() {
+        let mut a = alloc(1 << 20);
+        let p = a.allocate(1000, 0).unwrap();
+        assert!(a.take_segment_events().is_empty()); // not recording
+        a.record_segment_events(true);
+        let q = a.allocate(5000, 0).unwrap();
+        a.free(q).unwrap();
+        a.free(p).unwrap();
+        a.empty_cache();
+        let events = a.take_segment_events();
+        assert_eq!(events[0], SegmentEvent::Alloc { ptr: q, size: round_up(5000) });
+        let mut freed: Vec<_> = events[1..].to_vec();
+        freed.sort_by_key(|e| matches!(e, SegmentEvent::Free { ptr, .. } if *ptr == q));
+        assert_eq!(
+            freed,
+            [SegmentEvent::Free { ptr: p, size: round_up(1000) }, SegmentEvent::Free { ptr: q, size: round_up(5000) }]
+        );
+        assert!(a.take_segment_events().is_empty());
+        a.record_segment_events(false);
+        a.allocate(100, 0).unwrap();
+        assert!(a.take_segment_events().is_empty());
     }
 
     #[test]

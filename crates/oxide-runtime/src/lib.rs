@@ -17,13 +17,14 @@ pub mod host;
 pub mod memory;
 pub mod philox;
 pub mod profiler;
+pub mod publish;
 pub mod stream;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-pub use allocator::{BlockInfo, BlockState, CachingAllocator, DeviceStats, Stat};
+pub use allocator::{BlockInfo, BlockState, CachingAllocator, DeviceStats, SegmentEvent, Stat};
 pub use config::Config;
 pub use error::{Error, Result};
 pub use event::Event;
@@ -83,6 +84,8 @@ pub struct Runtime {
     host: HostMemory,
     /// Kernels run at the call instead of on the stream workers (`OXIDE_LAUNCH_BLOCKING`).
     launch_blocking: AtomicBool,
+    /// This process's memory counters for other processes (`python -m torch_oxide`).
+    published: Option<publish::Published>,
 }
 
 static RUNTIME: OnceLock<std::result::Result<Runtime, Error>> = OnceLock::new();
@@ -176,11 +179,13 @@ pub fn runtime() -> Result<&'static Runtime> {
             // SAFETY: registering a plain extern "C" function with no captured state.
             unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) };
             INITIALIZED.store(true, Ordering::Relaxed);
+            let published = publish::Published::create(&devices.iter().map(|d| d.capacity).collect::<Vec<_>>());
             Ok(Runtime {
                 config,
                 devices,
                 host: HostMemory::default(),
                 launch_blocking: AtomicBool::new(config.launch_blocking),
+                published,
             })
         })
         .as_ref()
@@ -232,7 +237,17 @@ impl Runtime {
     pub fn empty_cache(&self) {
         for d in &self.devices {
             d.wait_idle();
-            d.allocator().empty_cache();
+            let mut alloc = d.allocator();
+            alloc.empty_cache();
+            self.publish(d.index, &alloc);
+        }
+    }
+
+    /// Publishes device `d`'s counters (see [`publish`]); called with its allocator locked,
+    /// so the published values follow the allocator's order of changes.
+    fn publish(&self, d: usize, alloc: &CachingAllocator) {
+        if let Some(p) = &self.published {
+            p.update(d, &alloc.stats());
         }
     }
 
@@ -244,7 +259,10 @@ impl Runtime {
     pub fn malloc(&self, device: i64, bytes: usize, stream: StreamId) -> Result<usize> {
         let d = self.device(device)?;
         // The stream workers never take the allocator's lock, so waiting under it cannot deadlock.
-        d.allocator().allocate_with(bytes, stream, || d.wait_idle())
+        let mut alloc = d.allocator();
+        let r = alloc.allocate_with(bytes, stream, || d.wait_idle());
+        self.publish(d.index, &alloc);
+        r
     }
 
     /// Returns the device block at `ptr` to its allocator. A block other
@@ -259,7 +277,9 @@ impl Runtime {
         let mut alloc = self.devices[d].allocator();
         let users = alloc.recorded_streams(ptr).map(<[_]>::to_vec).unwrap_or_default();
         let fences = users.iter().filter_map(|&(dev, s)| self.devices.get(dev)?.streams.fence(s).ok()).collect();
-        alloc.free_after(ptr, fences)
+        let r = alloc.free_after(ptr, fences);
+        self.publish(d, &alloc);
+        r
     }
 
     /// Pinned host memory.

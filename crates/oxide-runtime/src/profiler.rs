@@ -120,7 +120,12 @@ impl Launch {
     /// The record of a launch starting now, or `None` when recording is off.
     /// `name` is called only when recording.
     #[inline]
-    pub fn begin(kind: ActivityKind, name: impl FnOnce() -> &'static str, device: usize, stream: StreamId) -> Option<Launch> {
+    pub fn begin(
+        kind: ActivityKind,
+        name: impl FnOnce() -> &'static str,
+        device: usize,
+        stream: StreamId,
+    ) -> Option<Launch> {
         if !recording() {
             return None;
         }

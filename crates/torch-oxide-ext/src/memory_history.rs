@@ -11,6 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::collections::HashMap;
 
+use oxide_runtime::SegmentEvent;
+
 use crate::site::{stack, LaunchSite};
 
 /// Deepest Python stack recorded per event.
@@ -61,6 +63,30 @@ pub(crate) fn record(enabled: bool, stacks: bool, max_entries: usize) {
     }
     STACKS.store(stacks, Ordering::Release);
     ENABLED.store(enabled, Ordering::Release);
+    drop(h);
+    // The allocators keep segment changes for the history only while it records.
+    if let Ok(rt) = oxide_runtime::runtime() {
+        for d in 0..rt.device_count() {
+            if let Ok(device) = rt.device(d as i64) {
+                device.allocator().record_segment_events(enabled);
+            }
+        }
+    }
+}
+
+/// Moves the segment changes device `device`'s allocator kept into the history,
+/// as `segment_alloc` / `segment_free` events with `frames` and `stream`.
+fn take_segments(h: &mut History, device: usize, stream: i64, frames: &Arc<[LaunchSite]>) {
+    let Ok(d) = oxide_runtime::runtime().and_then(|rt| rt.device(device as i64)) else { return };
+    let events = d.allocator().take_segment_events();
+    let time_us = now_us();
+    for e in events {
+        let (action, addr, size) = match e {
+            SegmentEvent::Alloc { ptr, size } => ("segment_alloc", ptr, size),
+            SegmentEvent::Free { ptr, size } => ("segment_free", ptr, size),
+        };
+        push(h, Event { action, device, addr, size, stream, time_us, frames: Arc::clone(frames) });
+    }
 }
 
 /// The calling thread's Python stack, when events keep one (read before the
@@ -92,8 +118,38 @@ pub(crate) fn on_alloc(device: usize, addr: usize, size: usize, stream: i64) {
     let frames = frames();
     let mut h = history();
     let Some(h) = h.as_mut() else { return };
+    take_segments(h, device, stream, &frames);
     h.live.insert(addr, (device, size, stream, Arc::clone(&frames)));
     push(h, Event { action: "alloc", device, addr, size, stream, time_us: now_us(), frames });
+}
+
+/// Records an allocation of `size` bytes that failed with out-of-memory while
+/// `device_free` bytes of the device were free (CUDA's `oom` event, whose
+/// `device_free` travels in the address field here), after the segments the
+/// allocator gave back trying to serve it.
+pub(crate) fn on_oom(device: usize, size: usize, device_free: usize, stream: i64) {
+    if !ENABLED.load(Ordering::Acquire) {
+        return;
+    }
+    let frames = frames();
+    let mut h = history();
+    let Some(h) = h.as_mut() else { return };
+    take_segments(h, device, stream, &frames);
+    push(h, Event { action: "oom", device, addr: device_free, size, stream, time_us: now_us(), frames });
+}
+
+/// Records the segments `empty_cache` gave back on every device.
+pub(crate) fn on_empty_cache() {
+    if !ENABLED.load(Ordering::Acquire) {
+        return;
+    }
+    let frames = frames();
+    let mut h = history();
+    let Some(h) = h.as_mut() else { return };
+    let devices = oxide_runtime::runtime().map_or(0, |rt| rt.device_count());
+    for d in 0..devices {
+        take_segments(h, d, 0, &frames);
+    }
 }
 
 /// Records the free of the block at `addr`, if its allocation was recorded:

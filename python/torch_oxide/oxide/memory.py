@@ -125,7 +125,8 @@ def _snapshot(device: _DeviceLike = None) -> dict[str, Any]:
     """The caching allocator's state in ``torch.cuda.memory._snapshot()``'s schema:
     ``segments`` (every block of every device; oxide reserves one segment per block)
     and ``device_traces`` (the events recorded by :func:`_record_memory_history`, one
-    list per device), which ``torch.cuda._memory_viz`` renders."""
+    list per device: ``alloc``, ``free_requested``, ``free_completed``, ``segment_alloc``,
+    ``segment_free`` and ``oom``), which ``torch.cuda._memory_viz`` renders."""
     _lazy_init()
     blocks, events = _C.memory_snapshot_raw()
     segments = []
@@ -152,16 +153,17 @@ def _snapshot(device: _DeviceLike = None) -> dict[str, Any]:
         )
     traces: list[list[dict[str, Any]]] = [[] for _ in range(device_count())]
     for dev, action, addr, size, stream_id, time_us, stack in events:
-        traces[dev].append(
-            {
-                "action": action,
-                "addr": addr,
-                "size": size,
-                "stream": stream_id,
-                "time_us": time_us,
-                "frames": _frames(stack),
-            }
-        )
+        entry = {
+            "action": action,
+            "addr": addr,
+            "size": size,
+            "stream": stream_id,
+            "time_us": time_us,
+            "frames": _frames(stack),
+        }
+        if action == "oom":  # the runtime passes the free bytes in the address field
+            entry["addr"], entry["device_free"] = 0, addr
+        traces[dev].append(entry)
     return {"segments": segments, "device_traces": traces}
 
 

@@ -71,7 +71,10 @@ pub extern "C" fn oxide_profiler_pop_correlation() {
 /// Hands every recorded activity to `each(ctx, activity)`, in the order they
 /// finished, and forgets them. `each` must not unwind.
 #[no_mangle]
-pub extern "C" fn oxide_profiler_drain(ctx: *mut c_void, each: Option<extern "C" fn(*mut c_void, *const OxideActivity)>) {
+pub extern "C" fn oxide_profiler_drain(
+    ctx: *mut c_void,
+    each: Option<extern "C" fn(*mut c_void, *const OxideActivity)>,
+) {
     let activities = profiler::take();
     let Some(each) = each else { return };
     for a in activities {

@@ -61,7 +61,16 @@ pub extern "C" fn oxide_check_device(device: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut *mut c_void) -> i32 {
     ffi(|| {
-        let p = runtime()?.malloc(device as i64, bytes, stream)?;
+        let rt = runtime()?;
+        let p = match rt.malloc(device as i64, bytes, stream) {
+            Ok(p) => p,
+            Err(e @ oxide_runtime::Error::OutOfMemory { .. }) => {
+                let free = rt.device(device as i64).map_or(0, |d| d.mem_get_info().0);
+                crate::memory_history::on_oom(device as usize, bytes, free, stream);
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         crate::memory_history::on_alloc(device as usize, p, bytes, stream);
         put(out, p as *mut c_void)
     })
@@ -115,6 +124,7 @@ pub extern "C" fn oxide_record_stream(ptr: *mut c_void, stream_device: i32, stre
 pub extern "C" fn oxide_empty_cache() -> i32 {
     ffi(|| {
         runtime()?.empty_cache();
+        crate::memory_history::on_empty_cache();
         Ok(())
     })
 }
