@@ -91,6 +91,8 @@ class Case:
     warmup: int = 2
     calls: int = 1
     flops: float | None = None  # per call, for GFLOP/s
+    # Timed inside torch.profiler: oxide with its device activities, CPU with CPU's.
+    profiled: bool = False
     blocking: bool = False  # oxide side with launch blocking (kernels run at the call)
 
 
@@ -226,6 +228,22 @@ def cases() -> list[Case]:
                 calls=OVERHEAD_CALLS,
             )
         )
+    # The profiler's cost per kernel event: inside torch.profiler, oxide recording its
+    # kernels (ARCHITECTURE.md, "Observability") against CPU recording its operators.
+    out.append(
+        Case(
+            "add (per call, profiled)",
+            "overhead",
+            "1",
+            _randn2(1),
+            torch.add,
+            target=None,
+            reps=7,
+            warmup=1,
+            calls=OVERHEAD_CALLS,
+            profiled=True,
+        )
+    )
     conv_flops = 3 * 2.0 * 8 * 64 * 64 * 9 * 32 * 32  # forward, grad input, grad weight
     out.append(
         Case(
@@ -327,7 +345,13 @@ def run_case(case: Case) -> Result:
     for _ in range(ROUNDS):
         for run, sync, times in ((run_oxide, _sync_oxide, oxide_s), (run_cpu, _sync_cpu, cpu_s)):
             blocking = case.blocking and run is run_oxide
-            with torch.oxide._LaunchBlocking() if blocking else contextlib.nullcontext():
+            profiler = contextlib.nullcontext()
+            if case.profiled:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if run is run_oxide:
+                    activities.append(torch.profiler.ProfilerActivity.PrivateUse1)
+                profiler = torch.profiler.profile(activities=activities)
+            with torch.oxide._LaunchBlocking() if blocking else contextlib.nullcontext(), profiler:
                 for _ in range(case.warmup):
                     run()
                 sync()

@@ -162,15 +162,20 @@ def _allocate_in_a_named_function(n):
 def test_memory_history_and_snapshot_in_cuda_schema(tmp_path):
     from torch.cuda import _memory_viz
 
-    torch.oxide.synchronize()
+    _collect()
+    # No collection of earlier tests' garbage between the snapshot and the statistics below.
+    gc.disable()
     torch.oxide._record_memory_history(max_entries=10_000)
     try:
         kept = _allocate_in_a_named_function(3 << 20)
         dropped = _allocate_in_a_named_function(5000)
         del dropped
         snap = torch.oxide._snapshot()
+        allocated = [torch.oxide.memory_allocated(d) for d in (0, 1)]
+        reserved = [torch.oxide.memory_reserved(d) for d in (0, 1)]
     finally:
         torch.oxide._record_memory_history(None)
+        gc.enable()
     events = snap["device_traces"][1]
     actions = [(e["action"], e["size"]) for e in events if not e["action"].startswith("segment_")]
     assert actions == [("alloc", 3 << 20), ("alloc", 5000), ("free_requested", 5000), ("free_completed", 5000)]
@@ -183,8 +188,8 @@ def test_memory_history_and_snapshot_in_cuda_schema(tmp_path):
     for device in (0, 1):
         segs = [s for s in snap["segments"] if s["device"] == device]
         active = sum(b["size"] for s in segs for b in s["blocks"] if b["state"] == "active_allocated")
-        assert active == torch.oxide.memory_allocated(device)
-        assert sum(s["total_size"] for s in segs) == torch.oxide.memory_reserved(device)
+        assert active == allocated[device]
+        assert sum(s["total_size"] for s in segs) == reserved[device]
     ours = next(s for s in snap["segments"] if s["address"] == kept.data_ptr())
     assert ours["blocks"][0]["state"] == "active_allocated"
     assert ours["blocks"][0]["requested_size"] == 3 << 20
