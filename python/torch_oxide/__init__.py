@@ -89,6 +89,17 @@ def _compile_support() -> None:
 _compile_support()
 
 
+def _distributed_support() -> None:
+    """The c10d backend ``oxgloo`` (see ``distributed``), registered for cpu and oxide."""
+    if torch.distributed.is_available():
+        from . import distributed
+
+        distributed.register()
+
+
+_distributed_support()
+
+
 # Tensors of the exit drain's graph, kept alive here so that the autograd thread never
 # holds the last reference to anything Python owns.
 _DRAIN_GRAPH: list = []

@@ -1,0 +1,29 @@
+// oxide::_host_view: a CPU tensor over an oxide tensor's memory (device memory
+// is host memory here), so host libraries can work on it in place without a
+// copy: the collectives hand Gloo these views (python/torch_oxide/distributed.py).
+// The view keeps the oxide storage alive; it does not wait for the device, so
+// its user synchronizes the stream that writes the tensor first.
+#include "common/device_check.h"
+#include "common/oxide.h"
+
+#include <ATen/ops/from_blob.h>
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+at::Tensor host_view(const at::Tensor& self) {
+  TORCH_CHECK(self.is_privateuseone(), "oxide::_host_view expects an oxide tensor, got one on ", self.device());
+  c10::Storage storage = self.storage();
+  return at::for_blob(self.data_ptr(), self.sizes())
+      .strides(self.strides())
+      .deleter([storage](void* /*data*/) mutable { storage = {}; })
+      .options(self.options().device(at::kCPU))
+      .make_tensor();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(oxide, PrivateUse1, m) { OXIDE_IMPL(m, "_host_view", TORCH_FN(host_view)); }
+
+}  // namespace oxide

@@ -1,0 +1,219 @@
+"""The c10d backend of oxide: ``oxgloo``, PyTorch's Gloo working on oxide memory.
+
+Registered when torch_oxide loads, for the device types ``cpu`` and ``oxide``, so
+``torch.distributed.init_process_group()`` with no backend uses it on an oxide
+machine, ``init_process_group("oxgloo")`` or ``"cpu:gloo,oxide:oxgloo"`` name it, and
+DDP, FSDP2 and DTensor run over it. Gloo does the communication (TCP, across processes
+and hosts); this class only hands it zero-copy host views of oxide tensors
+(``oxide::_host_view``: device memory is host memory here) and keeps CUDA's stream
+semantics:
+
+- **Before**: a collective waits for the work queued on the current stream of each
+  oxide tensor's device, so it sees every kernel launched before it (NCCL makes its
+  stream wait for the current stream the same way).
+- **After**: the returned work completes when Gloo has finished; ``work.wait()``
+  (which ``async_op=False`` calls at once) blocks the host until then, so kernels
+  launched afterwards see the results. The work's future holds the oxide tensors.
+
+Reductions Gloo lacks are composed: ``PREMUL_SUM`` scales the inputs by the factor,
+then sums. A group created with the extended API also serves CPU tensors (barrier,
+object collectives, CPU all_reduce) from the same Gloo context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import ProcessGroupGloo, _create_work_from_future
+
+NAME = "oxgloo"
+
+# The methods torch 2.15's Python backend trampoline (PyBackend) dispatches to, by
+# name, with the same names and arguments on ProcessGroupGloo.
+_COLLECTIVES = (
+    "allreduce",
+    "allreduce_coalesced",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "all_gather_single",
+    "allgather_coalesced",
+    "all_gather_single_coalesced",
+    "gather",
+    "scatter",
+    "reduce_scatter",
+    "reduce_scatter_single",
+    "reduce_scatter_single_coalesced",
+    "alltoall",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "recv_anysource",
+    "barrier",
+)
+
+
+def _is_oxide(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "oxide"
+
+
+def _map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``obj`` with every tensor replaced by ``fn(tensor)``, through lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map(o, fn) for o in obj)
+    return obj
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    _map(obj, lambda t: found.append(t) or t)
+    return found
+
+
+class ProcessGroupOxGloo(_C10dBackend):
+    """A c10d ``Backend`` running Gloo's collectives on oxide (and CPU) tensors."""
+
+    # Read by the trampoline as plain attributes (properties recurse into it).
+    supports_splitting = True
+    supports_coalescing = False
+    _supports_time_estimate = False
+    supports_shrinking = False
+    supports_reconfigure = False
+    supports_window = False
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+        super().__init__(rank, size)
+        self._store, self._timeout = store, timeout
+        self._gloo = ProcessGroupGloo(store, rank, size, timeout)
+        # Waits for the Gloo works that have no future of their own, in issue order.
+        self._waiter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oxgloo-wait")
+
+    def getBackendName(self) -> str:  # noqa: N802  (the C++ virtual's name)
+        return NAME
+
+    @property
+    def options(self) -> Any:
+        return self._gloo.options
+
+    def _run(self, name: str, args: tuple) -> dist.Work:
+        tensors = _tensors(args)
+        devices = {t.device.index for t in tensors if _is_oxide(t)}
+        # The collective reads and writes memory that kernels queued before it may still
+        # write: wait for each device's current stream first.
+        for index in devices:
+            torch.oxide.current_stream(index).synchronize()
+        views: dict[int, torch.Tensor] = {}
+
+        def host(t: torch.Tensor) -> torch.Tensor:
+            if not _is_oxide(t):
+                return t
+            view = torch.ops.oxide._host_view(t)
+            views[id(view)] = t
+            return view
+
+        host_args = _map(args, host)
+        host_args = self._compose_unsupported_ops(name, host_args)
+        work = getattr(self._gloo, name)(*host_args)
+        if not views:
+            return work
+        # The future's value holds the oxide tensors, not the views (DDP reads the
+        # reduced bucket from it).
+        future = self._future(work, args).then(lambda f: _map(f.value(), lambda t: views.get(id(t), t)))
+        return _create_work_from_future(future)
+
+    def _future(self, work: dist.Work, args: tuple) -> torch.futures.Future:
+        """Gloo's future of ``work``; for the works that have none (reduce_scatter_single
+        and others), one completed with the tensors of ``args`` by a thread that waits
+        for the work, so the caller's ``async_op=True`` stays asynchronous."""
+        try:
+            return work.get_future()
+        except RuntimeError:
+            pass
+        future: torch.futures.Future = torch.futures.Future()
+        tensors = _tensors(args[:-1])
+
+        def wait() -> None:
+            try:
+                work.wait()
+            except Exception as e:  # noqa: BLE001  (handed to the waiter, whatever it is)
+                future.set_exception(e)
+            else:
+                future.set_result(tensors)
+
+        self._waiter.submit(wait)
+        return future
+
+    def _compose_unsupported_ops(self, name: str, args: tuple) -> tuple:
+        """PREMUL_SUM (Gloo has none): scale the inputs by the factor, then SUM."""
+        opts = args[-1]
+        op = getattr(opts, "reduceOp", None)
+        if op is None or op.op != dist.ReduceOp.RedOpType.PREMUL_SUM:
+            return args
+        factor = op.factor
+        scaled = dist.ReduceOptions() if name == "reduce" else type(opts)()
+        for attr in ("rootRank", "rootTensor", "timeout", "asyncOp"):
+            if hasattr(opts, attr):
+                setattr(scaled, attr, getattr(opts, attr))
+        scaled.reduceOp = dist.ReduceOp.SUM
+        if name in ("allreduce", "allreduce_coalesced", "reduce"):
+            # In place, as the reduction itself is.
+            for t in _tensors(args[0]):
+                t.mul_(factor)
+            return (*args[:-1], scaled)
+        if name in ("reduce_scatter", "reduce_scatter_single", "reduce_scatter_single_coalesced"):
+            # The inputs are the caller's: scale copies.
+            inputs = _map(args[1], lambda t: t * factor)
+            return (args[0], inputs, scaled)
+        raise ValueError(f"ReduceOp.PREMUL_SUM is not supported by {name}")
+
+    def split(self, store: dist.Store, ranks: list[int], opts: Any) -> ProcessGroupOxGloo | None:
+        """The backend of a subgroup (``new_group`` / DeviceMesh after ``device_id`` binding)."""
+        if self.rank() not in ranks:
+            return None
+        return ProcessGroupOxGloo(store, ranks.index(self.rank()), len(ranks), self._timeout)
+
+
+def _forward(name: str) -> Callable[..., dist.Work]:
+    def collective(self: ProcessGroupOxGloo, *args: Any) -> dist.Work:
+        return self._run(name, args)
+
+    collective.__name__ = name
+    collective.__doc__ = f"Gloo's ``{name}`` on host views of the oxide tensors."
+    return collective
+
+
+for _name in _COLLECTIVES:
+    setattr(ProcessGroupOxGloo, _name, _forward(_name))
+
+
+def _create(dist_opts: Any, backend_options: Any) -> ProcessGroupOxGloo:
+    backend = ProcessGroupOxGloo(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
+    # init_process_group() without a backend maps only the accelerator to this backend;
+    # serve the group's CPU tensors too, from the same Gloo context.
+    pg = dist_opts.process_group
+    if pg is not None and not _has_backend(pg, "cpu"):
+        pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, backend)
+    return backend
+
+
+def _has_backend(pg: dist.ProcessGroup, device: str) -> bool:
+    try:
+        pg._get_backend(torch.device(device))
+    except RuntimeError:
+        return False
+    return True
+
+
+def register() -> None:
+    """Registers ``oxgloo`` for ``cpu`` and ``oxide`` (done when torch_oxide loads)."""
+    if not dist.is_available() or NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "oxide"])

@@ -1,0 +1,190 @@
+"""torch.distributed on oxide: the ``oxgloo`` c10d backend (Gloo on zero-copy host
+views of oxide memory) across real processes on loopback, against CPU results."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+PRELUDE = """
+import os, sys, datetime
+import torch, torch_oxide
+import torch.distributed as dist
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = torch.device("oxide", rank % torch.oxide.device_count())
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(code: str, world: int = 2, timeout: float = 180, env: dict | None = None) -> list[str]:
+    """Runs ``code`` in ``world`` fresh processes (ranks on loopback); returns their stdout."""
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        full_env = dict(os.environ)
+        full_env.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            GLOO_SOCKET_IFNAME="lo",
+        )
+        full_env.update(env or {})
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=full_env,
+            )
+        )
+    outs = []
+    for rank, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert p.returncode == 0, f"rank {rank} failed:\n{err[-4000:]}"
+        outs.append(out)
+    return outs
+
+
+def test_init_without_arguments_and_collectives():
+    run_ranks(
+        """
+        dist.init_process_group(device_id=dev)
+        assert dist.get_backend() == "oxgloo", dist.get_backend()
+        x = torch.full((5,), float(rank + 1), device=dev)
+        dist.all_reduce(x)
+        assert x.device == dev and torch.equal(x.cpu(), torch.full((5,), 3.0))
+        for op, want in ((dist.ReduceOp.MAX, 2.0), (dist.ReduceOp.MIN, 1.0), (dist.ReduceOp.PRODUCT, 2.0),
+                         (dist.ReduceOp.AVG, 1.5), (dist._make_nccl_premul_sum(3.0), 9.0)):
+            y = torch.full((5,), float(rank + 1), device=dev)
+            dist.all_reduce(y, op=op)
+            assert torch.equal(y.cpu(), torch.full((5,), want)), (op, y)
+        b = torch.arange(4.0, device=dev) * (rank + 1)
+        dist.broadcast(b, src=1)
+        assert torch.equal(b.cpu(), torch.arange(4.0) * 2)
+        parts = [torch.empty(3, device=dev) for _ in range(world)]
+        dist.all_gather(parts, torch.full((3,), float(rank), device=dev))
+        assert [p.cpu().tolist() for p in parts] == [[0.0] * 3, [1.0] * 3]
+        flat = torch.empty(2 * 3, dtype=torch.int64, device=dev)
+        dist.all_gather_into_tensor(flat, torch.full((3,), rank, dtype=torch.int64, device=dev))
+        assert flat.cpu().tolist() == [0, 0, 0, 1, 1, 1]
+        out = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(out, torch.arange(4.0, device=dev) + rank)
+        assert out.cpu().tolist() == ([1.0, 3.0] if rank == 0 else [5.0, 7.0])
+        out = torch.empty(2, device=dev)
+        dist.reduce_scatter_tensor(out, torch.ones(4, device=dev), op=dist._make_nccl_premul_sum(0.5))
+        assert out.cpu().tolist() == [1.0, 1.0]
+        a2a = torch.empty(4, device=dev)
+        dist.all_to_all_single(a2a, torch.arange(4.0, device=dev) + 10 * rank)
+        assert a2a.cpu().tolist() == ([0.0, 1.0, 10.0, 11.0] if rank == 0 else [2.0, 3.0, 12.0, 13.0])
+        if rank == 0:
+            dist.send(torch.arange(3.0, device=dev), dst=1)
+        else:
+            r = torch.zeros(3, device=dev)
+            dist.recv(r, src=0)
+            assert r.cpu().tolist() == [0.0, 1.0, 2.0]
+        g = [torch.empty(2, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(torch.full((2,), float(rank), device=dev), g, dst=0)
+        if rank == 0:
+            assert [t.cpu().tolist() for t in g] == [[0.0, 0.0], [1.0, 1.0]]
+        s = torch.empty(2, device=dev)
+        dist.scatter(s, [torch.full((2,), 7.0 + i, device=dev) for i in range(world)] if rank == 0 else None, src=0)
+        assert s.cpu().tolist() == [7.0 + rank] * 2
+        work = dist.all_reduce(torch.ones(2, device=dev), async_op=True)
+        work.wait()
+        (held,) = work.get_future().value()
+        assert held.device == dev and held.cpu().tolist() == [2.0, 2.0]
+        # CPU tensors, barrier and object collectives in the same group.
+        c = torch.ones(2)
+        dist.all_reduce(c)
+        assert c.tolist() == [2.0, 2.0]
+        dist.barrier()
+        objs = [None] * world
+        dist.all_gather_object(objs, {"rank": rank})
+        assert objs == [{"rank": 0}, {"rank": 1}]
+        dist.destroy_process_group()
+        """
+    )
+
+
+def test_mixed_backend_string_and_dtypes():
+    run_ranks(
+        """
+        dist.init_process_group("cpu:gloo,oxide:oxgloo")
+        for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.uint8):
+            x = torch.full((3,), rank + 1, dtype=dtype, device=dev)
+            dist.all_reduce(x)
+            assert x.cpu().tolist() == [3, 3, 3], (dtype, x)
+        c = torch.ones(2)
+        dist.all_reduce(c)
+        assert c.tolist() == [2.0, 2.0]
+        dist.destroy_process_group()
+        """
+    )
+
+
+def test_collective_sees_queued_kernels():
+    # The value is produced by kernels still queued on the stream when all_reduce is
+    # called; without the wait for the stream Gloo would read the old memory.
+    run_ranks(
+        """
+        dist.init_process_group("oxgloo")
+        a = torch.randn(768, 768, device=dev)
+        for _ in range(5):
+            buf = torch.zeros(4, device=dev)
+            torch.oxide.synchronize()
+            for _ in range(8):
+                a = torch.tanh(a @ a)
+            buf.copy_(a[0, :4] * 0 + (rank + 1))
+            dist.all_reduce(buf)
+            assert buf.cpu().tolist() == [3.0] * 4, buf
+        dist.destroy_process_group()
+        """
+    )
+
+
+def test_ddp_training_matches_cpu():
+    run_ranks(
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group(device_id=dev)
+        torch.manual_seed(0)
+        ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        data = torch.randn(4, 16, 8)
+        target = torch.randn(4, 16, 4)
+        for kwargs in ({}, {"gradient_as_bucket_view": True}, {"find_unused_parameters": True}):
+            cpu = __import__("copy").deepcopy(ref)
+            model = DDP(__import__("copy").deepcopy(ref).to(dev), **kwargs)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            cpu_opt = torch.optim.SGD(cpu.parameters(), lr=0.1)
+            for step in range(4):
+                shard = slice(rank * 8, rank * 8 + 8)
+                loss = torch.nn.functional.mse_loss(model(data[step, shard].to(dev)), target[step, shard].to(dev))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                # The same step on the whole batch on CPU: DDP averages the shards' gradients.
+                cpu_loss = torch.nn.functional.mse_loss(cpu(data[step]), target[step])
+                cpu_opt.zero_grad()
+                cpu_loss.backward()
+                cpu_opt.step()
+            for p, q in zip(model.module.parameters(), cpu.parameters()):
+                torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+        with model.no_sync():
+            model(data[0, :8].to(dev)).sum().backward()
+        dist.destroy_process_group()
+        """
+    )
