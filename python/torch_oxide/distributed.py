@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import Backend as _C10dBackend
-from torch._C._distributed_c10d import ProcessGroupGloo, _create_work_from_future
+from torch._C._distributed_c10d import ProcessGroupGloo
 
 NAME = "oxgloo"
 
@@ -76,6 +76,35 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     found: list[torch.Tensor] = []
     _map(obj, lambda t: found.append(t) or t)
     return found
+
+
+class _FutureWork(dist.Work):
+    """The work of a collective: done when its future is. ``wait()`` raises the
+    collective's error (a peer that died, a timeout), which torch's
+    ``_create_work_from_future`` does not."""
+
+    def __init__(self, future: torch.futures.Future) -> None:
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self._future.wait()  # raises the collective's error
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:  # noqa: BLE001  (any error means no success)
+            return False
+        return True
 
 
 class ProcessGroupOxGloo(_C10dBackend):
@@ -127,7 +156,7 @@ class ProcessGroupOxGloo(_C10dBackend):
         # The future's value holds the oxide tensors, not the views (DDP reads the
         # reduced bucket from it).
         future = self._future(work, args).then(lambda f: _map(f.value(), lambda t: views.get(id(t), t)))
-        return _create_work_from_future(future)
+        return _FutureWork(future)
 
     def _future(self, work: dist.Work, args: tuple) -> torch.futures.Future:
         """Gloo's future of ``work``; for the works that have none (reduce_scatter_single

@@ -188,3 +188,136 @@ def test_ddp_training_matches_cpu():
         dist.destroy_process_group()
         """
     )
+
+
+def test_fsdp2_and_dtensor_match_cpu():
+    run_ranks(
+        """
+        import copy
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import Shard, distribute_tensor
+        torch.oxide.set_device(dev)
+        dist.init_process_group(device_id=dev)
+        mesh = init_device_mesh("oxide", (world,))
+        t = torch.arange(8.0).reshape(4, 2)
+        d = distribute_tensor(t.to(dev), mesh, [Shard(0)])
+        assert d.to_local().cpu().tolist() == t[2 * rank : 2 * rank + 2].tolist()
+        assert torch.equal((d * 2).full_tensor().cpu(), t * 2)
+
+        torch.manual_seed(0)
+        ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        cpu = copy.deepcopy(ref)
+        model = copy.deepcopy(ref).to(dev)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        cpu_opt = torch.optim.SGD(cpu.parameters(), lr=0.1)
+        data, target = torch.randn(3, 16, 8), torch.randn(3, 16, 4)
+        for step in range(3):
+            shard = slice(rank * 8, rank * 8 + 8)
+            loss = torch.nn.functional.mse_loss(model(data[step, shard].to(dev)), target[step, shard].to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            cpu_loss = torch.nn.functional.mse_loss(cpu(data[step]), target[step])
+            cpu_opt.zero_grad()
+            cpu_loss.backward()
+            cpu_opt.step()
+        for p, q in zip(model.parameters(), cpu.parameters()):
+            torch.testing.assert_close(p.full_tensor().detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+
+        # Subgroups and a two-dimensional mesh (split() of the bound group).
+        sub = dist.new_group([0, 1])
+        y = torch.ones(2, device=dev)
+        dist.all_reduce(y, group=sub)
+        assert y.cpu().tolist() == [2.0, 2.0]
+        mesh2 = init_device_mesh("oxide", (1, world), mesh_dim_names=("dp", "tp"))
+        z = torch.ones(2, device=dev)
+        dist.all_reduce(z, group=mesh2.get_group("tp"))
+        assert z.cpu().tolist() == [2.0, 2.0]
+        dist.destroy_process_group()
+        """
+    )
+
+
+def test_dead_rank_raises_instead_of_hanging():
+    outs = run_ranks(
+        """
+        import time
+        dist.init_process_group("oxgloo", timeout=datetime.timedelta(seconds=10))
+        dist.barrier()
+        if rank == 1:
+            os._exit(0)  # dies without a word
+        start = time.monotonic()
+        try:
+            for _ in range(3):
+                dist.all_reduce(torch.ones(4, device=dev))
+        except Exception as e:
+            print("raised", type(e).__name__, round(time.monotonic() - start))
+        else:
+            raise AssertionError("all_reduce with a dead peer returned")
+        os._exit(0)
+        """,
+        timeout=120,
+    )
+    kind, seconds = outs[0].split()[1:]
+    assert kind in ("DistBackendError", "RuntimeError", "DistNetworkError"), outs[0]
+    assert int(seconds) <= 15
+
+
+def test_torchrun_standalone(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, torch, torch_oxide, torch.distributed as dist
+            local = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group(device_id=torch.device("oxide", local))
+            x = torch.full((2,), float(dist.get_rank() + 1), device=f"oxide:{local}")
+            dist.all_reduce(x)
+            assert x.cpu().tolist() == [3.0, 3.0]
+            # One write: the ranks share torchrun's stdout.
+            os.write(1, f"rank {dist.get_rank()} on {x.device} backend {dist.get_backend()}\\n".encode())
+            dist.destroy_process_group()
+            """
+        )
+    )
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    out = subprocess.run(
+        [*torchrun, "--standalone", "--nproc-per-node=2", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "rank 0 on oxide:0 backend oxgloo" in out.stdout and "rank 1 on oxide:1 backend oxgloo" in out.stdout
+
+    # Two "nodes" of one process each, rendezvousing on 127.0.0.1.
+    port = str(_free_port())
+    nodes = [
+        subprocess.Popen(
+            [
+                *torchrun,
+                "--nnodes=2",
+                f"--node-rank={r}",
+                "--nproc-per-node=1",
+                "--master-addr=127.0.0.1",
+                f"--master-port={port}",
+                str(script),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(2)
+    ]
+    for node in nodes:
+        stdout, stderr = node.communicate(timeout=240)
+        assert node.returncode == 0, stderr[-6000:]
+        assert "backend oxgloo" in stdout
