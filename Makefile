@@ -9,12 +9,16 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models profile clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
 
 test: build cargo-test pytest
+
+# The main job under DDP on two oxide devices (torchrun, one process per device, loopback).
+demo-ddp: build
+	GLOO_SOCKET_IFNAME=$${GLOO_SOCKET_IFNAME:-lo} $(PY) -m torch.distributed.run --standalone --nproc-per-node=2 examples/ddp_digits.py
 
 # A few profiled training steps of the main job: a Chrome trace and memory pictures in results/profile/.
 profile: build
