@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models profile demo-ddp clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -86,6 +86,9 @@ bench-ops: build
 
 # One training step of each acceptance workload, oxide vs CPU (benchmarks/README.md).
 # Writes benchmarks/results/models.md and models.json.
+bench-distributed: build
+	$(PY) benchmarks/distributed.py
+
 bench-models: build
 	$(PY) benchmarks/models.py --out benchmarks/results
 

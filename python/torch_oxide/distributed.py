@@ -13,7 +13,8 @@ semantics:
   stream wait for the current stream the same way).
 - **After**: the returned work completes when Gloo has finished; ``work.wait()``
   (which ``async_op=False`` calls at once) blocks the host until then, so kernels
-  launched afterwards see the results. The work's future holds the oxide tensors.
+  launched afterwards see the results, and raises Gloo's error. The work's future
+  holds the oxide tensors.
 
 Reductions Gloo lacks are composed: ``PREMUL_SUM`` scales the inputs by the factor,
 then sums. A group created with the extended API also serves CPU tensors (barrier,
@@ -78,33 +79,34 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     return found
 
 
-class _FutureWork(dist.Work):
-    """The work of a collective: done when its future is. ``wait()`` raises the
-    collective's error (a peer that died, a timeout), which torch's
-    ``_create_work_from_future`` does not."""
+class _OxWork(dist.Work):
+    """The work of a collective on oxide tensors: Gloo's work, whose future (made
+    when first asked for: DDP reads the reduced bucket from it) holds the oxide
+    tensors instead of the host views Gloo worked on. ``wait()`` is Gloo's, so it
+    raises the collective's error (a peer that died, a timeout)."""
 
-    def __init__(self, future: torch.futures.Future) -> None:
+    def __init__(self, backend: ProcessGroupOxGloo, work: dist.Work, views: dict, tensors: list) -> None:
         super().__init__()
-        self._future = future
+        self._backend, self._work, self._views, self._tensors = backend, work, views, tensors
+        self._future: torch.futures.Future | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        self._future.wait()  # raises the collective's error
+        self._work.wait()
         return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._future
 
     def is_completed(self) -> bool:
-        return self._future.done()
+        return self._work.is_completed()
 
     def is_success(self) -> bool:
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:  # noqa: BLE001  (any error means no success)
-            return False
-        return True
+        return self._work.is_success()
+
+    def get_future(self) -> torch.futures.Future:
+        if self._future is None:
+            views = self._views
+            self._future = self._backend._future(self._work, self._tensors).then(
+                lambda f: _map(f.value(), lambda t: views.get(id(t), t))
+            )
+        return self._future
 
 
 class ProcessGroupOxGloo(_C10dBackend):
@@ -138,7 +140,7 @@ class ProcessGroupOxGloo(_C10dBackend):
         # The collective reads and writes memory that kernels queued before it may still
         # write: wait for each device's current stream first.
         for index in devices:
-            torch.oxide.current_stream(index).synchronize()
+            torch.oxide._sync_current_stream(index)
         views: dict[int, torch.Tensor] = {}
 
         def host(t: torch.Tensor) -> torch.Tensor:
@@ -153,21 +155,17 @@ class ProcessGroupOxGloo(_C10dBackend):
         work = getattr(self._gloo, name)(*host_args)
         if not views:
             return work
-        # The future's value holds the oxide tensors, not the views (DDP reads the
-        # reduced bucket from it).
-        future = self._future(work, args).then(lambda f: _map(f.value(), lambda t: views.get(id(t), t)))
-        return _FutureWork(future)
+        return _OxWork(self, work, views, _tensors(host_args[:-1]))
 
-    def _future(self, work: dist.Work, args: tuple) -> torch.futures.Future:
+    def _future(self, work: dist.Work, tensors: list[torch.Tensor]) -> torch.futures.Future:
         """Gloo's future of ``work``; for the works that have none (reduce_scatter_single
-        and others), one completed with the tensors of ``args`` by a thread that waits
-        for the work, so the caller's ``async_op=True`` stays asynchronous."""
+        and others), one completed with ``tensors`` by a thread that waits for the
+        work, so that asking for the future does not block."""
         try:
             return work.get_future()
         except RuntimeError:
             pass
         future: torch.futures.Future = torch.futures.Future()
-        tensors = _tensors(args[:-1])
 
         def wait() -> None:
             try:
