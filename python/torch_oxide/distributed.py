@@ -60,16 +60,36 @@ _COLLECTIVES = (
 )
 
 
-def _is_oxide(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.device.type == "oxide"
+# Collectives with a reduceOp among their options.
+_REDUCTIONS = frozenset(
+    {
+        "allreduce",
+        "allreduce_coalesced",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_single",
+        "reduce_scatter_single_coalesced",
+    }
+)
+
+
+def host_view(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over ``t``'s memory (``oxide::_host_view``)."""
+    return torch.ops.oxide._host_view(t)
+
+
+def sync_current_stream(device: int) -> None:
+    torch.oxide._sync_current_stream(device)
 
 
 def _map(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """``obj`` with every tensor replaced by ``fn(tensor)``, through lists and tuples."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map(o, fn) for o in obj)
+    if isinstance(obj, list):
+        return [_map(o, fn) for o in obj]
+    if isinstance(obj, tuple):
+        return tuple([_map(o, fn) for o in obj])
     return obj
 
 
@@ -85,9 +105,9 @@ class _OxWork(dist.Work):
     tensors instead of the host views Gloo worked on. ``wait()`` is Gloo's, so it
     raises the collective's error (a peer that died, a timeout)."""
 
-    def __init__(self, backend: ProcessGroupOxGloo, work: dist.Work, views: dict, tensors: list) -> None:
+    def __init__(self, backend: ProcessGroupOxGloo, work: dist.Work, views: dict, args: tuple) -> None:
         super().__init__()
-        self._backend, self._work, self._views, self._tensors = backend, work, views, tensors
+        self._backend, self._work, self._views, self._args = backend, work, views, args
         self._future: torch.futures.Future | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
@@ -103,7 +123,7 @@ class _OxWork(dist.Work):
     def get_future(self) -> torch.futures.Future:
         if self._future is None:
             views = self._views
-            self._future = self._backend._future(self._work, self._tensors).then(
+            self._future = self._backend._future(self._work, _tensors(self._args[:-1])).then(
                 lambda f: _map(f.value(), lambda t: views.get(id(t), t))
             )
         return self._future
@@ -135,27 +155,28 @@ class ProcessGroupOxGloo(_C10dBackend):
         return self._gloo.options
 
     def _run(self, name: str, args: tuple) -> dist.Work:
-        tensors = _tensors(args)
-        devices = {t.device.index for t in tensors if _is_oxide(t)}
-        # The collective reads and writes memory that kernels queued before it may still
-        # write: wait for each device's current stream first.
-        for index in devices:
-            torch.oxide._sync_current_stream(index)
         views: dict[int, torch.Tensor] = {}
+        devices: set[int] = set()
 
         def host(t: torch.Tensor) -> torch.Tensor:
-            if not _is_oxide(t):
+            if t.device.type != "oxide":
                 return t
-            view = torch.ops.oxide._host_view(t)
+            view = host_view(t)
             views[id(view)] = t
+            devices.add(t.device.index)
             return view
 
         host_args = _map(args, host)
-        host_args = self._compose_unsupported_ops(name, host_args)
+        # The collective reads and writes memory that kernels queued before it may still
+        # write: wait for each device's current stream first.
+        for index in devices:
+            sync_current_stream(index)
+        if name in _REDUCTIONS:
+            host_args = self._compose_unsupported_ops(name, host_args)
         work = getattr(self._gloo, name)(*host_args)
         if not views:
             return work
-        return _OxWork(self, work, views, _tensors(host_args[:-1]))
+        return _OxWork(self, work, views, host_args)
 
     def _future(self, work: dist.Work, tensors: list[torch.Tensor]) -> torch.futures.Future:
         """Gloo's future of ``work``; for the works that have none (reduce_scatter_single
