@@ -247,6 +247,10 @@ def test_ddp_training_matches_cpu():
                 theirs = [torch.empty_like(p) for _ in range(world)]
                 dist.all_gather(theirs, p.detach())
                 assert all(torch.equal(t.cpu(), theirs[0].cpu()) for t in theirs)
+        # DDP's timer for oxide (TimerRegistry): device times of the sampled iterations.
+        stats = model._get_ddp_logging_data()
+        assert stats.get("avg_forward_compute_time", 0) > 0, stats
+        assert stats.get("avg_backward_compute_time", 0) > 0, stats
         with model.no_sync():
             model(data[0, :8].to(dev)).sum().backward()
         dist.destroy_process_group()
@@ -404,6 +408,7 @@ def test_ddp_example_reaches_the_demo_accuracy():
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-4000:]
+    assert "Time stats are currently only collected" not in out.stderr  # DDP found oxide's timer
     final = [line for line in out.stdout.splitlines() if line.startswith("final test accuracy")]
     assert final, out.stdout
     # The single-process demo ends at 97-98% with the same batches.
