@@ -104,9 +104,10 @@ def _memory_table(own_pid: int) -> list[str]:
         for i, d in enumerate(p.devices):
             if d.reserved == 0 and d.peak_allocated == 0 and i > 0:
                 continue  # a device the process never used
+            command = " ".join(p.command.split())[:60]  # one line, whatever the command held
             lines.append(
                 f"{p.pid:>8}  {f'oxide:{i}':<8}{_mib(d.allocated):>12}{_mib(d.reserved):>12}"
-                f"{_mib(d.peak_allocated):>12}{_gib(d.capacity):>12}  {p.command[:60]}"
+                f"{_mib(d.peak_allocated):>12}{_gib(d.capacity):>12}  {command}"
             )
     return lines
 
@@ -135,6 +136,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--watch", type=float, metavar="SECONDS", help="refresh the process table every SECONDS")
     args = parser.parse_args()
+    if args.watch is not None and args.watch <= 0:
+        parser.error("--watch needs a positive number of seconds")
     print("\n".join(report()))
     print(f"\ndevice memory of processes using oxide ({_directory()}/torch-oxide-<pid>.mem):")
     print("\n".join(_memory_table(os.getpid())), flush=True)

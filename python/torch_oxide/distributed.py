@@ -18,7 +18,9 @@ semantics:
 
 Reductions Gloo lacks are composed: ``PREMUL_SUM`` scales the inputs by the factor,
 then sums. A group created with the extended API also serves CPU tensors (barrier,
-object collectives, CPU all_reduce) from the same Gloo context.
+object collectives, CPU all_reduce) with its Gloo backend, registered for ``cpu``.
+(``monitored_barrier`` asks the group's default backend, which is oxgloo after a
+no-argument init; ``"cpu:gloo,oxide:oxgloo"`` supports it.)
 """
 
 from __future__ import annotations
@@ -109,9 +111,16 @@ class _OxWork(dist.Work):
         super().__init__()
         self._backend, self._work, self._views, self._args = backend, work, views, args
         self._future: torch.futures.Future | None = None
+        self._waited = False
 
     def wait(self, timeout: timedelta | None = None) -> bool:
-        self._work.wait()
+        if timeout is None or timeout == timedelta(0):
+            self._work.wait()
+        else:
+            self._work.wait(timeout)
+        self._waited = True
+        if self._future is not None:
+            self._future.wait()  # its value is there once wait() returns
         return True
 
     def is_completed(self) -> bool:
@@ -123,7 +132,8 @@ class _OxWork(dist.Work):
     def get_future(self) -> torch.futures.Future:
         if self._future is None:
             views = self._views
-            self._future = self._backend._future(self._work, _tensors(self._args[:-1])).then(
+            # Works without a future of their own give their outputs (the first argument).
+            self._future = self._backend._future(self._work, _tensors(self._args[0]), self._waited).then(
                 lambda f: _map(f.value(), lambda t: views.get(id(t), t))
             )
         return self._future
@@ -178,7 +188,7 @@ class ProcessGroupOxGloo(_C10dBackend):
             return work
         return _OxWork(self, work, views, host_args)
 
-    def _future(self, work: dist.Work, tensors: list[torch.Tensor]) -> torch.futures.Future:
+    def _future(self, work: dist.Work, tensors: list[torch.Tensor], done: bool) -> torch.futures.Future:
         """Gloo's future of ``work``; for the works that have none (reduce_scatter_single
         and others), one completed with ``tensors`` by a thread that waits for the
         work, so that asking for the future does not block."""
@@ -187,6 +197,9 @@ class ProcessGroupOxGloo(_C10dBackend):
         except RuntimeError:
             pass
         future: torch.futures.Future = torch.futures.Future()
+        if done:  # the caller's wait() has returned: the outputs are in memory
+            future.set_result(tensors)
+            return future
 
         def wait() -> None:
             try:
@@ -206,6 +219,8 @@ class ProcessGroupOxGloo(_C10dBackend):
         if op is None or op.op != dist.ReduceOp.RedOpType.PREMUL_SUM:
             return args
         factor = op.factor
+        if isinstance(factor, torch.Tensor) and factor.device.type != "cpu":
+            factor = factor.cpu()  # the inputs are host views
         scaled = dist.ReduceOptions() if name == "reduce" else type(opts)()
         for attr in ("rootRank", "rootTensor", "timeout", "asyncOp"):
             if hasattr(opts, attr):
@@ -246,9 +261,10 @@ def _create(dist_opts: Any, backend_options: Any) -> ProcessGroupOxGloo:
     backend = ProcessGroupOxGloo(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)
     # init_process_group() without a backend maps only the accelerator to this backend;
     # serve the group's CPU tensors too, from the same Gloo context.
+    # Gloo's own backend: CPU tensors go to it directly.
     pg = dist_opts.process_group
     if pg is not None and not _has_backend(pg, "cpu"):
-        pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, backend)
+        pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend._gloo)
     return backend
 
 

@@ -107,6 +107,27 @@ def test_init_without_arguments_and_collectives():
         work.wait()
         (held,) = work.get_future().value()
         assert held.device == dev and held.cpu().tolist() == [2.0, 2.0]
+        out = torch.empty(2, device=dev)
+        work = dist.reduce_scatter_tensor(out, torch.ones(4, device=dev), async_op=True)
+        assert work.wait(timeout=datetime.timedelta(seconds=30))
+        (held,) = work.get_future().value()  # the output only
+        assert held.data_ptr() == out.data_ptr() and held.cpu().tolist() == [2.0, 2.0]
+        y = torch.ones(3, device=dev)
+        dist.all_reduce(y, op=dist._make_nccl_premul_sum(torch.tensor([0.5], device=dev)))
+        assert y.cpu().tolist() == [1.0] * 3
+        # A peer that has not joined yet: wait(timeout) gives up after the timeout.
+        if rank == 1:
+            import time
+            time.sleep(4)
+        late = dist.all_reduce(torch.ones(2, device=dev), async_op=True)
+        if rank == 0:
+            try:
+                late.wait(timeout=datetime.timedelta(seconds=1))
+            except RuntimeError:
+                pass
+            else:
+                raise AssertionError("wait(timeout) did not time out")
+        dist.barrier()
         # CPU tensors, barrier and object collectives in the same group.
         c = torch.ones(2)
         dist.all_reduce(c)
