@@ -33,19 +33,6 @@ __all__ = [
     "get_device_properties",
     "get_device_capability",
     "is_bf16_supported",
-    "memory_summary",
-    "set_per_process_memory_fraction",
-    "memory_snapshot",
-    "get_per_process_memory_fraction",
-    "mem_get_info",
-    "memory_stats",
-    "memory_allocated",
-    "max_memory_allocated",
-    "memory_reserved",
-    "max_memory_reserved",
-    "reset_peak_memory_stats",
-    "reset_accumulated_memory_stats",
-    "empty_cache",
     "fallback_stats",
     "reset_fallback_stats",
     "get_fallback_mode",
@@ -319,21 +306,7 @@ def set_autocast_dtype(dtype: torch.dtype) -> None:
 
 
 from . import memory  # noqa: E402
-from .memory import (  # noqa: E402
-    empty_cache,
-    get_per_process_memory_fraction,
-    max_memory_allocated,
-    max_memory_reserved,
-    mem_get_info,
-    memory_allocated,
-    memory_reserved,
-    memory_snapshot,
-    memory_stats,
-    memory_summary,
-    reset_accumulated_memory_stats,
-    reset_peak_memory_stats,
-    set_per_process_memory_fraction,
-)
+from .memory import *  # noqa: E402, F403  (the names of memory.__all__)
 from .random import (  # noqa: E402  (needs the helpers above)
     get_rng_state,
     get_rng_state_all,
@@ -354,6 +327,9 @@ from .streams import (  # noqa: E402
     set_stream,
     stream,
 )
+
+# The memory functions are listed once, in memory.__all__.
+__all__ += memory.__all__
 
 # torch.cuda keeps these three in torch.cuda.memory only; torch.oxide has them at both places.
 _record_memory_history = memory._record_memory_history
