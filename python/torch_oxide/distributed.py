@@ -160,6 +160,19 @@ class ProcessGroupOxGloo(_C10dBackend):
     def getBackendName(self) -> str:  # noqa: N802  (the C++ virtual's name)
         return NAME
 
+    def shutdown(self) -> None:
+        """Called by ``destroy_process_group``. Gloo's ``shutdown`` leaves its worker
+        threads running until the ProcessGroupGloo is destroyed, and works still held
+        in Python (``work = dist.all_reduce(..., async_op=True)``) keep this backend
+        alive: drop Gloo here so its destructor joins them now. A worker left running
+        into interpreter finalization releases its last work there and aborts the
+        process (the work's tensors need the GIL, which a finalizing interpreter no
+        longer hands out)."""
+        gloo, self._gloo = self._gloo, None
+        self._waiter.shutdown(wait=True)
+        if gloo is not None:
+            gloo.shutdown()
+
     @property
     def options(self) -> Any:
         return self._gloo.options
@@ -183,6 +196,8 @@ class ProcessGroupOxGloo(_C10dBackend):
             sync_current_stream(index)
         if name in _REDUCTIONS:
             host_args = self._compose_unsupported_ops(name, host_args)
+        if self._gloo is None:
+            raise RuntimeError(f"oxgloo: {name} on a process group that has been shut down")
         work = getattr(self._gloo, name)(*host_args)
         if not views:
             return work

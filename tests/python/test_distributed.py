@@ -155,7 +155,17 @@ def test_mixed_backend_string_and_dtypes():
         c = torch.ones(2)
         dist.all_reduce(c)
         assert c.tolist() == [2.0, 2.0]
+        # A work still held keeps the backend alive; destroy_process_group must still
+        # stop Gloo's worker threads (one left running into interpreter finalization
+        # can abort the process when it releases its last work).
+        held = dist.all_reduce(torch.ones(2, device=dev), async_op=True)
+        held.wait()
+        def runloops():
+            tasks = os.listdir("/proc/self/task")
+            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == "pt_gloo_runloop" for t in tasks)
+        assert runloops() > 0
         dist.destroy_process_group()
+        assert runloops() == 0, runloops()
         """
     )
 
