@@ -4,7 +4,10 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 namespace oxide::device_check {
 
@@ -38,6 +41,19 @@ void fail(std::string_view name, size_t index, c10::Device common, const at::Ten
   }
   c10::impl::common_device_check_failure(common, tensor, method.c_str(), arg.c_str());
   TORCH_INTERNAL_ASSERT(false, "common_device_check_failure returned");
+}
+
+const c10::OperatorHandle* aten_op(std::string_view name) {
+  // Looked up once per operator (the wrapper's template instance calls with one name).
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::optional<c10::OperatorHandle>> found;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = found.find(std::string(name));
+  if (it == found.end()) {
+    const auto [base, overload] = split_name(name);
+    it = found.emplace(std::string(name), c10::Dispatcher::singleton().findSchema({"aten::" + base, overload})).first;
+  }
+  return it->second.has_value() ? &*it->second : nullptr;
 }
 
 void check_boxed(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {

@@ -15,7 +15,12 @@
 // OXIDE_IMPL(m, "name", TORCH_FN(f)) registers f behind the check of "name".
 #pragma once
 
+#include "common/oxide.h"
 #include "oxide_device_check.h"
+
+#include <ATen/core/boxing/KernelFunction.h>
+#include <ATen/core/boxing/impl/boxing.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
@@ -136,19 +141,53 @@ struct OpName {
   constexpr std::string_view view() const { return {s, N - 1}; }
 };
 
+// Operators whose kernel handles a dtype it cannot compute itself: the copies,
+// which are also how the CPU fallback moves tensors (handing them to it would recurse).
+constexpr bool handles_dtypes_itself(std::string_view name) {
+  return name.starts_with("_copy_from") || name == "copy_" || name == "_to_copy" || name == "_local_scalar_dense";
+}
+
+// The aten operator `name` ("add.out"), or nullptr when there is none (an oxide:: operator).
+const c10::OperatorHandle* aten_op(std::string_view name);
+
+// The boxed CPU fallback (runtime/fallback.cpp), told that the native kernel refused
+// the call's dtypes: it warns, counts and obeys OXIDE_FALLBACK like any fallback.
+c10::BoxedKernel dtype_fallback_kernel(const UnsupportedDtype& refused);
+
 template <OpName Name, class Fn>
 struct Checked;
 
+// The registration wrapper of every native kernel: the device check, then the kernel;
+// a kernel that has no loop for the call's dtypes (UnsupportedDtype) hands the whole
+// call to the CPU fallback, with the same arguments, instead of failing. Kernels raise
+// it before writing any operand (the first launch of a dtype runs at the call, see
+// abi/mod.rs `launch_op`), so the fallback starts from the caller's values.
 template <OpName Name, class Ret, class... Args, Ret (*F)(Args...)>
 struct Checked<Name, c10::CompileTimeFunctionPointer<Ret(Args...), F>> {
   static Ret call(Args... args) {
-    Checker c{rule_for(Name.view())};
-    size_t index = 0;
-    (c.arg(args, index++), ...);
-    if (C10_UNLIKELY(c.bad != nullptr)) {
-      fail(Name.view(), c.bad_index, *c.common, *c.bad);
+    if constexpr (rule_for(Name.view()) != Rule::None) {
+      Checker c{rule_for(Name.view())};
+      size_t index = 0;
+      (c.arg(args, index++), ...);
+      if (C10_UNLIKELY(c.bad != nullptr)) {
+        fail(Name.view(), c.bad_index, *c.common, *c.bad);
+      }
     }
-    return F(std::forward<Args>(args)...);
+    if constexpr (handles_dtypes_itself(Name.view())) {
+      return F(std::forward<Args>(args)...);
+    } else {
+      try {
+        // Lvalues: the arguments must survive for the fallback.
+        return F(args...);
+      } catch (const UnsupportedDtype& refused) {
+        const c10::OperatorHandle* op = aten_op(Name.view());
+        if (op == nullptr) {
+          throw;
+        }
+        return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+            dtype_fallback_kernel(refused), *op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), args...);
+      }
+    }
   }
 };
 
@@ -156,11 +195,7 @@ template <OpName Name, class Fn>
 void impl(torch::Library& m, Fn&& fn) {
   using F = std::decay_t<Fn>;
   if constexpr (c10::is_compile_time_function_pointer<F>::value) {
-    if constexpr (rule_for(Name.view()) == Rule::None) {
-      m.impl(Name.s, std::forward<Fn>(fn));
-    } else {
-      m.impl(Name.s, TORCH_FN((Checked<Name, F>::call)));
-    }
+    m.impl(Name.s, TORCH_FN((Checked<Name, F>::call)));
   } else {
     m.impl(Name.s, std::forward<Fn>(fn));
   }

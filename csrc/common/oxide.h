@@ -62,6 +62,32 @@ inline std::string last_error() {
   return msg;
 }
 
+// A native kernel (or its glue) has no loop for the call's dtypes. The operator's
+// registration wrapper (device_check.h) catches it and hands the whole call to the
+// counted CPU fallback, so a dtype the fallback can run never fails on oxide; where
+// nothing catches it (OXIDE_FALLBACK=error, an oxide:: operator) Python sees a
+// NotImplementedError, which it is.
+class UnsupportedDtype : public c10::NotImplementedError {
+ public:
+  using c10::NotImplementedError::NotImplementedError;
+};
+
+#define OXIDE_THROW_UNSUPPORTED_DTYPE(...)                                                                  \
+  throw ::oxide::UnsupportedDtype(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, \
+                                  c10::str(__VA_ARGS__))
+
+// Raises UnsupportedDtype with the message unless `cond` holds.
+#define OXIDE_CHECK_DTYPE(cond, ...)              \
+  do {                                            \
+    if (C10_UNLIKELY(!(cond))) {                  \
+      OXIDE_THROW_UNSUPPORTED_DTYPE(__VA_ARGS__); \
+    }                                             \
+  } while (0)
+
+// Counts and announces (OXIDE_FALLBACK) a CPU fallback of the aten operator `op` that
+// a glue file runs itself after a kernel refused its dtypes (runtime/fallback.cpp).
+void note_dtype_fallback(const std::string& op, const UnsupportedDtype& refused);
+
 // Throws the c10 exception for a failed ABI call, with the caller's location
 // (TORCH_CHECK records __FILE__/__LINE__ of the expansion site).
 #define OXIDE_CHECK(expr)                                                                          \
@@ -71,7 +97,7 @@ inline std::string last_error() {
       const std::string oxide_msg_ = ::oxide::last_error();                                        \
       TORCH_CHECK_WITH(OutOfMemoryError, oxide_status_ != OXIDE_STATUS_OUT_OF_MEMORY, oxide_msg_); \
       TORCH_CHECK_VALUE(oxide_status_ != OXIDE_STATUS_INVALID_VALUE, oxide_msg_);                  \
-      TORCH_CHECK_NOT_IMPLEMENTED(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_);    \
+      OXIDE_CHECK_DTYPE(oxide_status_ != OXIDE_STATUS_UNSUPPORTED_DTYPE, oxide_msg_);              \
       TORCH_CHECK_INDEX(oxide_status_ != OXIDE_STATUS_INDEX_ERROR, oxide_msg_);                    \
       TORCH_CHECK(false, oxide_msg_);                                                              \
     }                                                                                              \

@@ -8,29 +8,44 @@
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
+#include <string>
+#include <utility>
+
 namespace oxide {
 namespace {
 
-void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& name = op.schema().operator_name();
-  const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-  // cpu_fallback moves every tensor to the CPU, which would silently accept tensors
-  // on different devices: check them as a native kernel's registration does.
-  device_check::check_boxed(op, *stack);
+// Why the current thread's call is on the fallback when a native kernel refused its
+// dtypes (set by cpu_fallback_for_dtype), empty for operators without a native kernel.
+thread_local std::string t_dtype_reason;
+
+// Counts a fallback of `full` and warns or raises as OXIDE_FALLBACK says; `why` is
+// the native kernel's refusal, empty for an operator without a native kernel.
+void announce(const std::string& full, const std::string& why) {
+  const std::string what =
+      why.empty() ? "has no native oxide kernel" : "has no native oxide kernel for these dtypes (" + why + ")";
   switch (oxide_fallback_record(full.c_str())) {
     case OXIDE_FALLBACK_ERROR:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", full,
-                                  "' has no native oxide kernel, and OXIDE_FALLBACK=error forbids running it "
-                                  "on the CPU fallback");
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", full, "' ", what,
+                                  ", and OXIDE_FALLBACK=error forbids running it on the CPU fallback");
     case OXIDE_FALLBACK_WARN:
-      TORCH_WARN("oxide: operator '", full,
-                 "' has no native oxide kernel and runs on the CPU fallback (its tensors are copied to the host "
+      TORCH_WARN("oxide: operator '", full, "' ", what,
+                 " and runs on the CPU fallback (its tensors are copied to the host "
                  "and back). See torch.oxide.fallback_stats(); OXIDE_FALLBACK=silent hides this warning, "
                  "OXIDE_FALLBACK=error forbids the fallback.");
       break;
     default:
       break;
   }
+}
+
+void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& name = op.schema().operator_name();
+  const std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  const std::string why = std::exchange(t_dtype_reason, std::string());
+  // cpu_fallback moves every tensor to the CPU, which would silently accept tensors
+  // on different devices: check them as a native kernel's registration does.
+  device_check::check_boxed(op, *stack);
+  announce(full, why);
   // cpu_fallback returns new tensors on the device of the *first* tensor argument;
   // when that is a CPU scalar (0-dim, allowed above) the results would land on
   // the CPU. Put them on the oxide device of the other arguments instead.
@@ -66,6 +81,17 @@ void oxide_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 }
 
 }  // namespace
+
+void note_dtype_fallback(const std::string& op, const UnsupportedDtype& refused) { announce(op, refused.msg()); }
+
+namespace device_check {
+
+c10::BoxedKernel dtype_fallback_kernel(const UnsupportedDtype& refused) {
+  t_dtype_reason = refused.msg();
+  return c10::BoxedKernel::makeFromFunction<&oxide_cpu_fallback>();
+}
+
+}  // namespace device_check
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&oxide_cpu_fallback>()); }
 

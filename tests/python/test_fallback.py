@@ -74,3 +74,73 @@ def test_env_var_modes():
     assert "refused error" in out.stdout
     bad = run_python("import torch_oxide", env={"OXIDE_FALLBACK": "sometimes"})
     assert bad.returncode != 0 and "OXIDE_FALLBACK='sometimes' is invalid" in bad.stderr
+
+
+# A native kernel without a loop for the call's dtypes hands the whole call to the
+# counted CPU fallback (the registration wrapper in csrc/common/device_check.h): each
+# case runs an operator whose native kernel refuses these dtypes, checks the answer
+# against CPU and that the fallback counted the operator. Pick another case if one of
+# these kernels gains the dtype (the count assertion then fails).
+def _mask(shape):
+    return torch.arange(12).reshape(shape) % 3 == 0
+
+
+DTYPE_FALLBACK_CASES = {
+    "masked_fill complex64": (
+        "aten::masked_fill_.Scalar",
+        lambda t: t(torch.randn(4, 3, dtype=torch.complex64)).masked_fill(t(_mask((4, 3))), 2 + 1j),
+    ),
+    "cumsum complex64": ("aten::cumsum", lambda t: t(torch.randn(4, 3, dtype=torch.complex64)).cumsum(0)),
+    "cumprod complex128": ("aten::cumprod", lambda t: t(torch.randn(4, 3, dtype=torch.complex128)).cumprod(1)),
+    "logspace complex64": (
+        "aten::logspace.out",
+        lambda t: torch.logspace(0, 1, 5, dtype=torch.complex64, device=t(torch.empty(0)).device),
+    ),
+    "add complex32": ("aten::add.Tensor", lambda t: t(torch.randn(5, dtype=torch.complex32)) * 1 + 1),
+    "in-place mul complex32": (
+        "aten::mul_.Tensor",
+        lambda t: t(torch.randn(5, dtype=torch.complex32)).mul_(t(torch.randn(5, dtype=torch.complex32))),
+    ),
+    "float32 to float8_e5m2 on the device": (
+        "aten::_to_copy",
+        lambda t: t(torch.randn(6) * 100).to(torch.float8_e5m2).float(),
+    ),
+    "float8_e4m3fn to bfloat16 on the device": (
+        "aten::_to_copy",
+        lambda t: t(torch.randn(6).to(torch.float8_e4m3fn)).to(torch.bfloat16),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DTYPE_FALLBACK_CASES))
+def test_refused_dtypes_fall_back_and_match_cpu(case):
+    op, fn = DTYPE_FALLBACK_CASES[case]
+    torch.manual_seed(0)
+    want = fn(lambda x: x)
+    torch.manual_seed(0)
+    torch.oxide.reset_fallback_stats()
+    got = fn(lambda x: x.to("oxide"))
+    assert got.device.type == "oxide" and got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    assert torch.oxide.fallback_stats().get(op, 0) >= 1, torch.oxide.fallback_stats()
+
+
+def test_refused_dtype_warns_with_the_reason_and_obeys_error_mode():
+    x = torch.randn(4, 3, dtype=torch.complex64).to("oxide")
+    torch.oxide.set_fallback_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.oxide.reset_fallback_stats()
+            x.cumprod(0)
+        msgs = [str(w.message) for w in caught if "CPU fallback" in str(w.message)]
+        assert any("aten::cumprod" in m and "for these dtypes" in m and "complex64" in m for m in msgs), msgs
+        torch.oxide.set_fallback_mode("error")
+        before = x.cpu()
+        with pytest.raises(NotImplementedError, match=r"aten::cumprod_' has no native oxide kernel for these dtypes"):
+            x.cumprod_(0)
+        assert torch.equal(x.cpu(), before)  # refused before writing
+        with pytest.raises(NotImplementedError, match="aten::_to_copy"):
+            x.real.to(torch.float8_e4m3fn)
+    finally:
+        torch.oxide.set_fallback_mode("silent")

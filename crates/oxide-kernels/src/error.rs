@@ -9,7 +9,7 @@ pub enum Error {
     #[error("{op}: dtype {dtype} is not supported on oxide")]
     UnsupportedDtype { op: &'static str, dtype: DType },
     /// A dtype code the ABI does not define.
-    #[error("unknown dtype code {code}")]
+    #[error("dtype code {code} (a c10::ScalarType) is not supported on oxide")]
     UnknownDtype { code: i32 },
     /// Input values the operation rejects (PyTorch raises RuntimeError for these).
     #[error("{reason}")]

@@ -75,6 +75,14 @@ void cast_on_device(const at::Tensor& src_in, const at::Tensor& dst) {
   OXIDE_CHECK(oxide_cast(launch_on(dst), &args.abi));
 }
 
+// A conversion the cast kernel has no loop for (to or from float8, complex32, ...):
+// PyTorch's CPU copy converts a host copy of the source, which then moves to `dst`
+// unconverted. Counted and announced as a CPU fallback of aten::_to_copy.
+void cast_on_host(const at::Tensor& src, const at::Tensor& dst, const UnsupportedDtype& refused) {
+  note_dtype_fallback("aten::_to_copy", refused);
+  dst.copy_(src.cpu().to(dst.scalar_type()));
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
   if (dst.numel() == 0 || self.is_same(dst)) {
@@ -112,7 +120,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
   if (src_dev && dst_dev) {
     if (self.scalar_type() != dst.scalar_type()) {
-      cast_on_device(self, dst);
+      try {
+        cast_on_device(self, dst);
+      } catch (const UnsupportedDtype& refused) {
+        cast_on_host(self, dst, refused);
+      }
       return dst;
     }
     // CPU's copy_ rejects any overlap except the identical view (TensorIterator's check).

@@ -69,7 +69,7 @@ at::Tensor& eye_n_out(int64_t n, at::Tensor& out) { return eye_out(n, n, out); }
 at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, double base,
                          at::Tensor& out) {
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
-  TORCH_CHECK(!out.is_complex(), "logspace: complex dtypes are not supported on oxide");
+  OXIDE_CHECK_DTYPE(!out.is_complex(), "logspace: dtype ", out.scalar_type(), " is not supported on oxide");
   TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"logspace_cpu\" not implemented for 'Bool'");
   at::native::resize_output(out, {steps});
   if (steps == 0) {

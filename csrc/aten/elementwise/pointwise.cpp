@@ -3,8 +3,8 @@
 // that drive a DispatchStub; our REGISTER_PRIVATEUSE1_DISPATCH entries send
 // each stub's TensorIterator to oxide_kernels::ops::elementwise::pointwise by op
 // id (OXIDE_POINTWISE_*, generated from the Rust table by build.rs).
-// complex64/128 operands run the op's complex kernel where one exists, else a
-// counted CPU path (complex_on_cpu).
+// complex64/128 operands run the op's complex kernel where one exists; other
+// dtypes go to the CPU fallback (check_complex_supported).
 #include "common/device_check.h"
 #include "common/kernels.h"
 #include <ATen/Dispatch.h>
@@ -166,84 +166,36 @@ void pointwise(at::TensorIteratorBase& iter, OxidePointwiseOp op, const ScalarAr
 namespace {
 
 // complex64/complex128 operands of an op with a Rust complex kernel
-// (oxide_kernels::ops::elementwise::complex) run natively. Other complex cases (complex32, ops
-// without a complex kernel) run the same operator on host copies of the
-// operands through PyTorch's CPU kernels and copy the result back. That is a
-// CPU fallback, counted (and refused under OXIDE_FALLBACK=error) like one, as
-// "aten::<op> (complex)".
-bool complex_on_cpu(at::TensorIteratorBase& iter, OxidePointwiseOp id, const c10::Scalar* scalar) {
+// (oxide_kernels::ops::elementwise::complex) run natively. Other complex cases
+// (complex32, ops without a complex kernel) raise UnsupportedDtype, which the
+// operator's registration wrapper turns into the counted CPU fallback of the
+// whole operator (common/device_check.h).
+void check_complex_supported(at::TensorIteratorBase& iter, OxidePointwiseOp id) {
   bool complex = false;
   bool native_dtypes = true;
+  c10::ScalarType refused = at::kComplexFloat;  // named in the message: a non-native dtype if any
   for (int k = 0; k < iter.ntensors(); ++k) {
     const auto t = iter.dtype(k);
-    complex |= at::isComplexType(t);
-    native_dtypes &= !at::isComplexType(t) || t == at::kComplexFloat || t == at::kComplexDouble;
+    if (!at::isComplexType(t)) {
+      continue;
+    }
+    const bool native = t == at::kComplexFloat || t == at::kComplexDouble;
+    if (!complex || !native) {
+      refused = t;
+    }
+    complex = true;
+    native_dtypes &= native;
   }
   // Real operands (every call on the hot path) return before any lookup or string work.
   if (!complex || (native_dtypes && oxide_pointwise_complex_supported(id))) {
-    return false;
+    return;
   }
-  const std::string op = OXIDE_POINTWISE_NAMES[id];
-  const std::string name = "aten::" + op + " (complex)";
-  switch (oxide_fallback_record(name.c_str())) {
-    case OXIDE_FALLBACK_ERROR:
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", name,
-                                  "' has no native oxide kernel, and "
-                                  "OXIDE_FALLBACK=error forbids running it on the CPU fallback");
-    case OXIDE_FALLBACK_WARN:
-      TORCH_WARN("oxide: operator '", name, "' has no native oxide kernel and runs on the CPU fallback.");
-      break;
-    default:
-      break;
-  }
-  std::vector<at::Tensor> in;
-  for (int k = iter.noutputs(); k < iter.ntensors(); ++k) {
-    in.push_back(at::Tensor(iter.tensor_base(k)).cpu());
-  }
-  const c10::Scalar s = scalar != nullptr ? *scalar : c10::Scalar(1);
-  at::Tensor r;
-  if (in.size() == 1 && op == "pow_tensor_scalar") {
-    r = at::pow(in[0], s);
-  } else if (in.size() == 1) {
-    // Unary ops: the stub's name is the aten functional's.
-    r = c10::Dispatcher::singleton()
-            .findSchemaOrThrow(("aten::" + op).c_str(), "")
-            .typed<at::Tensor(const at::Tensor&)>()
-            .call(in[0]);
-  } else if (op == "add") {
-    r = at::add(in[0], in[1], s);
-  } else if (op == "mul") {
-    r = at::mul(in[0], in[1]);
-  } else if (op == "div_true") {
-    r = at::div(in[0], in[1]);
-  } else if (op == "eq") {
-    r = at::eq(in[0], in[1]);
-  } else if (op == "ne") {
-    r = at::ne(in[0], in[1]);
-  } else if (op == "pow") {
-    r = at::pow(in[0], in[1]);
-  } else if (op == "where") {
-    r = at::where(in[0], in[1], in[2]);
-  } else if (op == "addcmul") {
-    r = at::addcmul(in[0], in[1], in[2], s);
-  } else if (op == "addcdiv") {
-    r = at::addcdiv(in[0], in[1], in[2], s);
-  } else if (op == "lerp_scalar") {
-    r = at::lerp(in[0], in[1], s);
-  } else if (op == "lerp_tensor") {
-    r = at::lerp(in[0], in[1], in[2]);
-  } else {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: '", op, "' is not implemented for complex dtypes");
-  }
-  at::Tensor(iter.tensor_base(0)).copy_(r);
-  return true;
+  OXIDE_THROW_UNSUPPORTED_DTYPE(OXIDE_POINTWISE_NAMES[id], ": dtype ", refused, " is not supported on oxide");
 }
 
 template <OxidePointwiseOp Op>
 void unary(at::TensorIteratorBase& iter) {
-  if (complex_on_cpu(iter, Op, nullptr)) {
-    return;
-  }
+  check_complex_supported(iter, Op);
   pointwise(iter, Op);
 }
 template <OxidePointwiseOp Op>
@@ -252,9 +204,7 @@ void unary_it(at::TensorIterator& iter) {
 }
 template <OxidePointwiseOp Op>
 void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
-  if (complex_on_cpu(iter, Op, &s)) {
-    return;
-  }
+  check_complex_supported(iter, Op);
   ScalarArgs a;
   a.set(0, s);
   pointwise(iter, Op, a);

@@ -143,7 +143,11 @@ impl AbiError {
                 OXIDE_STATUS_RUNTIME_ERROR
             }
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
-            AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
+            // A dtype without an ABI code (float8, complex32, ...) has no kernel either:
+            // both go to the CPU fallback (the glue's registration wrapper).
+            AbiError::Kernel(
+                oxide_kernels::Error::UnsupportedDtype { .. } | oxide_kernels::Error::UnknownDtype { .. },
+            ) => OXIDE_STATUS_UNSUPPORTED_DTYPE,
             AbiError::Kernel(
                 oxide_kernels::Error::IndexOutOfBounds { .. } | oxide_kernels::Error::OutOfRange { .. },
             ) => OXIDE_STATUS_INDEX_ERROR,
