@@ -447,3 +447,40 @@ def test_ddp_example_reaches_the_demo_accuracy():
     assert final, out.stdout
     # The single-process demo ends at 97-98% with the same batches.
     assert float(final[0].split()[3].rstrip("%,")) >= 95.0, final[0]
+
+
+def test_dtensor_rng_tracker_on_oxide():
+    """DTensor's OffsetBasedRNGTracker drives the oxide generators (Philox seed and
+    offset in the 16-byte state): replicas draw the same numbers, shards different
+    ones, a seed reproduces them. Oxide's Philox stream is one counter per element, so
+    a row-sharded tensor whose shard sizes are multiples of 4 (the tracker rounds
+    offsets to 4, for CUDA) even equals the unsharded draw."""
+    run_ranks(
+        """
+        import warnings
+        warnings.simplefilter("ignore")
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, empty
+        import torch.distributed.tensor._random as dtensor_random
+        dist.init_process_group(device_id=dev)
+        mesh = init_device_mesh("oxide", (world,))
+        assert dtensor_random.is_rng_supported_mesh(mesh)
+
+        def draw(placement, seed=0):
+            torch.manual_seed(seed)
+            t = empty((8, 4), device_mesh=mesh, placements=[placement])
+            torch.nn.init.uniform_(t)
+            return t
+
+        rep, shard = draw(Replicate()), draw(Shard(0))
+        assert type(dtensor_random._rng_tracker).__name__ == "OffsetBasedRNGTracker"
+        locals_ = [None] * world
+        dist.all_gather_object(locals_, (rep.to_local().cpu(), shard.to_local().cpu()))
+        assert torch.equal(locals_[0][0], locals_[1][0]), "replicas drew different numbers"
+        assert not torch.equal(locals_[0][1], locals_[1][1]), "shards drew the same numbers"
+        assert torch.equal(draw(Replicate()).to_local().cpu(), rep.to_local().cpu())
+        assert not torch.equal(draw(Replicate(), seed=1).to_local().cpu(), rep.to_local().cpu())
+        assert torch.equal(shard.full_tensor().cpu(), rep.full_tensor().cpu())
+        dist.destroy_process_group()
+        """
+    )

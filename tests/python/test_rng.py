@@ -288,3 +288,74 @@ def test_complex_random_fills(dtype):
 def test_random_argument_errors_like_cpu(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+# PyTorch facilities that save and restore the device's RNG state. A facility that
+# restored the wrong state (or none) recomputes with another dropout mask: the
+# gradients below would then differ from the plain run's, silently.
+def _dropout_block(x, w):
+    return F.dropout(x @ w, 0.5, training=True).sin() @ w
+
+
+@pytest.mark.parametrize("device", ["cpu", "oxide"])
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_activation_checkpointing_replays_the_dropout_mask(device, reentrant):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 16, device=device, requires_grad=True)
+    w = torch.randn(16, 16, device=device, requires_grad=True)
+    torch.manual_seed(1)
+    plain = _dropout_block(x, w)
+    plain.sum().backward()
+    grads = [x.grad.cpu(), w.grad.cpu()]
+    x.grad = w.grad = None
+    torch.manual_seed(1)
+    checkpointed = checkpoint(_dropout_block, x, w, use_reentrant=reentrant)
+    checkpointed.sum().backward()
+    torch.testing.assert_close(checkpointed.cpu(), plain.cpu(), rtol=0, atol=0)
+    torch.testing.assert_close([x.grad.cpu(), w.grad.cpu()], grads, rtol=0, atol=0)
+    # The recomputation restored the state it saved, and left the generator where the
+    # forward pass had: the next draw is the one after the forward's dropout.
+    torch.manual_seed(1)
+    _dropout_block(x, w)
+    after_forward = torch.rand(4, device=device).cpu()
+    torch.manual_seed(1)
+    checkpoint(_dropout_block, x, w, use_reentrant=reentrant).sum().backward()
+    torch.testing.assert_close(torch.rand(4, device=device).cpu(), after_forward, rtol=0, atol=0)
+
+
+def test_fork_rng_restores_the_forked_devices_only():
+    torch.manual_seed(3)
+    torch.rand(2, device="oxide:1")
+    want0, want1 = torch.oxide.get_rng_state(0), torch.oxide.get_rng_state(1)
+    with torch.random.fork_rng(devices=[0, 1], device_type="oxide"):
+        torch.oxide.manual_seed_all(99)
+        torch.rand(5, device="oxide:0")
+        torch.rand(5, device="oxide:1")
+    assert torch.equal(torch.oxide.get_rng_state(0), want0) and torch.equal(torch.oxide.get_rng_state(1), want1)
+    with torch.random.fork_rng(devices=[1], device_type="oxide"):
+        torch.rand(5, device="oxide:0")  # device 0 is not forked: its draw stays drawn
+        torch.rand(5, device="oxide:1")
+    assert not torch.equal(torch.oxide.get_rng_state(0), want0)
+    assert torch.equal(torch.oxide.get_rng_state(1), want1)
+    # The CPU generator is forked too, as on any device type.
+    cpu_state = torch.get_rng_state()
+    with torch.random.fork_rng(devices=[], device_type="oxide"):
+        torch.rand(3)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+
+
+def test_per_device_states_are_independent():
+    torch.oxide.manual_seed_all(5)
+    s0, s1 = torch.oxide.get_rng_state("oxide:0"), torch.oxide.get_rng_state(1)
+    a1 = torch.rand(6, device="oxide:1").cpu()
+    torch.rand(100, device="oxide:0")  # draws on device 0 do not move device 1's state
+    torch.oxide.set_rng_state(s1, device=1)
+    torch.testing.assert_close(torch.rand(6, device="oxide:1").cpu(), a1, rtol=0, atol=0)
+    torch.oxide.set_rng_state(s0, device=torch.device("oxide", 0))
+    assert torch.equal(torch.oxide.get_rng_state(0), s0)
+    # A state is a copy: drawing afterwards does not change it.
+    before = s0.clone()
+    torch.rand(10, device="oxide:0")
+    assert torch.equal(s0, before) and s0.device.type == "cpu"
