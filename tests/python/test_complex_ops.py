@@ -297,6 +297,21 @@ def test_special_values(cdt):
     check(torch.tanh, torch.tensor([complex(30, 1), complex(-50, 2), complex(400, 0.5)], dtype=cdt), where="tanh large")
 
 
+SPECIAL_UNARY = ["exp", "sin", "cos", "tan", "sinh", "cosh", "tanh", "sigmoid", "asin", "acos", "atan"]
+SPECIAL_UNARY += ["asinh", "acosh", "atanh", "log", "sqrt", "reciprocal", "rsqrt", "expm1", "log1p", "sgn"]
+
+
+@pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
+@pytest.mark.parametrize("op", SPECIAL_UNARY)
+def test_unary_at_every_special_value(op, cdt):
+    """Every pairing of {±0, ±1, ±inf, nan} as real and imaginary parts: CPU's
+    std::complex functions follow C99 Annex G there (exp(-inf + i nan) = 0,
+    tanh(inf + i inf) = 1, ...), and so must the kernels."""
+    parts = [0.0, -0.0, 1.0, -1.0, float("inf"), -float("inf"), float("nan")]
+    vals = torch.tensor([complex(a, b) for a in parts for b in parts], dtype=cdt)
+    check(getattr(torch, op), vals, where=f"{op} at special values")
+
+
 # ---------------------------------------------------------------------------------------
 # Reductions
 # ---------------------------------------------------------------------------------------
@@ -371,3 +386,31 @@ def test_backward(case, cdt):
     for c, d in zip(xs, ds):
         assert d.grad.device.type == "oxide"
         torch.testing.assert_close(d.grad.cpu(), c.grad)
+
+
+@pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
+def test_linspace_and_logspace(cdt):
+    """Real end points fill natively (complex linspace once stepped by integers);
+    end points with an imaginary part run on the CPU fallback."""
+    for start, end, steps in ((0, 10, 10), (-1.5, 2.25, 7), (3, 3, 1), (0, 1, 0)):
+        check(lambda d: torch.linspace(start, end, steps, dtype=cdt, device=d.device), torch.empty(0))
+        check(lambda d: torch.logspace(start, end, steps, dtype=cdt, device=d.device), torch.empty(0))
+    torch.oxide.set_fallback_mode("silent")
+    try:
+        torch.oxide.reset_fallback_stats()
+        check(lambda d: torch.linspace(0, 1 + 2j, 5, dtype=cdt, device=d.device), torch.empty(0))
+        assert "aten::linspace.out" in torch.oxide.fallback_stats()
+    finally:
+        torch.oxide.set_fallback_mode("error")
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_inputs_into_a_wider_out_round_through_the_half_type(half, out_dtype):
+    """CPU computes in the inputs' common dtype and copies into `out`: the sum of two
+    float16 values lands in a float64 `out` rounded to float16 first."""
+    a = torch.tensor([1.0001, 2.0003, 1000.7, -3.3], dtype=half)
+    b = torch.tensor([1e-3, 3e-4, 0.3, 7e-3], dtype=half)
+    for op in (torch.add, torch.mul, torch.atan2):
+        check(lambda x, y: op(x, y, out=torch.empty(4, dtype=out_dtype, device=x.device)), a, b, exact=True)
+    check(lambda x: torch.sin(x, out=torch.empty(4, dtype=out_dtype, device=x.device)), a, exact=True)

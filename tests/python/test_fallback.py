@@ -92,9 +92,9 @@ DTYPE_FALLBACK_CASES = {
     ),
     "cumsum complex64": ("aten::cumsum", lambda t: t(torch.randn(4, 3, dtype=torch.complex64)).cumsum(0)),
     "cumprod complex128": ("aten::cumprod", lambda t: t(torch.randn(4, 3, dtype=torch.complex128)).cumprod(1)),
-    "logspace complex64": (
-        "aten::logspace.out",
-        lambda t: torch.logspace(0, 1, 5, dtype=torch.complex64, device=t(torch.empty(0)).device),
+    "linspace complex64 between complex end points": (
+        "aten::linspace.out",
+        lambda t: torch.linspace(0, 1 + 2j, 5, dtype=torch.complex64, device=t(torch.empty(0)).device),
     ),
     "add complex32": ("aten::add.Tensor", lambda t: t(torch.randn(5, dtype=torch.complex32)) * 1 + 1),
     "in-place mul complex32": (

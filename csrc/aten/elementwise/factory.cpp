@@ -40,7 +40,12 @@ void linspace_kernel(at::TensorIterator& iter, const c10::Scalar& start, const c
     (void)start.to<scalar_t>();
     (void)end.to<scalar_t>();
   });
-  sequence(iter, OxideSequence{/*linspace=*/true, start.toDouble(), end.toDouble(), 0, 0, steps});
+  const auto real = [](const c10::Scalar& s) { return !s.isComplex() || s.toComplexDouble().imag() == 0; };
+  OXIDE_CHECK_DTYPE(real(start) && real(end),
+                    "linspace: complex end points with an imaginary part are not supported "
+                    "on oxide");
+  const auto value = [](const c10::Scalar& s) { return s.isComplex() ? s.toComplexDouble().real() : s.toDouble(); };
+  sequence(iter, OxideSequence{/*linspace=*/true, value(start), value(end), 0, 0, steps});
 }
 
 }  // namespace
@@ -69,13 +74,15 @@ at::Tensor& eye_n_out(int64_t n, at::Tensor& out) { return eye_out(n, n, out); }
 at::Tensor& logspace_out(const c10::Scalar& start, const c10::Scalar& end, int64_t steps, double base,
                          at::Tensor& out) {
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
-  OXIDE_CHECK_DTYPE(!out.is_complex(), "logspace: dtype ", out.scalar_type(), " is not supported on oxide");
   TORCH_CHECK_NOT_IMPLEMENTED(out.scalar_type() != at::kBool, "\"logspace_cpu\" not implemented for 'Bool'");
   at::native::resize_output(out, {steps});
   if (steps == 0) {
     return out;
   }
-  auto exponents = at::linspace(start, end, steps, out.options().dtype(at::kDouble));
+  // Complex outputs: complex exponents (linspace sends end points with an imaginary
+  // part to the CPU fallback), then the complex power.
+  const auto exponent_dtype = out.is_complex() ? out.scalar_type() : at::kDouble;  // CPU: complex in its own type
+  auto exponents = at::linspace(start, end, steps, out.options().dtype(exponent_dtype));
   out.copy_(at::pow(base, exponents));
   return out;
 }

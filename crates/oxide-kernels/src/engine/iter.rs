@@ -66,7 +66,8 @@ pub struct TensorIter {
     /// Threads the caller allows (PyTorch's `at::get_num_threads()`); 1 = serial.
     pub threads: usize,
     /// When set, input values of another dtype are rounded to this dtype
-    /// after loading (half-precision type promotion, see `pointwise`).
+    /// after loading, and results stored into an output of another dtype are
+    /// rounded to it first (half-precision type promotion, see `pointwise`).
     pub round_through: Option<DType>,
 }
 
@@ -510,11 +511,20 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                         }
                     }
                     f(p as *mut O, ins, n);
+                    if let Some(h) = it.round_through.filter(|&h| h != out.dtype) {
+                        // SAFETY: the `n` output elements just written (contiguous, of O).
+                        round_to(h, unsafe { std::slice::from_raw_parts_mut(p as *mut O, n) });
+                    }
                 } else {
                     if obuf.is_empty() {
                         obuf = vec![O::from_i64(0); cap];
                     }
                     f(obuf.as_mut_ptr(), ins, n);
+                    // CPU computes into a temporary of the half-precision common dtype and
+                    // copies that into an output of another dtype: round through it.
+                    if let Some(h) = it.round_through.filter(|&h| h != out.dtype) {
+                        round_to(h, &mut obuf[..n]);
+                    }
                     // SAFETY: `p` addresses n output elements of the row (in bounds by the iterator's construction).
                     if let Err(e) = unsafe { store::<O>(out.dtype, p, s, &obuf[..n]) } {
                         *error.lock().unwrap() = Some(e);

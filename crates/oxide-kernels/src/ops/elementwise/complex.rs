@@ -42,7 +42,7 @@ impl<T> Complex<T> {
 }
 
 macro_rules! complex_element {
-    ($($t:ty => $d:ident),*) => {$(
+    ($($t:ty => $d:ident, $m:ident),*) => {$(
         impl Element for Complex<$t> {
             const DTYPE: DType = DType::$d;
             const COMPLEX: bool = true;
@@ -86,10 +86,118 @@ macro_rules! complex_element {
             fn im(self) -> $t {
                 self.im
             }
+            fn c99(self, f: C99) -> Self {
+                use c99::$m as lib;
+                // SAFETY: pure C library functions of one complex value; `Complex<$t>`
+                // is `#[repr(C)]` {re, im}, which the x86-64 and AArch64 C ABIs pass
+                // and return exactly as `$t _Complex`.
+                unsafe {
+                    match f {
+                        C99::Exp => lib::exp(self),
+                        C99::Sin => lib::sin(self),
+                        C99::Cos => lib::cos(self),
+                        C99::Tan => lib::tan(self),
+                        C99::Sinh => lib::sinh(self),
+                        C99::Cosh => lib::cosh(self),
+                        C99::Tanh => lib::tanh(self),
+                        C99::Asin => lib::asin(self),
+                        C99::Acos => lib::acos(self),
+                        C99::Atan => lib::atan(self),
+                        C99::Asinh => lib::asinh(self),
+                        C99::Acosh => lib::acosh(self),
+                        C99::Atanh => lib::atanh(self),
+                    }
+                }
+            }
         }
     )*};
 }
-complex_element!(f32 => C64, f64 => C128);
+complex_element!(f32 => C64, f32, f64 => C128, f64);
+
+/// The complex functions taken from the C library for non-finite inputs ([`Cplx::c99`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum C99 {
+    Exp,
+    Sin,
+    Cos,
+    Tan,
+    Sinh,
+    Cosh,
+    Tanh,
+    Asin,
+    Acos,
+    Atan,
+    Asinh,
+    Acosh,
+    Atanh,
+}
+
+/// The C library's (libm's) complex functions, by element type.
+#[allow(non_camel_case_types)]
+mod c99 {
+    pub mod f32 {
+        use super::super::Complex;
+        extern "C" {
+            #[link_name = "cexpf"]
+            pub fn exp(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "csinf"]
+            pub fn sin(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "ccosf"]
+            pub fn cos(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "ctanf"]
+            pub fn tan(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "csinhf"]
+            pub fn sinh(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "ccoshf"]
+            pub fn cosh(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "ctanhf"]
+            pub fn tanh(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "casinf"]
+            pub fn asin(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "cacosf"]
+            pub fn acos(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "catanf"]
+            pub fn atan(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "casinhf"]
+            pub fn asinh(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "cacoshf"]
+            pub fn acosh(z: Complex<f32>) -> Complex<f32>;
+            #[link_name = "catanhf"]
+            pub fn atanh(z: Complex<f32>) -> Complex<f32>;
+        }
+    }
+    pub mod f64 {
+        use super::super::Complex;
+        extern "C" {
+            #[link_name = "cexp"]
+            pub fn exp(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "csin"]
+            pub fn sin(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "ccos"]
+            pub fn cos(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "ctan"]
+            pub fn tan(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "csinh"]
+            pub fn sinh(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "ccosh"]
+            pub fn cosh(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "ctanh"]
+            pub fn tanh(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "casin"]
+            pub fn asin(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "cacos"]
+            pub fn acos(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "catan"]
+            pub fn atan(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "casinh"]
+            pub fn asinh(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "cacosh"]
+            pub fn acosh(z: Complex<f64>) -> Complex<f64>;
+            #[link_name = "catanh"]
+            pub fn atanh(z: Complex<f64>) -> Complex<f64>;
+        }
+    }
+}
 
 impl<T: Float> std::ops::Add for Complex<T> {
     type Output = Self;
@@ -191,12 +299,25 @@ pub trait Cplx:
     fn arg(self) -> Self::R {
         self.im().atan2(self.re())
     }
+    /// The C library's complex function `f` (glibc's, which CPU PyTorch's
+    /// `std::exp(std::complex)` and friends call): the kernels use it for
+    /// non-finite inputs, where C99 Annex G fixes each special value's result and
+    /// the textbook formulas would produce NaN from `inf * 0` or `inf - inf`.
+    fn c99(self, f: C99) -> Self;
+    /// Both parts finite.
+    #[inline(always)]
+    fn finite(self) -> bool {
+        self.re().is_finite() && self.im().is_finite()
+    }
     #[inline(always)]
     fn is_nan_c(self) -> bool {
         self.re().is_nan() || self.im().is_nan()
     }
     #[inline(always)]
     fn exp(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Exp);
+        }
         let e = self.re().exp();
         let (s, c) = (self.im().sin(), self.im().cos());
         if self.im() == Self::R::ZERO {
@@ -248,21 +369,33 @@ pub trait Cplx:
     }
     #[inline(always)]
     fn sin(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Sin);
+        }
         let (a, b) = (self.re(), self.im());
         Self::new(a.sin() * b.cosh(), a.cos() * b.sinh())
     }
     #[inline(always)]
     fn cos(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Cos);
+        }
         let (a, b) = (self.re(), self.im());
         Self::new(a.cos() * b.cosh(), -(a.sin() * b.sinh()))
     }
     #[inline(always)]
     fn sinh(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Sinh);
+        }
         let (a, b) = (self.re(), self.im());
         Self::new(a.sinh() * b.cos(), a.cosh() * b.sin())
     }
     #[inline(always)]
     fn cosh(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Cosh);
+        }
         let (a, b) = (self.re(), self.im());
         Self::new(a.cosh() * b.cos(), a.sinh() * b.sin())
     }
@@ -272,6 +405,9 @@ pub trait Cplx:
     /// the real part is ±1 and the imaginary part `4 sin b cos b e^{-2|a|}`.
     #[inline(always)]
     fn tanh(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Tanh);
+        }
         let (a, b) = (self.re(), self.im());
         let one = Self::R::ONE;
         if a.abs() > Self::R::from_f64c(22.0) {
@@ -288,6 +424,9 @@ pub trait Cplx:
     /// tan z = -i tanh(i z).
     #[inline(always)]
     fn tan(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Tan);
+        }
         let w = self.mul_i().tanh();
         Self::new(w.im(), -w.re())
     }
@@ -307,6 +446,9 @@ pub trait Cplx:
     /// `asin z = atan2(Re z, Re(p q)) + i asinh(Im(conj(p) q))`.
     #[inline(always)]
     fn asin(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Asin);
+        }
         let p = self.one_minus().sqrt();
         let q = self.one_plus().sqrt();
         let re = self.re().atan2(p.re() * q.re() - p.im() * q.im());
@@ -317,6 +459,9 @@ pub trait Cplx:
     /// `acos z = 2 atan2(Re p, Re q) + i asinh(Im(conj(q) p))`.
     #[inline(always)]
     fn acos(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Acos);
+        }
         let p = self.one_minus().sqrt();
         let q = self.one_plus().sqrt();
         let re = Self::R::from_f64c(2.0) * p.re().atan2(q.re());
@@ -326,6 +471,9 @@ pub trait Cplx:
     /// atan z = (i/2) (ln(1 - i z) - ln(1 + i z)).
     #[inline(always)]
     fn atan(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Atan);
+        }
         let iz = self.mul_i();
         let d = iz.one_minus().ln() - iz.one_plus().ln();
         let half = Self::R::from_f64c(0.5);
@@ -335,12 +483,18 @@ pub trait Cplx:
     /// inherits Kahan's cancellation-free asin.
     #[inline(always)]
     fn asinh(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Asinh);
+        }
         let w = self.mul_i().asin();
         Self::new(w.im(), -w.re())
     }
     /// atanh z = -i atan(i z).
     #[inline(always)]
     fn atanh(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Atanh);
+        }
         let w = self.mul_i().atan();
         Self::new(w.im(), -w.re())
     }
@@ -349,6 +503,9 @@ pub trait Cplx:
     /// cancellation and on the principal branch (real part >= 0).
     #[inline(always)]
     fn acosh(self) -> Self {
+        if !self.finite() {
+            return self.c99(C99::Acosh);
+        }
         let p = Self::new(self.re() - Self::R::ONE, self.im()).sqrt();
         let q = self.one_plus().sqrt();
         let re = (p.re() * q.re() + p.im() * q.im()).asinh();
@@ -763,6 +920,28 @@ mod tests {
     use crate::ops::elementwise::pointwise::PointwiseOp;
 
     type C = Complex<f64>;
+
+    #[test]
+    fn non_finite_inputs_take_c99_special_values() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let same = |got: C, want: C| {
+            let eq = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || (a == b && a.signum() == b.signum());
+            assert!(eq(got.re, want.re) && eq(got.im, want.im), "{got:?} != {want:?}");
+        };
+        // Annex G: cexp(-inf + i nan) = ±0 ± 0i, ctanh(inf + i y) = 1 + i 0 sin(2y),
+        // csin(i inf) = 0 + i inf, catan(inf + i y) = pi/2 + 0i, cexp(inf + 0i) = inf + 0i.
+        let e = C::new(-inf, nan).exp();
+        assert!(e.re == 0.0 && e.im == 0.0, "{e:?}");
+        same(C::new(inf, inf).tanh(), C::new(1.0, 0.0));
+        same(C::new(0.0, inf).sin(), C::new(0.0, inf));
+        same(C::new(inf, 1.0).atan(), C::new(std::f64::consts::FRAC_PI_2, 0.0));
+        same(C::new(inf, 0.0).exp(), C::new(inf, 0.0));
+        same(C::new(nan, 0.0).sinh(), C::new(nan, 0.0));
+        // Finite inputs keep the kernels' own formulas.
+        assert!(close(C::new(0.5, -1.0).tanh(), C::new(0.5, -1.0).c99(C99::Tanh), 1e-15));
+        let f = Complex::<f32>::new(f32::INFINITY, f32::INFINITY).tanh();
+        assert_eq!((f.re, f.im), (1.0, 0.0));
+    }
 
     fn operand<T: Element>(v: &mut [T]) -> Operand {
         Operand { ptr: v.as_mut_ptr() as *mut u8, dtype: T::DTYPE }

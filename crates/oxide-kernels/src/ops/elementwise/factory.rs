@@ -29,7 +29,9 @@ pub unsafe fn fill_sequence(it: &TensorIter, seq: Sequence) -> Result<()> {
         let op = if matches!(seq, Sequence::Arange { .. }) { "arange" } else { "linspace" };
         return Err(crate::Error::UnsupportedDtype { op, dtype: out.dtype });
     }
-    let integral = !out.dtype.is_float();
+    // Complex outputs take the real sequence (the glue sends complex end points with an
+    // imaginary part to the CPU fallback); only integral dtypes take the integer one.
+    let integral = !out.dtype.is_float() && !matches!(out.dtype, DType::C32 | DType::C64 | DType::C128);
     let value = move |i: usize| -> (f64, i64) {
         match seq {
             Sequence::Arange { start, step, istart, istep } => {
