@@ -138,3 +138,15 @@ def test_exception_types_match_cpu():
     same_error(lambda x, w: F.conv2d(x, w, dilation=0), torch.ones(1, 1, 4, 4), torch.ones(1, 1, 2, 2))
     # CPU reports the overflow of its size computation; oxide names the negative size.
     same_error(lambda t: t.resize_(-1), torch.zeros(2), message=False)
+
+
+@pytest.mark.parametrize("op", ["take", "masked_select"])
+def test_take_and_masked_select_refuse_an_overlapping_out(op):
+    """An out= that overlaps itself (an expanded tensor) or one of the inputs raises
+    CPU's "unsupported operation" instead of writing through the overlap."""
+    src = torch.rand(6)
+    arg = torch.tensor([2, 1, 0]) if op == "take" else torch.tensor([True, False, True, True, False, False])
+    fn = getattr(torch, op)
+    same_error(lambda s, a, o: fn(s, a, out=o.expand(3)), src, arg, torch.rand(1))
+    same_error(lambda s, a: fn(s, a, out=s), src, arg)
+    same_error(lambda a, b: fn(a, b, out=b[: b.numel() - 1] if op == "take" else b), arg.clone(), arg)

@@ -391,6 +391,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "angle", TORCH_FN(angle));
   OXIDE_IMPL(m, "angle.out", TORCH_FN(angle_out));
   OXIDE_IMPL(m, "conj_physical.out", TORCH_FN(conj_physical_out));
+  // PyTorch's composite conj_physical_ calls the stub directly; registered here so that
+  // a dtype the stub refuses (complex32) reaches the fallback through this wrapper.
+  OXIDE_IMPL(m, "conj_physical_", TORCH_FN(conj_physical_));
   OXIDE_IMPL(m, "relu", TORCH_FN(relu));
   OXIDE_IMPL(m, "relu_", TORCH_FN(relu_));
 

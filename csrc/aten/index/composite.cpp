@@ -17,6 +17,7 @@
 #include <ATen/ops/tril_meta.h>
 #include <ATen/ops/triu_meta.h>
 #include <ATen/ops/where.h>
+#include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 namespace oxide {
@@ -99,6 +100,10 @@ at::Tensor take_impl(const at::Tensor& self, const at::Tensor& index) {
 }
 
 at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor& out) {
+  // CPU's checks: an out= that overlaps itself or an input raises.
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, index);
+  at::assert_no_overlap(out, self);
   const auto r = take_impl(self, index);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);

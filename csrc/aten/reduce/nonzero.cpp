@@ -10,6 +10,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index.h>
+#include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
 #include <limits>
@@ -60,6 +61,10 @@ at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
   TORCH_CHECK(out.scalar_type() == self.scalar_type(),
               "masked_select(): self and result must have the same scalar type");
+  // CPU's checks: an out= that overlaps itself or an input raises.
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
   const auto r = masked_select_impl(self, mask);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
