@@ -97,8 +97,14 @@ class TestOxideOps(TestCase):
                 else torch.randn(t.shape, dtype=t.dtype, generator=gen)
                 for t in expected_out
             ]
-            expected = torch.autograd.grad(expected_out, cpu_inputs, weights, allow_unused=True)
-            actual = torch.autograd.grad(actual_out, dev_inputs, [w.to(device) for w in weights], allow_unused=True)
+            # Each weight on its output's device: `to` samples name a device, so some
+            # outputs of the CPU reference live on oxide and some of oxide's on the CPU.
+            expected = torch.autograd.grad(
+                expected_out, cpu_inputs, [w.to(t.device) for w, t in zip(weights, expected_out)], allow_unused=True
+            )
+            actual = torch.autograd.grad(
+                actual_out, dev_inputs, [w.to(t.device) for w, t in zip(weights, actual_out)], allow_unused=True
+            )
             native = native and fallback_calls() == start
             self.assertEqual(to_cpu(list(actual)), list(expected), exact_device=False)
             checked += 1
