@@ -132,71 +132,28 @@ pub enum C99 {
     Atanh,
 }
 
-/// The C library's (libm's) complex functions, by element type.
-#[allow(non_camel_case_types)]
-mod c99 {
-    pub mod f32 {
-        use super::super::Complex;
-        extern "C" {
-            #[link_name = "cexpf"]
-            pub fn exp(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "csinf"]
-            pub fn sin(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "ccosf"]
-            pub fn cos(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "ctanf"]
-            pub fn tan(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "csinhf"]
-            pub fn sinh(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "ccoshf"]
-            pub fn cosh(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "ctanhf"]
-            pub fn tanh(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "casinf"]
-            pub fn asin(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "cacosf"]
-            pub fn acos(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "catanf"]
-            pub fn atan(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "casinhf"]
-            pub fn asinh(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "cacoshf"]
-            pub fn acosh(z: Complex<f32>) -> Complex<f32>;
-            #[link_name = "catanhf"]
-            pub fn atanh(z: Complex<f32>) -> Complex<f32>;
-        }
-    }
-    pub mod f64 {
-        use super::super::Complex;
-        extern "C" {
-            #[link_name = "cexp"]
-            pub fn exp(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "csin"]
-            pub fn sin(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "ccos"]
-            pub fn cos(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "ctan"]
-            pub fn tan(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "csinh"]
-            pub fn sinh(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "ccosh"]
-            pub fn cosh(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "ctanh"]
-            pub fn tanh(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "casin"]
-            pub fn asin(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "cacos"]
-            pub fn acos(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "catan"]
-            pub fn atan(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "casinh"]
-            pub fn asinh(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "cacosh"]
-            pub fn acosh(z: Complex<f64>) -> Complex<f64>;
-            #[link_name = "catanh"]
-            pub fn atanh(z: Complex<f64>) -> Complex<f64>;
-        }
-    }
+/// The C library's (libm's) complex functions, by element type: one module per
+/// type, each function named as its [`C99`] variant and linked to libm's symbol.
+macro_rules! libm_complex {
+    ($($m:ident: $($f:ident => $sym:literal),*;)*) => {
+        mod c99 {$(
+            pub mod $m {
+                use super::super::Complex;
+                extern "C" {$(
+                    #[link_name = $sym]
+                    pub fn $f(z: Complex<$m>) -> Complex<$m>;
+                )*}
+            }
+        )*}
+    };
+}
+libm_complex! {
+    f32: exp => "cexpf", sin => "csinf", cos => "ccosf", tan => "ctanf", sinh => "csinhf", cosh => "ccoshf",
+         tanh => "ctanhf", asin => "casinf", acos => "cacosf", atan => "catanf", asinh => "casinhf",
+         acosh => "cacoshf", atanh => "catanhf";
+    f64: exp => "cexp", sin => "csin", cos => "ccos", tan => "ctan", sinh => "csinh", cosh => "ccosh",
+         tanh => "ctanh", asin => "casin", acos => "cacos", atan => "catan", asinh => "casinh",
+         acosh => "cacosh", atanh => "catanh";
 }
 
 impl<T: Float> std::ops::Add for Complex<T> {
