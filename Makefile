@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed profile demo-ddp clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-graphs profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -88,6 +88,11 @@ bench-ops: build
 # Writes benchmarks/results/models.md and models.json.
 bench-distributed: build
 	$(PY) benchmarks/distributed.py
+
+# Graph replay vs eager (oxide) and CPU eager on launch-bound steps (benchmarks/README.md).
+# Writes benchmarks/results/graphs.md and graphs.json.
+bench-graphs: build
+	$(PY) benchmarks/graphs.py --out benchmarks/results
 
 bench-models: build
 	$(PY) benchmarks/models.py --out benchmarks/results

@@ -132,6 +132,10 @@ namespace oxide {
 // `gen` empty means the default generator of `device`; a generator of another
 // device type raises (runtime/generator.cpp).
 OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks);
+// During a graph capture on `device`'s current stream, the Philox state of a random
+// kernel drawing `blocks` blocks from `gen`, relative to the state each replay gives
+// the graph (runtime/graph.cpp); nullopt when that stream is not capturing.
+std::optional<OxidePhilox> graph_philox_reserve(c10::GeneratorImpl* gen, c10::Device device, uint64_t blocks);
 // A new generator on `device` (-1: current device); raises for an invalid index (runtime/generator.cpp).
 at::Generator make_generator(c10::DeviceIndex device);
 // The default generator of `device` (-1: current device), created on first use (runtime/generator.cpp).

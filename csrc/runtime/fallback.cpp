@@ -23,6 +23,11 @@ thread_local std::string t_dtype_reason;
 void announce(const std::string& full, const std::string& why) {
   const std::string what =
       why.empty() ? "has no native oxide kernel" : "has no native oxide kernel for these dtypes (" + why + ")";
+  // The fallback copies to the host and back at the call: it cannot be a graph node.
+  const auto device = current_device();
+  OXIDE_CHECK(
+      oxide_capture_refuse(device, current_stream(device),
+                           ("operator '" + full + "', which " + what + " and runs on the CPU fallback").c_str()));
   switch (oxide_fallback_record(full.c_str())) {
     case OXIDE_FALLBACK_ERROR:
       TORCH_CHECK_NOT_IMPLEMENTED(false, "oxide: operator '", full, "' ", what,

@@ -82,6 +82,10 @@ c10::DeviceIndex checked(c10::DeviceIndex device) {
 
 OxidePhilox philox_reserve(const std::optional<at::Generator>& gen, c10::Device device, uint64_t blocks) {
   auto* g = at::get_generator_or_default<OxideGeneratorImpl>(gen, default_generator(device.index()));
+  // In a graph capture the generator does not advance: each replay does (graph.cpp).
+  if (auto captured = graph_philox_reserve(g, g->device(), blocks)) {
+    return *captured;
+  }
   std::lock_guard<std::mutex> lock(g->mutex_);
   OxidePhilox state{g->current_seed(), g->get_offset()};
   g->set_offset(state.offset + blocks);

@@ -133,6 +133,12 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return done;
   }
 
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    bool capturing = false;
+    OXIDE_CHECK(oxide_stream_is_capturing(stream.device_index(), stream.id(), &capturing));
+    return capturing;
+  }
+
   void synchronizeStream(const c10::Stream& stream) const override {
     OXIDE_CHECK(oxide_stream_synchronize(stream.device_index(), stream.id()));
   }

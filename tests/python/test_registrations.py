@@ -4,8 +4,8 @@ Operator kernels (TORCH_LIBRARY_IMPL at PrivateUse1, AutogradPrivateUse1 and
 AutocastPrivateUse1) are compared with a committed snapshot of the dispatcher's own
 registrations; the other registrations get one test each: REGISTER_ALLOCATOR, C10_REGISTER_GUARD_IMPL,
 RegisterPrivateUse1HooksInterface, the generator behind the hooks,
-TORCH_LIBRARY_IMPL(aten, PrivateUse1), TORCH_LIBRARY_IMPL(_, PrivateUse1) and
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1), TORCH_LIBRARY_IMPL(_, PrivateUse1),
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1) and REGISTER_GRAPH_IMPL.
 """
 
 import gc
@@ -65,6 +65,16 @@ def test_guard_impl_registered():
     assert s.device.index == 1
     with torch.accelerator.device_index(1):
         assert torch.accelerator.current_device_index() == 1
+
+
+def test_graph_impl_registered():
+    # Without REGISTER_GRAPH_IMPL(OXIDE, ...) this raises "Graph is not supported on device type".
+    g = torch.accelerator.Graph()
+    x = torch.zeros(1, device="oxide")
+    with g:
+        x.add_(1)
+    g.replay()
+    assert x.item() == 1
 
 
 def test_hooks_registered():

@@ -17,7 +17,13 @@
 //!   cache only once every fence has passed;
 //! - the cache is released only when the device's queued work has run (the
 //!   runtime waits before [`CachingAllocator::empty_cache`] and before the
-//!   out-of-memory retry), since queued work may still read a freed block.
+//!   out-of-memory retry), since queued work may still read a freed block;
+//! - private pools (CUDA's graph memory pools): while a stream captures a
+//!   graph, its allocations come from the graph's pool ([`CachingAllocator::begin_pool`]),
+//!   and blocks of a pool are cached apart, reused only by allocations routed
+//!   to that pool and never released by `empty_cache` while a graph holds the
+//!   pool ([`CachingAllocator::retain_pool`]): every replay writes the same
+//!   addresses, so no other tensor may ever be given them.
 
 use std::collections::BTreeSet;
 
@@ -79,11 +85,22 @@ pub struct DeviceStats {
     pub num_device_free: i64,
 }
 
+/// A memory pool of a device: 0 is the general pool, others are private
+/// pools of graphs (`MempoolId_t`).
+pub type PoolId = u64;
+
+/// The general pool.
+pub const GENERAL_POOL: PoolId = 0;
+
+/// The cache key of a free block: best fit by (pool, stream, size), then address.
+type Key = (PoolId, StreamId, usize, usize);
+
 #[derive(Debug)]
 struct Block {
     size: usize,
     requested: usize,
     stream: StreamId,
+    pool: PoolId,
     /// Other streams that use the block, as (device, stream).
     recorded_streams: Vec<(usize, StreamId)>,
 }
@@ -109,6 +126,8 @@ pub struct BlockInfo {
     pub requested: usize,
     pub stream: StreamId,
     pub state: BlockState,
+    /// The pool the block belongs to ([`GENERAL_POOL`] or a graph's).
+    pub pool: PoolId,
 }
 
 /// A segment of device memory obtained or given back (`cudaMalloc` / `cudaFree`
@@ -123,10 +142,14 @@ pub enum SegmentEvent {
 pub struct CachingAllocator {
     memory: DeviceMemory,
     active: FxHashMap<usize, Block>,
-    /// Freed blocks waiting for other streams' work: (stream, size, ptr) and the fences.
-    pending: Vec<((StreamId, usize, usize), Vec<Fence>)>,
-    /// Cached free blocks ordered by (stream, size, ptr) for best-fit lookup.
-    cached: BTreeSet<(StreamId, usize, usize)>,
+    /// Freed blocks waiting for other streams' work, and the fences.
+    pending: Vec<(Key, Vec<Fence>)>,
+    /// Cached free blocks ordered by (pool, stream, size, ptr) for best-fit lookup.
+    cached: BTreeSet<Key>,
+    /// Private pools and the number of graphs (and captures) holding each.
+    pools: FxHashMap<PoolId, usize>,
+    /// Streams whose allocations go to a private pool (captures in progress).
+    routes: Vec<(StreamId, PoolId)>,
     stats: DeviceStats,
     /// The most bytes the allocator may reserve (`set_per_process_memory_fraction`).
     limit: Option<usize>,
@@ -141,6 +164,8 @@ impl CachingAllocator {
             active: FxHashMap::default(),
             pending: Vec::new(),
             cached: BTreeSet::new(),
+            pools: FxHashMap::default(),
+            routes: Vec::new(),
             stats: DeviceStats::default(),
             limit: None,
             segment_events: None,
@@ -171,15 +196,17 @@ impl CachingAllocator {
         self.reclaim();
         let size = round_up(bytes);
         let limit = size + size / 4;
-        let hit = self.cached.range((stream, size, 0)..=(stream, limit, usize::MAX)).next().copied();
+        let pool = self.routes.iter().find(|r| r.0 == stream).map_or(GENERAL_POOL, |r| r.1);
+        let hit = self.cached.range((pool, stream, size, 0)..=(pool, stream, limit, usize::MAX)).next().copied();
         let (ptr, block_size) = match hit {
             Some(key) => {
                 self.cached.remove(&key);
-                (key.2, key.1)
+                (key.3, key.2)
             }
             None => (self.device_malloc(bytes, size, wait_idle)?, size),
         };
-        self.active.insert(ptr, Block { size: block_size, requested: bytes, stream, recorded_streams: Vec::new() });
+        self.active
+            .insert(ptr, Block { size: block_size, requested: bytes, stream, pool, recorded_streams: Vec::new() });
         self.stats.allocation.increase(1);
         self.stats.allocated_bytes.increase(block_size as i64);
         self.stats.requested_bytes.increase(bytes as i64);
@@ -210,20 +237,23 @@ impl CachingAllocator {
             requested: b.requested,
             stream: b.stream,
             state: BlockState::Active,
+            pool: b.pool,
         });
-        let pending = self.pending.iter().map(|&((stream, size, ptr), _)| BlockInfo {
+        let pending = self.pending.iter().map(|&((pool, stream, size, ptr), _)| BlockInfo {
             ptr,
             size,
             requested: 0,
             stream,
             state: BlockState::PendingFree,
+            pool,
         });
-        let cached = self.cached.iter().map(|&(stream, size, ptr)| BlockInfo {
+        let cached = self.cached.iter().map(|&(pool, stream, size, ptr)| BlockInfo {
             ptr,
             size,
             requested: 0,
             stream,
             state: BlockState::Cached,
+            pool,
         });
         let mut all: Vec<BlockInfo> = active.chain(pending).chain(cached).collect();
         all.sort_by_key(|b| b.ptr);
@@ -324,7 +354,9 @@ impl CachingAllocator {
         self.stats.allocation.decrease(1);
         self.stats.allocated_bytes.decrease(block.size as i64);
         self.stats.requested_bytes.decrease(block.requested as i64);
-        let key = (block.stream, block.size, ptr);
+        // A block of a pool no graph holds any more is an ordinary block again.
+        let pool = if self.pools.contains_key(&block.pool) { block.pool } else { GENERAL_POOL };
+        let key = (pool, block.stream, block.size, ptr);
         if fences.iter().all(Fence::passed) {
             self.cached.insert(key);
         } else {
@@ -357,7 +389,11 @@ impl CachingAllocator {
     /// for other devices' streams stay pending).
     pub fn empty_cache(&mut self) {
         self.reclaim();
-        for (_, size, ptr) in std::mem::take(&mut self.cached) {
+        // Private pools keep their blocks: a graph replays into them.
+        let general = self.cached.range(..(GENERAL_POOL + 1, StreamId::MIN, 0, 0)).copied().collect::<Vec<_>>();
+        for key in general {
+            self.cached.remove(&key);
+            let (_, _, size, ptr) = key;
             if self.memory.free(ptr).is_ok() {
                 self.stats.num_device_free += 1;
                 self.stats.segment.decrease(1);
@@ -367,6 +403,69 @@ impl CachingAllocator {
                 }
             }
         }
+    }
+
+    /// A graph (or capture) takes hold of private pool `pool`, creating it if
+    /// new ([`GENERAL_POOL`] is not a private pool and is ignored).
+    pub fn retain_pool(&mut self, pool: PoolId) {
+        if pool != GENERAL_POOL {
+            *self.pools.entry(pool).or_insert(0) += 1;
+        }
+    }
+
+    /// A graph lets go of `pool`. When nothing holds it any more, its cached
+    /// blocks join the general cache (so `empty_cache` can release them), and
+    /// its blocks still in use join it when freed.
+    pub fn release_pool(&mut self, pool: PoolId) {
+        self.release_pool_after(pool, Vec::new());
+    }
+
+    /// [`Self::release_pool`] while replays may still be queued: the pool's
+    /// cached blocks wait for `fences` (the device's streams at release)
+    /// before another allocation may take them.
+    pub fn release_pool_after(&mut self, pool: PoolId, fences: Vec<Fence>) {
+        let Some(uses) = self.pools.get_mut(&pool) else { return };
+        *uses -= 1;
+        if *uses > 0 {
+            return;
+        }
+        self.pools.remove(&pool);
+        let moved: Vec<Key> =
+            self.cached.range((pool, StreamId::MIN, 0, 0)..(pool + 1, StreamId::MIN, 0, 0)).copied().collect();
+        let wait = !fences.iter().all(Fence::passed);
+        for key in moved {
+            self.cached.remove(&key);
+            let key = (GENERAL_POOL, key.1, key.2, key.3);
+            if wait {
+                self.pending.push((key, fences.clone()));
+            } else {
+                self.cached.insert(key);
+            }
+        }
+        for (key, _) in self.pending.iter_mut().filter(|(k, _)| k.0 == pool) {
+            key.0 = GENERAL_POOL;
+        }
+    }
+
+    /// Routes the allocations of `stream` to private pool `pool` (a capture
+    /// begins), holding the pool until [`Self::end_pool`].
+    pub fn begin_pool(&mut self, stream: StreamId, pool: PoolId) {
+        self.retain_pool(pool);
+        self.routes.retain(|r| r.0 != stream);
+        self.routes.push((stream, pool));
+    }
+
+    /// Ends the routing of `stream` (a capture ends) and lets go of its pool.
+    pub fn end_pool(&mut self, stream: StreamId) {
+        if let Some(at) = self.routes.iter().position(|r| r.0 == stream) {
+            let (_, pool) = self.routes.swap_remove(at);
+            self.release_pool(pool);
+        }
+    }
+
+    /// Number of graphs and captures holding `pool` (0 for an unknown or dead pool).
+    pub fn pool_uses(&self, pool: PoolId) -> usize {
+        self.pools.get(&pool).copied().unwrap_or(0)
     }
 
     /// Size of the active block at `ptr` (its requested size rounded up), if it is one.
@@ -415,6 +514,40 @@ mod tests {
 
     fn alloc(cap: usize) -> CachingAllocator {
         CachingAllocator::new(DeviceMemory::reserve(0, cap).unwrap())
+    }
+
+    #[test]
+    fn private_pools_keep_their_blocks_for_their_graphs() {
+        let mut a = alloc(1 << 20);
+        let before = a.allocate(1000, 0).unwrap();
+        a.free(before).unwrap();
+        a.begin_pool(0, 7);
+        let x = a.allocate(1000, 0).unwrap();
+        assert_ne!(x, before, "a capture does not take blocks of the general cache");
+        a.free(x).unwrap();
+        let y = a.allocate(1000, 0).unwrap();
+        assert_eq!(y, x, "blocks freed during the capture are reused within its pool");
+        assert_eq!(a.allocate(1000, 3).map(|p| a.blocks().iter().find(|b| b.ptr == p).unwrap().pool), Ok(GENERAL_POOL));
+        a.retain_pool(7); // the graph
+        a.end_pool(0);
+        a.free(y).unwrap();
+        assert_ne!(a.allocate(1000, 0).unwrap(), y, "after the capture, the pool's blocks are the graph's");
+        a.empty_cache();
+        assert!(
+            a.blocks().iter().any(|b| b.ptr == y && b.state == BlockState::Cached),
+            "empty_cache keeps a live pool"
+        );
+        a.begin_pool(0, 7); // a second graph shares the pool
+        assert_eq!(a.allocate(1000, 0).unwrap(), y);
+        a.end_pool(0);
+        assert_eq!(a.pool_uses(7), 1);
+        a.release_pool(7);
+        assert_eq!(a.pool_uses(7), 0);
+        a.free(y).unwrap();
+        assert_eq!(a.blocks().iter().find(|b| b.ptr == y).map(|b| b.pool), Some(GENERAL_POOL));
+        let used = a.memory().used();
+        a.empty_cache();
+        assert!(a.memory().used() < used, "a dead pool's blocks are released");
     }
 
     #[test]

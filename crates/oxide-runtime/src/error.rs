@@ -62,6 +62,13 @@ pub enum Error {
     #[error("oxide:{device} stream {stream}: could not start the stream's worker thread: {message}")]
     WorkerStart { device: usize, stream: i64, message: String },
 
+    /// Stream capture (graphs): work that cannot be captured on a capturing
+    /// stream (cudaErrorStreamCaptureUnsupported), a capture that an earlier
+    /// such error invalidated (cudaErrorStreamCaptureInvalidated), or a capture
+    /// call out of order.
+    #[error("oxide:{device} stream {stream}: {message}")]
+    Capture { device: usize, stream: i64, message: String },
+
     /// Any use of the runtime in a process forked after it was initialised.
     #[error("the oxide runtime cannot be used in a forked subprocess after it was initialised in the parent; use the 'spawn' start method for multiprocessing")]
     Forked,

@@ -54,8 +54,11 @@ impl Event {
     /// `cudaEventRecord`: captures the work enqueued so far on `stream` of
     /// `streams` (device `device`). Never waits for that work.
     ///
-    /// Errors: [`Error::InvalidStream`].
+    /// Errors: [`Error::InvalidStream`]; [`Error::Capture`] on a capturing stream.
     pub fn record(&mut self, device: usize, streams: &Streams, stream: StreamId) -> Result<()> {
+        // The captured work never runs at the call, so an event recorded after it
+        // could not stand for it (CUDA would add an event node; oxide graphs keep one stream).
+        streams.refuse_in_capture(stream, "recording an event on the capturing stream")?;
         let state = streams.state(stream)?;
         let at = Arc::new(OnceLock::new());
         let submitted = state.submitted();

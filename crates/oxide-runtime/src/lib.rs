@@ -13,6 +13,7 @@ pub mod allocator;
 pub mod config;
 pub mod error;
 pub mod event;
+pub mod graph;
 pub mod host;
 pub mod memory;
 pub mod philox;
@@ -28,6 +29,7 @@ pub use allocator::{BlockInfo, BlockState, CachingAllocator, DeviceStats, Segmen
 pub use config::Config;
 pub use error::{Error, Result};
 pub use event::Event;
+pub use graph::{Graph, Node};
 pub use host::HostMemory;
 pub use philox::Philox4x32;
 pub use stream::{
@@ -425,6 +427,24 @@ impl Runtime {
         let trace = |d: usize| {
             profiler::Launch::begin(profiler::ActivityKind::Memcpy, || kind.activity_name(pinned.is_some()), d, stream)
         };
+        if let Some(d) = device.filter(|&d| self.devices[d].streams.is_capturing(stream)) {
+            // A graph node: copies between device memory and pinned host memory
+            // replay like kernels (the graph reads the same addresses each time).
+            if matches!(kind, MemcpyKind::DeviceToDevice) || pinned.is_some() {
+                return self.devices[d].streams.capture(
+                    stream,
+                    kind.activity_name(pinned.is_some()),
+                    Box::new(move || {
+                        copy();
+                        Ok(())
+                    }),
+                );
+            }
+            return self.devices[d].streams.refuse_in_capture(
+                stream,
+                "a copy between device memory and pageable host memory (.item(), .cpu(), printing)",
+            );
+        }
         match (device, pinned) {
             // Pinned memory: queued, as CUDA copies pinned memory asynchronously; the
             // block is kept until the copy has run, even if freed before.

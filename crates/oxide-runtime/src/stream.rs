@@ -34,6 +34,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::graph::{Capture, Graph, Node};
 
 /// Stream handle value; 0 is the default stream.
 pub type StreamId = i64;
@@ -164,6 +165,10 @@ pub struct StreamState {
     /// context switch that took a core from the kernels: the LSTM step ran 14%
     /// slower queued than at the call).
     awaited: AtomicU64,
+    /// The graph capture in progress on this stream (see [`crate::graph`]).
+    capture: Mutex<Option<Capture>>,
+    /// True while `capture` holds one: read on every launch, without the lock.
+    capturing: AtomicBool,
 }
 
 impl StreamState {
@@ -403,13 +408,18 @@ impl Streams {
         if state.is_complete(seq) || Arc::ptr_eq(own, &state) {
             return Ok(());
         }
+        self.refuse_in_capture(id, "waiting for another stream's work (graphs capture one stream)")?;
         self.enqueue(id, Record::Wait { state, seq }).map(|_| ())
     }
 
     /// `cudaLaunchKernel`, run inline: `work` runs on the calling thread once the
     /// stream's queued records have finished, and has finished on return.
     /// Returns its sequence number and result.
+    ///
+    /// Errors: [`Error::InvalidStream`]; [`Error::Capture`] on a capturing
+    /// stream (work whose result the host needs now cannot be a graph node).
     pub fn launch<R>(&self, id: StreamId, work: impl FnOnce() -> R) -> Result<(u64, R)> {
+        self.refuse_in_capture(id, "work that runs at the call (its result is needed on the host now)")?;
         let state = self.get(id)?;
         // Queued records run first (stream order); with none queued this is two atomic loads.
         state.wait_for(state.submitted());
@@ -424,6 +434,7 @@ impl Streams {
     ///
     /// Errors: [`Error::InvalidStream`].
     pub fn enqueue(&self, id: StreamId, record: Record) -> Result<u64> {
+        self.refuse_in_capture(id, "work queued outside the graph")?;
         let state = self.get(id)?;
         if !state.worker_started.swap(true, Ordering::AcqRel) {
             let worker = Arc::clone(state);
@@ -477,6 +488,7 @@ impl Streams {
     ///
     /// Errors: [`Error::InvalidStream`], [`Error::Deferred`].
     pub fn synchronize(&self, id: StreamId) -> Result<()> {
+        self.refuse_in_capture(id, "synchronizing the capturing stream")?;
         let state = self.get(id)?;
         state.wait_for(state.submitted());
         match state.lock().error.take() {
@@ -488,6 +500,9 @@ impl Streams {
     /// `cudaDeviceSynchronize`: waits for every stream of the device; reports
     /// the first deferred error found (the others stay for their streams).
     pub fn synchronize_all(&self) -> Result<()> {
+        for id in 0..self.states.len() as StreamId {
+            self.refuse_in_capture(id, "synchronizing the device of a capturing stream")?;
+        }
         for s in self.states.iter() {
             s.wait_for(s.submitted());
         }
@@ -498,9 +513,165 @@ impl Streams {
     }
 }
 
+/// Graph capture (see [`crate::graph`]).
+impl Streams {
+    fn capture_error(&self, id: StreamId, message: String) -> Error {
+        Error::Capture { device: self.device, stream: id, message }
+    }
+
+    fn capture_lock(&self, id: StreamId) -> Result<std::sync::MutexGuard<'_, Option<Capture>>> {
+        Ok(self.get(id)?.capture.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// `cudaStreamBeginCapture`: from now on, launches aimed at stream `id`
+    /// are kept as graph nodes ([`Self::capture`]) instead of running. Work
+    /// queued before keeps running; replays are queued after it.
+    ///
+    /// Errors: [`Error::InvalidStream`]; [`Error::Capture`] when the stream captures already.
+    pub fn begin_capture(&self, id: StreamId) -> Result<()> {
+        let mut capture = self.capture_lock(id)?;
+        if capture.is_some() {
+            return Err(self.capture_error(id, "the stream is already capturing a graph".into()));
+        }
+        *capture = Some(Capture::default());
+        self.get(id)?.capturing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// True while stream `id` captures (`cudaStreamIsCapturing`; false for an invalid id).
+    pub fn is_capturing(&self, id: StreamId) -> bool {
+        self.get(id).is_ok_and(|s| s.capturing.load(Ordering::Acquire))
+    }
+
+    /// Adds `node` to the capture of stream `id`.
+    ///
+    /// Errors: [`Error::Capture`] when the stream is not capturing, or its
+    /// capture was invalidated (the node is dropped: the graph will not be replayed).
+    pub fn capture(&self, id: StreamId, name: &'static str, node: Node) -> Result<()> {
+        let mut capture = self.capture_lock(id)?;
+        match capture.as_mut() {
+            None => Err(self.capture_error(id, "the stream is not capturing a graph".into())),
+            Some(Capture { invalidated: Some(reason), .. }) => Err(self.capture_error(
+                id,
+                format!("the graph capture was invalidated by an earlier error ({reason}); end it and capture again"),
+            )),
+            Some(c) => {
+                c.nodes.push(node);
+                c.names.push(name);
+                Ok(())
+            }
+        }
+    }
+
+    /// `cudaStreamEndCapture`: stops capturing on stream `id` and returns the graph.
+    ///
+    /// Errors: [`Error::Capture`] when the stream was not capturing, or when the
+    /// capture was invalidated (its nodes are dropped).
+    pub fn end_capture(&self, id: StreamId) -> Result<Graph> {
+        let mut capture = self.capture_lock(id)?;
+        let taken = capture.take();
+        self.get(id)?.capturing.store(false, Ordering::Release);
+        match taken {
+            None => Err(self.capture_error(id, "the stream is not capturing a graph".into())),
+            Some(Capture { invalidated: Some(reason), .. }) => {
+                Err(self.capture_error(id, format!("the graph capture was invalidated: {reason}")))
+            }
+            Some(c) => Ok(Graph::new(c.nodes, c.names)),
+        }
+    }
+
+    /// Refuses `action` on a capturing stream: it invalidates the capture (the
+    /// first refusal is what the capture ends with) and returns the error.
+    ///
+    /// Errors: [`Error::Capture`] while stream `id` captures.
+    pub fn refuse_in_capture(&self, id: StreamId, action: &str) -> Result<()> {
+        if !self.is_capturing(id) {
+            return Ok(());
+        }
+        let reason = format!("{action} cannot be captured in a graph");
+        if let Some(c) = self.capture_lock(id)?.as_mut() {
+            c.invalidated.get_or_insert_with(|| reason.clone());
+        }
+        Err(self.capture_error(id, format!("{reason}; the capture is invalidated")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capture_keeps_launches_and_replays_them_in_order() {
+        let s = Streams::new(0);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        s.begin_capture(7).unwrap();
+        assert!(s.is_capturing(7) && !s.is_capturing(6));
+        assert!(s.begin_capture(7).is_err(), "one capture per stream");
+        for k in 0..3 {
+            let l = Arc::clone(&log);
+            s.capture(
+                7,
+                "log",
+                Box::new(move || {
+                    l.lock().unwrap().push(k);
+                    Ok(())
+                }),
+            )
+            .unwrap();
+        }
+        assert!(log.lock().unwrap().is_empty(), "capturing runs nothing");
+        assert!(s.synchronize(6).is_ok(), "other streams are not affected");
+        let g = s.end_capture(7).unwrap();
+        assert!(!s.is_capturing(7) && g.len() == 3);
+        for _ in 0..2 {
+            let g = g.clone();
+            s.enqueue(7, Record::Work(Box::new(move || g.run()))).unwrap();
+        }
+        s.synchronize(7).unwrap();
+        assert_eq!(*log.lock().unwrap(), [0, 1, 2, 0, 1, 2]);
+        assert!(s.end_capture(7).is_err(), "not capturing any more");
+    }
+
+    #[test]
+    fn what_cannot_be_captured_invalidates_the_capture() {
+        let s = Streams::new(0);
+        s.begin_capture(3).unwrap();
+        s.capture(3, "nothing", Box::new(|| Ok(()))).unwrap();
+        let e = s.synchronize(3).unwrap_err().to_string();
+        assert!(e.contains("synchronizing the capturing stream cannot be captured"), "{e}");
+        assert!(s.launch(3, || ()).is_err());
+        let e = s.capture(3, "nothing", Box::new(|| Ok(()))).unwrap_err().to_string();
+        assert!(e.contains("invalidated by an earlier error (synchronizing"), "{e}");
+        assert!(s.synchronize_all().is_err());
+        let e = s.end_capture(3).unwrap_err().to_string();
+        assert!(e.contains("invalidated: synchronizing the capturing stream"), "{e}");
+        // The stream is usable again, and nothing captured runs.
+        s.synchronize(3).unwrap();
+        assert_eq!(s.launch(3, || 5).unwrap().1, 5);
+    }
+
+    #[test]
+    fn a_failing_node_stops_the_replay_and_is_reported() {
+        let s = Streams::new(0);
+        let ran = Arc::new(AtomicUsize::new(0));
+        s.begin_capture(2).unwrap();
+        s.capture(2, "fails", Box::new(|| Err("index 9 is out of bounds".into()))).unwrap();
+        let r = Arc::clone(&ran);
+        s.capture(
+            2,
+            "counts",
+            Box::new(move || {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        let g = s.end_capture(2).unwrap();
+        s.enqueue(2, Record::Work(Box::new(move || g.run()))).unwrap();
+        let e = s.synchronize(2).unwrap_err().to_string();
+        assert!(e.contains("launch 1 of 2: index 9 is out of bounds"), "{e}");
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn ids_and_pools() {

@@ -32,6 +32,7 @@ use crate::fallback;
 
 pub mod custom;
 pub mod elementwise;
+pub mod graph;
 pub mod index;
 pub mod linalg;
 pub mod nn;
@@ -139,9 +140,9 @@ impl AbiError {
             AbiError::Runtime(E::OutOfMemory { .. } | E::HostOutOfMemory { .. }) => OXIDE_STATUS_OUT_OF_MEMORY,
             AbiError::Runtime(E::Forked) => OXIDE_STATUS_FORKED,
             AbiError::Runtime(E::Config { .. } | E::Reserve { .. }) => OXIDE_STATUS_INTERNAL,
-            AbiError::Runtime(E::InvalidEvent { .. } | E::Deferred { .. } | E::WorkerStart { .. }) => {
-                OXIDE_STATUS_RUNTIME_ERROR
-            }
+            AbiError::Runtime(
+                E::InvalidEvent { .. } | E::Deferred { .. } | E::WorkerStart { .. } | E::Capture { .. },
+            ) => OXIDE_STATUS_RUNTIME_ERROR,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
             // A dtype without an ABI code (float8, complex32, ...) has no kernel either:
             // both go to the CPU fallback (the glue's registration wrapper).
@@ -600,9 +601,13 @@ pub(crate) fn same_sizes(op: &'static str, ops: &[&Operand]) -> Result<(), AbiEr
 /// index out of range) is kept by the stream and raised at its next
 /// synchronisation. With launch blocking (`OXIDE_LAUNCH_BLOCKING=1`) the
 /// kernel runs at the call and its error is raised there, with its own status.
+///
+/// On a stream that captures a graph the record becomes a graph node instead
+/// (see `oxide_runtime::graph`): so a kernel closure is `FnMut`, it may run once
+/// per replay, and reads what it owns without consuming it.
 fn launch<E: Into<AbiError>>(
     l: &OxideLaunch,
-    kernel: impl FnOnce() -> Result<(), E> + Send + 'static,
+    kernel: impl FnMut() -> Result<(), E> + Send + 'static,
 ) -> Result<(), AbiError> {
     launch_op(l, (), kernel)
 }
@@ -622,13 +627,21 @@ static KNOWN_SIGNATURES: std::sync::RwLock<Vec<u64>> = std::sync::RwLock::new(Ve
 /// stream's queued work: an unsupported dtype raises there, every time, and a
 /// signature that ran is recorded, so later launches with it are queued. The
 /// dtypes decide the dispatch alone, so a recorded signature never fails it.
-fn launch_op<K: Hash, E: Into<AbiError>, F: FnOnce() -> Result<(), E> + Send + 'static>(
+fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 'static>(
     l: &OxideLaunch,
     op: K,
-    kernel: F,
+    mut kernel: F,
 ) -> Result<(), AbiError> {
     let rt = runtime()?;
     let streams = rt.device(l.device as i64)?.streams();
+    if streams.is_capturing(l.stream) {
+        // A graph node. Its dtypes are not tried at the call: a refused dtype is
+        // reported by the replay, as any kernel error of a queued launch.
+        let closure = std::any::type_name::<F>();
+        let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
+        let node = move || kernel().map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
+        return Ok(streams.capture(l.stream, entry_point(closure), Box::new(node))?);
+    }
     let signature = {
         let mut h = std::hash::DefaultHasher::new();
         std::any::TypeId::of::<F>().hash(&mut h);
@@ -692,6 +705,10 @@ fn entry_point(closure: &'static str) -> &'static str {
 /// needs at once (the size of a data-dependent output, a flag read on the host).
 fn launch_now<T, E: Into<AbiError>, F: FnOnce() -> Result<T, E>>(l: &OxideLaunch, kernel: F) -> Result<T, AbiError> {
     let streams = runtime()?.device(l.device as i64)?.streams();
+    if streams.is_capturing(l.stream) {
+        let what = format!("{} (its result is read on the host at the call)", entry_point(std::any::type_name::<F>()));
+        streams.refuse_in_capture(l.stream, &what)?;
+    }
     let mut trace =
         Launch::begin(ActivityKind::Kernel, || entry_point(std::any::type_name::<F>()), l.device as usize, l.stream);
     if let Some(t) = trace.as_mut() {
@@ -802,17 +819,41 @@ fn extents(op: &'static str, shape: &[i64]) -> Result<Vec<usize>, AbiError> {
         .collect()
 }
 
-/// Philox4x32-10 state for one kernel: the key (seed) and the first counter (offset).
+/// Philox4x32-10 state for one kernel: the key (seed) and the first counter
+/// (offset). In a graph capture `slot` is `k > 0`: the seed and the offset's base
+/// are the state of the graph's `k`-th generator, given to each replay
+/// ([`with_replay_philox`]), so every replay draws new numbers (CUDA's
+/// graph-safe Philox); `offset` is then relative to that base.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct OxidePhilox {
     pub seed: u64,
     pub offset: u64,
+    pub slot: u64,
 }
 
-/// The Philox block function of `p`: counter `i` past its offset gives four 32-bit words.
+thread_local! {
+    /// The generator states, `(seed, offset)` per slot, of the graph replay running on this thread.
+    static REPLAY_PHILOX: RefCell<Vec<(u64, u64)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` (a graph's nodes) with `states` as the generator states of its Philox slots.
+pub(crate) fn with_replay_philox<T>(states: &[(u64, u64)], f: impl FnOnce() -> T) -> T {
+    let previous = REPLAY_PHILOX.with(|r| std::mem::replace(&mut *r.borrow_mut(), states.to_vec()));
+    let out = f();
+    REPLAY_PHILOX.with(|r| *r.borrow_mut() = previous);
+    out
+}
+
+/// The Philox block function of `p`: counter `i` past its offset gives four
+/// 32-bit words. Called inside the launch record, when the kernel runs: a
+/// captured kernel's state depends on the replay.
 fn philox(p: &OxidePhilox) -> impl Fn(u64) -> [u32; 4] + Sync {
-    let engine = oxide_runtime::Philox4x32::new(p.seed);
-    let offset = p.offset;
+    let (seed, base) = match p.slot {
+        0 => (p.seed, 0),
+        k => REPLAY_PHILOX.with(|r| r.borrow().get(k as usize - 1).copied()).unwrap_or((p.seed, 0)),
+    };
+    let engine = oxide_runtime::Philox4x32::new(seed);
+    let offset = base.wrapping_add(p.offset);
     move |i| engine.block(offset.wrapping_add(i))
 }

@@ -180,7 +180,7 @@ fn fused_operands(op: &'static str, ops: &[&Operand]) -> Result<(oxide_kernels::
 }
 
 /// The first element of an optional operand (null when absent).
-fn data_or_null(o: Option<Operand>) -> *mut u8 {
+fn data_or_null(o: Option<&Operand>) -> *mut u8 {
     o.map_or(std::ptr::null_mut(), |o| o.data as *mut u8)
 }
 
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn oxide_fused_adam(
             grad: grad.dst(),
             exp_avg: exp_avg.dst(),
             exp_avg_sq: exp_avg_sq.dst(),
-            max_exp_avg_sq: data_or_null(max_exp_avg_sq),
+            max_exp_avg_sq: data_or_null(max_exp_avg_sq.as_ref()),
         };
         launch(&on, move || {
             if sc.skip() {
@@ -312,7 +312,7 @@ pub unsafe extern "C" fn oxide_fused_sgd(
             }
             hp.lr = StepScalars::value(&sc.lr).unwrap_or(hp.lr);
             hp.grad_scale = StepScalars::value(&sc.grad_scale).or(hp.grad_scale);
-            let buf = data_or_null(momentum_buffer);
+            let buf = data_or_null(momentum_buffer.as_ref());
             // SAFETY: every present operand holds n contiguous elements of `dt` (checked above).
             unsafe { oxide_kernels::ops::optim::fused::sgd(dt, n, param.dst(), grad.dst(), buf, hp, on.threads()) }
         })

@@ -42,8 +42,8 @@ pub unsafe extern "C" fn oxide_random_sample(
             OXIDE_DIST_INTEGERS => D::Integers { base: dist.base, range: dist.range },
             k => return Err(AbiError::Invalid(format!("unknown distribution kind {k}"))),
         };
-        let bits = philox(&philox_state);
         launch_op(&on, dist.kind, move || {
+            let bits = philox(&philox_state);
             // SAFETY: `layout` addresses only elements of the decoded operand.
             unsafe { oxide_kernels::ops::random::random::sample(dst.dtype, &layout, dst.dst(), d, &bits) }
         })
@@ -69,8 +69,8 @@ pub unsafe extern "C" fn oxide_bernoulli_tensor(
         same_sizes("bernoulli_", &[&dst, &p])?;
         p.dtype_is("bernoulli_ (p)", oxide_kernels::DType::F64)?;
         let layout = Layout::new("bernoulli_", &dst.sizes, [&dst.strides, &p.strides])?;
-        let bits = philox(&philox_state);
         launch(&on, move || {
+            let bits = philox(&philox_state);
             // SAFETY: `layout` addresses only elements of the two decoded operands of one shape.
             unsafe {
                 oxide_kernels::ops::random::random::bernoulli_tensor(
@@ -137,8 +137,8 @@ pub unsafe extern "C" fn oxide_randperm(on: OxideLaunch, out: OxideTensor, philo
                 return Err(AbiError::Invalid(format!("randperm: operand of sizes {s:?}, expected one dimension")))
             }
         };
-        let bits = philox(&philox_state);
         launch(&on, move || -> Result<(), AbiError> {
+            let bits = philox(&philox_state);
             let perm = oxide_kernels::ops::random::random::randperm(n as usize, &bits);
             let src = Layout::new("randperm", &[n], [&[stride], &[1]])?;
             // SAFETY: `out` holds n elements at `stride` (decoded above); perm is a host
@@ -182,8 +182,8 @@ pub unsafe extern "C" fn oxide_multinomial(
                 out.sizes, weights.sizes
             )));
         }
-        let bits = philox(&philox_state);
         launch(&on, move || -> Result<(), AbiError> {
+            let bits = philox(&philox_state);
             let (wp, op) = (weights.src(), out.dst());
             if rows * samples == 0 {
                 return Ok(());

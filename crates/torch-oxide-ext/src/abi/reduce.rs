@@ -123,7 +123,7 @@ pub unsafe extern "C" fn oxide_scan(
                     dim,
                     View { dtype: input.dtype, ptr: input.src() as *mut u8, strides: &ins },
                     View { dtype: out.dtype, ptr: out.dst(), strides: &outs },
-                    indices.map(|i| (i.dst() as *mut i64, &idxs[..])),
+                    indices.as_ref().map(|i| (i.dst() as *mut i64, &idxs[..])),
                     on.threads(),
                 )
             }
@@ -406,7 +406,7 @@ pub unsafe extern "C" fn oxide_searchsorted(
         }
         let s = Search { dtype: values.dtype, nvalues, per_row, len, right, out_dtype: out.dtype };
         launch(&on, move || {
-            let sorter = sorter.map_or(std::ptr::null(), |o| o.src() as *const i64);
+            let sorter = sorter.as_ref().map_or(std::ptr::null(), |o| o.src() as *const i64);
             // SAFETY: every value's row of `boundaries` (and `sorter`) exists (checked above); all operands are contiguous.
             unsafe { searchsorted(s, values.src(), boundaries.src(), sorter, out.dst(), on.threads()) }
         })

@@ -81,7 +81,7 @@ pub unsafe extern "C" fn oxide_convolution(
         let dt = optional_dtype(OP, &[&output, &input, &weight, &bias], o.dtype)?;
         conv_operands(OP, c, &cv, &input, &weight, &output, &bias)?;
         launch(&on, move || {
-            let bias = bias.map(|b| b.src());
+            let bias = bias.as_ref().map(|b| b.src());
             // SAFETY: every operand was decoded and checked contiguous with the sizes `cv` implies.
             unsafe { oxide_kernels::ops::nn::conv::convolution(dt, &cv, i.src(), w.src(), bias, o.dst(), on.threads()) }
         })
@@ -126,9 +126,9 @@ pub unsafe extern "C" fn oxide_convolution_backward(
         conv_operands(OP, c, &cv, &grad_input, &grad_weight, &None, &None)?;
         launch(&on, move || {
             let grads = Grads {
-                input: grad_input.map(|g| g.dst()),
-                weight: grad_weight.map(|g| g.dst()),
-                bias: grad_bias.map(|g| g.dst()),
+                input: grad_input.as_ref().map(|g| g.dst()),
+                weight: grad_weight.as_ref().map(|g| g.dst()),
+                bias: grad_bias.as_ref().map(|g| g.dst()),
             };
             let (x, w) = (src_or_null(&input), src_or_null(&weight));
             // SAFETY: every operand was decoded and checked contiguous with the sizes `cv` implies;

@@ -96,7 +96,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
             None
         };
         launch(&on, move || {
-            let max_indices = max_indices.map_or(std::ptr::null_mut(), |m| m.dst() as *mut i64);
+            let max_indices = max_indices.as_ref().map_or(std::ptr::null_mut(), |m| m.dst() as *mut i64);
             // SAFETY: every operand was decoded and checked contiguous with the element count the bags imply.
             unsafe {
                 let bags = Bags {
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn oxide_embedding_bag(
                     bag_size: bag_size.dst() as *mut i64,
                     max_indices,
                 };
-                embedding_bag(dt, &bags, mode, weight.src(), psw.map(|p| p.src()), out, on.threads())
+                embedding_bag(dt, &bags, mode, weight.src(), psw.as_ref().map(|p| p.src()), out, on.threads())
             }
         })
     })
@@ -192,13 +192,21 @@ pub unsafe extern "C" fn oxide_embedding_bag_backward(
                     indices: index_slice(&indices, n),
                     offset2bag: index_slice(&offset2bag, n),
                     bag_size: index_slice(&bag_size, num_bags),
-                    max_indices: max_indices.map(|m| index_slice(&m, num_bags * dim)),
+                    max_indices: max_indices.as_ref().map(|m| index_slice(m, num_bags * dim)),
                     num_weights,
                     dim,
                     scale_grad_by_freq,
                     padding_idx,
                 };
-                embedding_bag_backward(dt, &g, mode, grad.src(), psw.map(|p| p.src()), grad_weight.dst(), on.threads())
+                embedding_bag_backward(
+                    dt,
+                    &g,
+                    mode,
+                    grad.src(),
+                    psw.as_ref().map(|p| p.src()),
+                    grad_weight.dst(),
+                    on.threads(),
+                )
             }
         })
     })

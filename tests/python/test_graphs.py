@@ -1,0 +1,325 @@
+"""Graph capture and replay: torch.accelerator.Graph on oxide.
+
+Capturing keeps the launches aimed at the current stream as graph nodes; a replay
+runs them all as one launch. The oracle is the same code run eagerly (on oxide and
+on the CPU): a replay must give what running the captured code again would give.
+"""
+
+import gc
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+DEV = "oxide"
+
+
+def capturing() -> bool:
+    return torch.accelerator.current_stream().is_capturing()
+
+
+def test_capture_runs_nothing_and_each_replay_runs_everything():
+    x = torch.arange(4.0, device=DEV)
+    y = torch.zeros(4, device=DEV)
+    g = torch.accelerator.Graph()
+    assert not capturing()
+    with g:
+        assert capturing()
+        y.add_(x * 2)
+        z = y + 1  # allocated during the capture, from the graph's pool
+    assert not capturing()
+    assert y.cpu().tolist() == [0, 0, 0, 0], "the capture must not run the captured work"
+    g.replay()
+    assert y.cpu().tolist() == [0, 2, 4, 6] and z.cpu().tolist() == [1, 3, 5, 7]
+    g.replay()
+    g.replay()
+    assert y.cpu().tolist() == [0, 6, 12, 18] and z.cpu().tolist() == [1, 7, 13, 19]
+
+
+def test_a_side_stream_capture_replays_after_earlier_work():
+    x = torch.ones(1000, device=DEV)
+    s = torch.Stream(device=DEV)
+    g = torch.accelerator.Graph()
+    s.wait_stream(torch.accelerator.current_stream())
+    with torch.accelerator.StreamContext(s) if hasattr(torch.accelerator, "StreamContext") else s:
+        with g:
+            assert s.is_capturing() and not torch.Stream(device=DEV).is_capturing()
+            x.mul_(3)
+    x.add_(1)  # queued on the default stream, before the replay
+    g.replay()  # on the current stream: after the add
+    assert torch.equal(x.cpu(), torch.full((1000,), 6.0))
+
+
+def _mlp_steps(device, steps, graphed):
+    """Loss per step of a small MLP with dropout and Adam, eager or replayed from a graph."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 4)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05, capturable=device != "cpu")
+    data = [(torch.randn(6, 8), torch.randint(0, 4, (6,))) for _ in range(steps)]
+    static_x = torch.zeros(6, 8, device=device)
+    static_t = torch.zeros(6, dtype=torch.long, device=device)
+    torch.oxide.manual_seed(1)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = nn.functional.cross_entropy(model(static_x), static_t)
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses = []
+    g = None
+    for i, (x, t) in enumerate(data):
+        static_x.copy_(x)
+        static_t.copy_(t)
+        if not graphed or i == 0:  # the first step creates gradients and optimizer state
+            losses.append(step().item())
+            continue
+        if g is None:
+            g = torch.accelerator.Graph()
+            with g:
+                static_loss = step()
+        g.replay()
+        losses.append(static_loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def test_a_captured_training_step_trains_as_the_eager_one():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # capturable=True without a capture warns once
+        eager, eager_params = _mlp_steps(DEV, 6, graphed=False)
+        replayed, replayed_params = _mlp_steps(DEV, 6, graphed=True)
+    # Same kernels, same Philox numbers for dropout: the same bits.
+    assert replayed == eager
+    for a, b in zip(eager_params, replayed_params):
+        assert torch.equal(a, b)
+    assert eager[-1] != eager[1], "the replays must have trained"
+
+
+def test_random_operators_draw_new_numbers_on_each_replay():
+    for gen in (None, torch.Generator(device=DEV)):
+        seed = lambda: gen.manual_seed(5) if gen is not None else torch.oxide.manual_seed(5)  # noqa: E731
+        seed()
+        expected = [torch.randn(3, device=DEV, generator=gen).cpu() for _ in range(3)]
+        after = torch.randn(3, device=DEV, generator=gen).cpu()
+        seed()
+        out = torch.empty(3, device=DEV)
+        g = torch.accelerator.Graph()
+        with g:
+            out.normal_(generator=gen)
+        got = []
+        for _ in range(3):
+            g.replay()
+            got.append(out.cpu())
+        for e, r in zip(expected, got):
+            assert torch.equal(e, r), "replay k draws what the k-th eager call would"
+        # The capture did not advance the generator; the replays did, by one call each.
+        assert torch.equal(torch.randn(3, device=DEV, generator=gen).cpu(), after)
+
+
+def test_replays_reuse_the_pool_and_memory_does_not_grow():
+    x = torch.randn(4096, device=DEV)
+    g = torch.accelerator.Graph()
+    with g:
+        y = (x * 2).exp()  # a temporary freed and reused inside the capture
+        z = y.sin()
+    ptrs = (y.data_ptr(), z.data_ptr())
+    allocated = torch.oxide.memory_allocated()
+    for _ in range(20):
+        g.replay()
+    torch.oxide.synchronize()
+    assert torch.oxide.memory_allocated() == allocated
+    assert (y.data_ptr(), z.data_ptr()) == ptrs
+    # The pool's blocks belong to the graph: empty_cache keeps them and eager
+    # allocations never receive them, so replays after both still write what they should.
+    del y
+    torch.oxide.empty_cache()
+    others = [torch.full((4096,), 7.0, device=DEV) for _ in range(8)]
+    g.replay()
+    assert torch.equal(z.cpu(), (x * 2).exp().sin().cpu())
+    assert all(torch.equal(o.cpu(), torch.full((4096,), 7.0)) for o in others)
+
+
+def test_a_pool_shared_by_two_graphs_and_reset():
+    x = torch.randn(1024, device=DEV)
+    g1 = torch.accelerator.Graph()
+    with g1:
+        a = x + 1
+    g2 = torch.accelerator.Graph(pool=g1.pool())
+    with g2:
+        b = a * 3
+    assert g2.pool() == g1.pool()
+    g1.replay()
+    g2.replay()
+    assert torch.allclose(b.cpu(), (x.cpu() + 1) * 3)
+    g1.reset()
+    with pytest.raises(RuntimeError, match="needs a finished capture"):
+        g1.replay()
+    with g1:  # a reset graph captures again
+        a.mul_(2)
+    g1.replay()
+    assert torch.allclose(a.cpu(), (x.cpu() + 1) * 2)
+
+
+def test_keep_graph_instantiates_on_first_replay_or_explicitly():
+    x = torch.zeros(3, device=DEV)
+    for explicit in (False, True):
+        g = torch.accelerator.Graph(keep_graph=True)
+        with g:
+            x.add_(1)
+        if explicit:
+            g.instantiate()
+        g.replay()
+    assert x.cpu().tolist() == [2, 2, 2]
+
+
+def test_scalars_are_frozen_at_capture():
+    x = torch.zeros(2, device=DEV)
+    scale = 1.5
+    g = torch.accelerator.Graph()
+    with g:
+        x.add_(scale)
+    scale = 100.0  # noqa: F841  (a Python number is a kernel argument: captured by value)
+    g.replay()
+    g.replay()
+    assert x.cpu().tolist() == [3.0, 3.0]
+
+
+def test_a_graph_freed_with_a_replay_queued_still_runs_it():
+    x = torch.ones(100_000, device=DEV)
+    g = torch.accelerator.Graph()
+    with g:
+        for _ in range(20):
+            x.mul_(1.01)
+    for _ in range(5):
+        g.replay()
+    del g
+    gc.collect()
+    assert torch.allclose(x.cpu(), torch.full((100_000,), 1.01**100), rtol=1e-4)
+
+
+def test_replay_with_launch_blocking_runs_at_the_call():
+    x = torch.zeros(4, device=DEV)
+    g = torch.accelerator.Graph()
+    with g:
+        x.add_(1)
+    with torch.oxide._LaunchBlocking():
+        g.replay()
+    assert x.cpu().tolist() == [1, 1, 1, 1]
+
+
+def test_a_kernel_error_in_a_replay_names_the_capturing_line():
+    src = torch.randn(4, device=DEV)
+    index = torch.tensor([0, 1], device=DEV)
+    out = torch.empty(2, device=DEV)
+    g = torch.accelerator.Graph()
+    with g:
+        torch.index_select(src, 0, index, out=out)
+    index.fill_(9)  # out of range for the replay
+    g.replay()
+    with pytest.raises(RuntimeError, match=r"in a graph replay, launch \d+ of \d+: index_select .*test_graphs.py:\d+"):
+        torch.oxide.synchronize()
+
+
+UNCAPTURABLE = {
+    ".item()": lambda x: x.sum().item(),
+    ".cpu()": lambda x: x.cpu(),
+    "printing": lambda x: str(x),
+    "a data-dependent output size": lambda x: torch.nonzero(x),
+    "the CPU fallback": lambda x: torch.polygamma(2, x),
+    "synchronizing the stream": lambda x: torch.accelerator.current_stream().synchronize(),
+    "synchronizing the device": lambda x: torch.accelerator.synchronize(),
+    "recording an event": lambda x: torch.accelerator.current_stream().record_event(),
+}
+
+MESSAGES = {
+    ".item()": "pageable host memory",
+    ".cpu()": "pageable host memory",
+    "printing": "pageable host memory|oxide_nonzero",  # the formatter looks for non-finite values first
+    "a data-dependent output size": "oxide_nonzero",
+    "the CPU fallback": "polygamma.*CPU fallback",
+    "synchronizing the stream": "synchronizing the capturing stream",
+    "synchronizing the device": "synchronizing the device",
+    "recording an event": "recording an event",
+}
+
+
+@pytest.mark.parametrize("what", list(UNCAPTURABLE))
+def test_what_cannot_be_captured_fails_during_capture_and_leaves_nothing(what):
+    x = torch.rand(64, device=DEV) + 0.5
+    before = torch.oxide.memory_allocated()
+    g = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match=MESSAGES[what]) as err:
+        with g:
+            x.mul_(2)
+            UNCAPTURABLE[what](x)
+    # The with-block's capture_end reports the invalidated capture, chained to the
+    # error raised at the offending call.
+    assert "invalidated" in str(err.value)
+    assert not capturing()
+    with pytest.raises(RuntimeError, match="needs a finished capture"):
+        g.replay()
+    assert torch.oxide.memory_allocated() == before
+    # Nothing half-captured ran, and the stream and the graph work again.
+    assert torch.all(x.cpu() < 1.5 + 1e-6)
+    with g:
+        x.mul_(2)
+    g.replay()
+    assert torch.all(x.cpu() >= 1.0)
+
+
+def test_a_compiled_function_cannot_be_captured():
+    f = torch.compile(lambda t: (t * 2).sin(), backend="inductor")
+    x = torch.randn(16, device=DEV)
+    f(x)  # compiled outside the capture
+    g = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="synchronizing the capturing stream"):
+        with g:
+            f(x)
+    assert not capturing()
+
+
+def test_an_optimizer_without_capturable_refuses_the_capture():
+    p = nn.Parameter(torch.randn(4, device=DEV))
+    p.grad = torch.randn(4, device=DEV)
+    opt = torch.optim.Adam([p], capturable=False)
+    g = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="capturable is False"):
+        with g:
+            opt.step()
+
+
+def test_debug_dump_lists_the_launches(tmp_path):
+    x = torch.randn(8, device=DEV)
+    g = torch.accelerator.Graph()
+    g.enable_debug_mode()
+    with g:
+        y = x.exp()
+        y.add_(1)
+    path = tmp_path / "graph.txt"
+    g.debug_dump(str(path))
+    text = path.read_text()
+    assert "2 launches" in text and "oxide:0" in text
+    assert [line.split() for line in text.splitlines()[2:]] == [["1", "oxide_pointwise"], ["2", "oxide_pointwise"]]
+    with pytest.raises(RuntimeError, match="enable_debug_mode"):
+        h = torch.accelerator.Graph()
+        with h:
+            x.add_(1)
+        h.debug_dump(str(path))
+
+
+def test_capture_misuse_raises():
+    g = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="without capture_begin"):
+        g.capture_end()
+    g.capture_begin()
+    try:
+        with pytest.raises(RuntimeError, match="while this graph is capturing"):
+            g.capture_begin()
+        with pytest.raises(RuntimeError, match="already capturing"):
+            torch.accelerator.Graph().capture_begin()
+    finally:
+        g.capture_end()
+    with pytest.raises(RuntimeError, match="holds a capture already"):
+        g.capture_begin()
