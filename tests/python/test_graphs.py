@@ -231,6 +231,8 @@ UNCAPTURABLE = {
     "synchronizing the stream": lambda x: torch.accelerator.current_stream().synchronize(),
     "synchronizing the device": lambda x: torch.accelerator.synchronize(),
     "recording an event": lambda x: torch.accelerator.current_stream().record_event(),
+    "a copy to another device": lambda x: x.to("oxide:1"),
+    "another stream waiting": lambda x: torch.Stream(device=DEV).wait_stream(torch.accelerator.current_stream()),
 }
 
 MESSAGES = {
@@ -242,6 +244,9 @@ MESSAGES = {
     "synchronizing the stream": "synchronizing the capturing stream",
     "synchronizing the device": "synchronizing the device",
     "recording an event": "recording an event",
+    "a copy to another device": "another stream wait for the capturing stream",
+    # torch.Stream.wait_stream records an event on the capturing stream first.
+    "another stream waiting": "recording an event on the capturing stream",
 }
 
 
@@ -267,6 +272,21 @@ def test_what_cannot_be_captured_fails_during_capture_and_leaves_nothing(what):
         x.mul_(2)
     g.replay()
     assert torch.all(x.cpu() >= 1.0)
+
+
+def test_copies_with_pinned_memory_are_captured():
+    x = torch.zeros(4, device=DEV)
+    src = torch.arange(4.0).pin_memory()
+    dst = torch.empty(4).pin_memory()
+    g = torch.accelerator.Graph()
+    with g:
+        x.copy_(src, non_blocking=True)
+        x.mul_(2)
+        dst.copy_(x, non_blocking=True)
+    src.add_(1)  # the replay reads the pinned buffer as it is then
+    g.replay()
+    torch.oxide.synchronize()
+    assert dst.tolist() == [2, 4, 6, 8]
 
 
 def test_a_compiled_function_cannot_be_captured():

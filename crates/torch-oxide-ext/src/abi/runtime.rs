@@ -357,7 +357,14 @@ pub extern "C" fn oxide_stream_wait_stream(device: i32, stream: i64, other_devic
     ffi(|| {
         let rt = runtime()?;
         let waiter = rt.device(device as i64)?.streams();
-        let other = rt.device(other_device as i64)?.streams().state(other)?;
+        // The capturing stream's work so far is the graph's, which runs only at
+        // replay: no eager stream can wait for it (CUDA would join the other
+        // stream into the capture; oxide graphs keep one stream).
+        let others = rt.device(other_device as i64)?.streams();
+        if !(device == other_device && stream == other) {
+            others.refuse_in_capture(other, "making another stream wait for the capturing stream")?;
+        }
+        let other = others.state(other)?;
         let seq = other.submitted();
         Ok(waiter.wait(stream, other, seq)?)
     })
