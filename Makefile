@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-graphs profile demo-ddp clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-graphs sanitize profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -69,6 +69,13 @@ cargo-test:
 pytest: build
 	$(PY) -m pytest -q tests/python
 	OXIDE_CONFORMANCE=subset $(PY) -m pytest -q -p no:cacheprovider tests/conformance
+
+# The pytest suite under OXIDE_SANITIZE=1 (stream races, use after free, poisoned
+# fresh memory: README "Sanitizer"); a report is an exception, so it fails its test.
+# SANITIZE_TESTS names a subset.
+SANITIZE_TESTS ?= tests/python
+sanitize: build
+	OXIDE_SANITIZE=1 $(PY) -m pytest -q -p no:cacheprovider -n 2 $(SANITIZE_TESTS)
 
 # Every OpInfo / ModuleInfo / OptimizerInfo of PyTorch's databases on oxide vs CPU.
 # Writes conformance/report.json and conformance/REPORT.md (committed). Failures are

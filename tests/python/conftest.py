@@ -26,9 +26,16 @@ def native_only():
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter (so aborts, autoload and fork are observable)."""
+    """Run `code` in a fresh interpreter (so aborts, autoload and fork are observable).
+
+    `env` adds variables to this process's environment; a value of None removes one.
+    """
     full_env = dict(os.environ)
-    full_env.update(env or {})
+    for name, value in (env or {}).items():
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,

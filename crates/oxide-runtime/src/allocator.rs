@@ -468,6 +468,11 @@ impl CachingAllocator {
         self.pools.get(&pool).copied().unwrap_or(0)
     }
 
+    /// Stream, size and whether other streams were recorded on the active block at `ptr`.
+    pub fn block_use(&self, ptr: usize) -> Option<(StreamId, usize, bool)> {
+        self.active.get(&ptr).map(|b| (b.stream, b.size, !b.recorded_streams.is_empty()))
+    }
+
     /// Size of the active block at `ptr` (its requested size rounded up), if it is one.
     pub fn block_size(&self, ptr: usize) -> Option<usize> {
         self.active.get(&ptr).map(|b| b.size)

@@ -77,7 +77,13 @@ impl Event {
 
     /// `cudaEventQuery`: true when the recorded work has finished (or the event was never recorded).
     pub fn query(&self) -> bool {
-        self.recorded.as_ref().is_none_or(|r| r.state.is_complete(r.seq))
+        self.recorded.as_ref().is_none_or(|r| {
+            let done = r.state.is_complete(r.seq);
+            if done {
+                r.state.saw(r.seq);
+            }
+            done
+        })
     }
 
     /// `cudaEventSynchronize`: waits (asleep) for the recorded work.

@@ -169,6 +169,10 @@ pub struct StreamState {
     capture: Mutex<Option<Capture>>,
     /// True while `capture` holds one: read on every launch, without the lock.
     capturing: AtomicBool,
+    /// The last record a host thread saw complete (it waited for it, or a query
+    /// said so): work the host launches afterwards, on any stream, comes after
+    /// it in time (the sanitizer's host synchronisations).
+    host_seen: AtomicU64,
 }
 
 impl StreamState {
@@ -191,10 +195,14 @@ impl StreamState {
     /// A host thread counts in [`host_waiting`] while it waits and first runs the
     /// wait hook (helping with the kernel running now), then sleeps.
     pub fn wait_for(&self, seq: u64) {
+        let host = !on_stream_worker();
+        if host {
+            // Set before returning: the wait below ends only once `seq` has completed.
+            self.saw(seq);
+        }
         if self.is_complete(seq) {
             return;
         }
-        let host = !on_stream_worker();
         if host {
             HOST_WAITERS.fetch_add(1, Ordering::SeqCst);
             if let Some(hook) = WAIT_HOOK.get() {
@@ -214,6 +222,16 @@ impl StreamState {
         if host {
             HOST_WAITERS.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// The last record a host thread saw complete (see `host_seen`).
+    pub fn host_seen(&self) -> u64 {
+        self.host_seen.load(Ordering::Acquire)
+    }
+
+    /// A host thread saw record `seq` complete (a query that returned true).
+    pub fn saw(&self, seq: u64) {
+        self.host_seen.fetch_max(seq, Ordering::AcqRel);
     }
 
     /// The queue, also after a panic elsewhere poisoned its lock (records run outside it).
@@ -479,7 +497,12 @@ impl Streams {
     /// the record running now included.
     pub fn query(&self, id: StreamId) -> Result<bool> {
         let s = self.get(id)?;
-        Ok(s.is_complete(s.submitted()))
+        let seq = s.submitted();
+        let done = s.is_complete(seq);
+        if done {
+            s.saw(seq);
+        }
+        Ok(done)
     }
 
     /// `cudaStreamSynchronize`: waits until all work enqueued on `id` has

@@ -11,6 +11,7 @@
 pub mod abi;
 pub mod fallback;
 mod memory_history;
+mod sanitize;
 mod site;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};

@@ -130,6 +130,9 @@ pub enum AbiError {
     Kernel(#[from] oxide_kernels::Error),
     #[error("{0}")]
     Invalid(String),
+    /// A launch the sanitizer refused (`OXIDE_SANITIZE=1`): a RuntimeError.
+    #[error("{0}")]
+    Sanitizer(String),
 }
 
 impl AbiError {
@@ -144,6 +147,7 @@ impl AbiError {
                 E::InvalidEvent { .. } | E::Deferred { .. } | E::WorkerStart { .. } | E::Capture { .. },
             ) => OXIDE_STATUS_RUNTIME_ERROR,
             AbiError::Kernel(oxide_kernels::Error::InvalidValue { .. }) => OXIDE_STATUS_KERNEL_ERROR,
+            AbiError::Sanitizer(_) => OXIDE_STATUS_RUNTIME_ERROR,
             // A dtype without an ABI code (float8, complex32, ...) has no kernel either:
             // both go to the CPU fallback (the glue's registration wrapper).
             AbiError::Kernel(
@@ -177,6 +181,7 @@ pub(crate) fn checks_values() {
 
 fn ffi(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
     CALL_DTYPES.with(|d| d.borrow_mut().clear());
+    crate::sanitize::begin_call();
     CALL_CHECKS_VALUES.with(|c| c.set(false));
     let (status, message) = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => return OXIDE_STATUS_SUCCESS,
@@ -529,6 +534,9 @@ unsafe fn decode(
     let (sizes, strides) = unsafe { (dims(t.sizes, t.ndim), dims(t.strides, t.ndim)) };
     let numel = extents(op, sizes)?.iter().product();
     check_device_ptr(rt, t.data, numel)?;
+    if numel > 0 {
+        crate::sanitize::note_access(t.data as usize, t.access != OXIDE_ACCESS_READ);
+    }
     Ok((Dims::copy_of(sizes), Dims::copy_of(strides), numel))
 }
 
@@ -642,6 +650,9 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
         let node = move || kernel().map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
         return Ok(streams.capture(l.stream, entry_point(closure), Box::new(node))?);
     }
+    if crate::sanitize::enabled() {
+        crate::sanitize::check_launch(rt, l.device as usize, l.stream, entry_point(std::any::type_name::<F>()))?;
+    }
     let signature = {
         let mut h = std::hash::DefaultHasher::new();
         std::any::TypeId::of::<F>().hash(&mut h);
@@ -708,6 +719,14 @@ fn launch_now<T, E: Into<AbiError>, F: FnOnce() -> Result<T, E>>(l: &OxideLaunch
     if streams.is_capturing(l.stream) {
         let what = format!("{} (its result is read on the host at the call)", entry_point(std::any::type_name::<F>()));
         streams.refuse_in_capture(l.stream, &what)?;
+    }
+    if crate::sanitize::enabled() {
+        crate::sanitize::check_launch(
+            runtime()?,
+            l.device as usize,
+            l.stream,
+            entry_point(std::any::type_name::<F>()),
+        )?;
     }
     let mut trace =
         Launch::begin(ActivityKind::Kernel, || entry_point(std::any::type_name::<F>()), l.device as usize, l.stream);
@@ -791,6 +810,9 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
         let mut ptr = data[k] as *mut u8;
         if s.iter().any(|&x| x != 0) {
             check_device_ptr(rt, data[k], numel)?;
+            if numel > 0 {
+                crate::sanitize::note_access(ptr as usize, k < it.noutputs);
+            }
         } else if numel > 0 && !matches!(rt.pointer_kind(ptr as usize), PointerKind::Device(_)) {
             if k < it.noutputs {
                 return Err(AbiError::Invalid(format!("{op}: an output is in host memory")));

@@ -72,6 +72,10 @@ pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut
             Err(e) => return Err(e.into()),
         };
         crate::memory_history::on_alloc(device as usize, p, bytes, stream);
+        if crate::sanitize::enabled() && p != 0 {
+            let size = rt.device(device as i64)?.allocator().block_size(p).unwrap_or(0);
+            crate::sanitize::poison(rt, device as usize, stream, p, size, true);
+        }
         put(out, p as *mut c_void)
     })
 }
@@ -84,7 +88,19 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
             return Ok(());
         }
         crate::memory_history::on_free(ptr as usize);
-        Ok(runtime()?.free(ptr as usize)?)
+        let rt = runtime()?;
+        if crate::sanitize::enabled() {
+            if let PointerKind::Device(d) = rt.pointer_kind(ptr as usize) {
+                let block = rt.device(d as i64)?.allocator().block_use(ptr as usize);
+                rt.free(ptr as usize)?;
+                // A block other streams used may still be read there: not filled.
+                if let Some((stream, size, false)) = block {
+                    crate::sanitize::poison(rt, d, stream, ptr as usize, size, false);
+                }
+                return Ok(());
+            }
+        }
+        Ok(rt.free(ptr as usize)?)
     })
 }
 
@@ -237,6 +253,14 @@ pub extern "C" fn oxide_memcpy_async(
         };
         let rt = runtime()?;
         rt.device(device as i64)?;
+        if crate::sanitize::enabled() && bytes > 0 && !rt.device(device as i64)?.streams().is_capturing(stream) {
+            for (p, write) in [(src as usize, false), (dst as usize, true)] {
+                if matches!(rt.pointer_kind(p), PointerKind::Device(_)) {
+                    crate::sanitize::note_access(p, write);
+                }
+            }
+            crate::sanitize::check_launch(rt, device as usize, stream, "memcpy")?;
+        }
         Ok(rt.memcpy_async(dst as usize, src as usize, bytes, kind, stream)?)
     })
 }
@@ -342,7 +366,11 @@ pub extern "C" fn oxide_event_synchronize(e: *const OxideEvent) -> i32 {
 pub extern "C" fn oxide_stream_wait_event(device: i32, stream: i64, e: *const OxideEvent) -> i32 {
     ffi(|| {
         let streams = runtime()?.device(device as i64)?.streams();
-        match event(e)?.get().fence() {
+        let ev = event(e)?.get();
+        if let (Some(on), Some((_, seq))) = (ev.recorded_on(), ev.fence()) {
+            crate::sanitize::on_wait((device as usize, stream), on, seq);
+        }
+        match ev.fence() {
             Some((state, seq)) => Ok(streams.wait(stream, state, seq)?),
             None => Ok(streams.state(stream).map(|_| ())?),
         }
@@ -364,8 +392,10 @@ pub extern "C" fn oxide_stream_wait_stream(device: i32, stream: i64, other_devic
         if !(device == other_device && stream == other) {
             others.refuse_in_capture(other, "making another stream wait for the capturing stream")?;
         }
+        let other_id = other;
         let other = others.state(other)?;
         let seq = other.submitted();
+        crate::sanitize::on_wait((device as usize, stream), (other_device as usize, other_id), seq);
         Ok(waiter.wait(stream, other, seq)?)
     })
 }
