@@ -16,7 +16,8 @@ DEV = "oxide"
 
 
 def capturing() -> bool:
-    return torch.accelerator.current_stream().is_capturing()
+    assert torch.oxide.is_current_stream_capturing() == torch.accelerator.current_stream().is_capturing()
+    return torch.oxide.is_current_stream_capturing()
 
 
 def test_capture_runs_nothing_and_each_replay_runs_everything():

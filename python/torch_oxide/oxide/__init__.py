@@ -58,6 +58,7 @@ __all__ = [
     "current_stream",
     "default_stream",
     "set_stream",
+    "is_current_stream_capturing",
 ]
 
 _DeviceLike = int | str | torch.device | None
@@ -324,6 +325,7 @@ from .streams import (  # noqa: E402
     StreamContext,
     current_stream,
     default_stream,
+    is_current_stream_capturing,
     set_stream,
     stream,
 )

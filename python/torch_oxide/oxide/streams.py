@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream", "set_stream"]
+__all__ = [
+    "Stream",
+    "Event",
+    "StreamContext",
+    "stream",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "is_current_stream_capturing",
+]
 
 _DeviceLike = int | str | torch.device | None
 
@@ -141,3 +150,9 @@ class StreamContext:
 def stream(stream: torch.Stream | None) -> StreamContext:
     """``with torch.oxide.stream(s):`` runs the block with ``s`` as the current stream."""
     return StreamContext(stream)
+
+
+def is_current_stream_capturing() -> bool:
+    """True while the current stream of the current device captures a graph
+    (``torch.accelerator.Graph``), as ``torch.cuda.is_current_stream_capturing``."""
+    return torch.accelerator.current_stream().is_capturing()
