@@ -115,6 +115,13 @@ inline int64_t current_stream(c10::DeviceIndex device) {
   return s;
 }
 
+// True while the current stream of `device` captures a graph (runtime/graph.cpp).
+inline bool stream_is_capturing(c10::Device device) {
+  bool capturing = false;
+  OXIDE_CHECK(oxide_stream_is_capturing(device.index(), current_stream(device.index()), &capturing));
+  return capturing;
+}
+
 // The registered device allocator (runtime/allocator.cpp).
 c10::Allocator* device_allocator();
 

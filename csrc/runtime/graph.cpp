@@ -100,6 +100,11 @@ class OxideGraphImpl final : public at::GraphImplInterface {
     if (!instantiated_) {
       instantiate();
     }
+    // A replay captured into another graph would freeze this replay's generator
+    // states into that graph: every outer replay would draw the same numbers.
+    TORCH_CHECK(generators_.empty() || !stream_is_capturing(c10::Device(c10::DeviceType::PrivateUse1, device_)),
+                "oxide graph: a graph that draws random numbers cannot be replayed inside another capture "
+                "(its generator states would be frozen there); capture its work directly instead");
     std::vector<OxideReplayPhilox> states;
     states.reserve(generators_.size());
     for (auto& [gen, blocks] : generators_) {

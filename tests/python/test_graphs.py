@@ -290,6 +290,59 @@ def test_copies_with_pinned_memory_are_captured():
     assert dst.tolist() == [2, 4, 6, 8]
 
 
+def test_a_pinned_buffer_of_a_captured_copy_lives_as_long_as_the_graph():
+    x = torch.full((1024,), 7.0, device=DEV)
+    g = torch.accelerator.Graph()
+    with g:
+        x.to("cpu", non_blocking=True)  # a pinned tensor the capture creates and drops
+    keep = [torch.zeros(1024).pin_memory() for _ in range(4)]  # would take its memory
+    for _ in range(3):
+        g.replay()
+    torch.oxide.synchronize()
+    assert all(torch.equal(k, torch.zeros(1024)) for k in keep), "the replay wrote freed pinned memory"
+    del g
+
+
+def test_gather_scatter_and_index_add_are_captured():
+    src = torch.randn(4, 8, device=DEV)
+    idx = torch.randint(0, 8, (4, 8), device=DEV)
+    rows = torch.tensor([0, 2], device=DEV)
+    g = torch.accelerator.Graph()
+    with g:
+        a = src.gather(1, idx)
+        b = torch.zeros(4, 8, device=DEV).scatter_add_(1, idx, src)
+        c = torch.zeros(4, 8, device=DEV).index_add_(0, rows, src[:2])
+    g.replay()
+    assert torch.equal(a.cpu(), src.cpu().gather(1, idx.cpu()))
+    torch.testing.assert_close(b.cpu(), torch.zeros(4, 8).scatter_add_(1, idx.cpu(), src.cpu()))
+    assert torch.equal(c.cpu(), torch.zeros(4, 8).index_add_(0, rows.cpu(), src.cpu()[:2]))
+    # Out-of-range indices (negative ones too: gather does not wrap them) fail the replay.
+    for bad in (-1, 8):
+        idx[0, 0] = bad
+        g.replay()
+        with pytest.raises(RuntimeError, match="in a graph replay"):
+            torch.oxide.synchronize()
+        idx[0, 0] = 0
+
+
+def test_a_random_graph_cannot_be_replayed_inside_another_capture():
+    g1 = torch.accelerator.Graph()
+    with g1:
+        torch.randn(3, device=DEV)
+    plain = torch.accelerator.Graph()
+    x = torch.zeros(2, device=DEV)
+    with plain:
+        x.add_(1)
+    g2 = torch.accelerator.Graph()
+    with g2:
+        plain.replay()  # no random numbers: one node of g2
+    g2.replay()
+    assert x.cpu().tolist() == [1, 1]
+    with pytest.raises(RuntimeError, match="draws random numbers cannot be replayed inside another capture"):
+        with torch.accelerator.Graph():
+            g1.replay()
+
+
 def test_a_compiled_function_cannot_be_captured():
     f = torch.compile(lambda t: (t * 2).sin(), backend="inductor")
     x = torch.randn(16, device=DEV)

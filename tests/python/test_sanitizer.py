@@ -101,6 +101,28 @@ print("OK")
 """)
 
 
+def test_freeing_a_tensor_another_stream_uses_without_record_stream_is_a_race():
+    sanitized("""
+x = torch.ones(1000, 100, device="oxide")
+torch.oxide.synchronize()
+with side:
+    y = x * 2                               # the side stream reads x
+ptr = x.data_ptr()
+del x                                       # no x.record_stream(side)
+msg = raises(lambda: torch.empty(1000, 100, device="oxide"), "freed while", "record_stream", "stream 1")
+# With record_stream the allocator waits for the side stream: no report.
+x = torch.ones(1000, 100, device="oxide")
+side.wait_stream(default)
+with side:
+    y = x * 2
+x.record_stream(side)
+del x
+z = torch.empty(1000, 100, device="oxide")
+z.fill_(1)
+print("OK")
+""")
+
+
 def test_a_launch_on_freed_memory_is_a_use_after_free():
     # A library that kept a raw device pointer past the tensor's life: a DLPack
     # view (ctypes) of a block the caching allocator already holds as free.

@@ -431,10 +431,18 @@ impl Runtime {
             // A graph node: copies between device memory and pinned host memory
             // replay like kernels (the graph reads the same addresses each time).
             if matches!(kind, MemcpyKind::DeviceToDevice) || pinned.is_some() {
+                // The graph keeps the pinned block allocated, even after its tensor is
+                // freed: every replay copies to or from it.
+                let hold = pinned.map(|host| {
+                    let (fence, hold) = Fence::hold();
+                    self.host.record(host, fence);
+                    hold
+                });
                 return self.devices[d].streams.capture(
                     stream,
                     kind.activity_name(pinned.is_some()),
                     Box::new(move || {
+                        let _held = &hold;
                         copy();
                         Ok(())
                     }),

@@ -327,6 +327,24 @@ impl Fence {
     pub fn wait(&self) {
         self.state.wait_for(self.seq);
     }
+
+    /// A fence that passes when the returned [`Hold`] is dropped: memory a graph's
+    /// replays use (a pinned buffer of a captured copy) stays allocated while the
+    /// graph that holds it lives.
+    pub fn hold() -> (Fence, Hold) {
+        let state = Arc::new(StreamState::default());
+        (Fence { state: Arc::clone(&state), seq: 1 }, Hold(state))
+    }
+}
+
+/// Keeps a [`Fence::hold`] fence from passing until dropped.
+#[derive(Debug)]
+pub struct Hold(Arc<StreamState>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.complete(1);
+    }
 }
 
 /// All streams of one device.

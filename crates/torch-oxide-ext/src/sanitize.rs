@@ -208,22 +208,45 @@ pub(crate) fn on_wait(waiter: StreamKey, other: StreamKey, seq: u64) {
 /// allocation is a race (it is on CUDA too: the block's previous users on the
 /// allocating stream may still be running). Nothing while the stream captures
 /// a graph (the fill would become part of the graph).
-pub(crate) fn poison(rt: &Runtime, device: usize, stream: StreamId, ptr: usize, bytes: usize, allocated: bool) {
-    let Ok(d) = rt.device(device as i64) else { return };
+///
+/// A freed block keeps its history (unless [`forget`] is called: other streams
+/// were recorded on it, and the allocator waited for them), and an allocation
+/// that receives it is refused when another stream's access to its previous
+/// tensor is not ordered before the allocating stream: the tensor was freed
+/// while that stream could still use it, without `record_stream` (CUDA's
+/// caching allocator hands such a block out early in the same way).
+pub(crate) fn poison(
+    rt: &Runtime,
+    device: usize,
+    stream: StreamId,
+    ptr: usize,
+    bytes: usize,
+    allocated: bool,
+) -> Result<(), AbiError> {
+    let d = rt.device(device as i64)?;
     let streams = d.streams();
     let capturing = streams.is_capturing(stream);
-    {
+    if allocated {
         let mut st = state();
+        let me = (device, stream);
+        let seq = streams.state(stream).map_or(0, |s| s.submitted() + 1);
+        let fill = Access { stream: me, seq, kernel: "the allocation's fill", site: crate::site::capture() };
+        if let Some(h) = st.blocks.get(&ptr) {
+            let earlier = h.write.iter().chain(&h.reads).find(|a| !st.ordered(rt, me, a)).cloned();
+            if let Some(earlier) = earlier {
+                st.blocks.remove(&ptr);
+                return Err(AbiError::Sanitizer(format!(
+                    "oxide sanitizer: stream race on oxide:{device} memory at {ptr:#x} ({bytes} bytes): {fill} receives a block whose previous tensor was freed while {earlier} could still use it. Call tensor.record_stream(stream) for a tensor used on another stream, or order the streams, before freeing it"
+                )));
+            }
+        }
         st.blocks.remove(&ptr);
-        if allocated && !capturing {
-            let seq = streams.state(stream).map_or(0, |s| s.submitted() + 1);
-            let fill =
-                Access { stream: (device, stream), seq, kernel: "the allocation's fill", site: crate::site::capture() };
+        if !capturing {
             st.blocks.insert(ptr, History { write: Some(fill), reads: Vec::new() });
         }
     }
     if bytes == 0 || capturing {
-        return;
+        return Ok(());
     }
     let fill = move || {
         // SAFETY: the block is a caching-allocator block of `bytes` bytes, 512-byte
@@ -237,4 +260,11 @@ pub(crate) fn poison(rt: &Runtime, device: usize, stream: StreamId, ptr: usize, 
     } else {
         streams.enqueue(stream, Record::Work(Box::new(fill))).map(|_| ())
     };
+    Ok(())
+}
+
+/// Forgets the access history of the block at `ptr` (freed after the streams
+/// recorded on it: the allocator orders its reuse after them).
+pub(crate) fn forget(ptr: usize) {
+    state().blocks.remove(&ptr);
 }

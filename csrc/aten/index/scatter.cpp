@@ -53,10 +53,16 @@ Indices along(const at::Tensor& index, int64_t dim) {
   return out;
 }
 
-// gather/scatter do not wrap negative indices; check the range as CPU does.
-void check_range(const at::Tensor& index, int64_t size, int64_t dim, const char* op) {
+// gather/scatter do not wrap negative indices; check the range as CPU does and return
+// the index to lower with. During a graph capture the range cannot be read on the host:
+// negative indices become `size` instead, so the indexing kernel of the replay reports
+// every out-of-range index (with the indexing kernel's message, not CPU's).
+at::Tensor checked_index(const at::Tensor& index, int64_t size, int64_t dim, const char* op) {
   if (index.numel() == 0) {
-    return;
+    return index;
+  }
+  if (stream_is_capturing(index.device())) {
+    return at::where(index.lt(0), at::scalar_tensor(size, index.options()), index);
   }
   const auto lo = index.min().item<int64_t>();
   const auto hi = index.max().item<int64_t>();
@@ -68,6 +74,7 @@ void check_range(const at::Tensor& index, int64_t size, int64_t dim, const char*
                       " with size ", size);
   }
   TORCH_CHECK(lo >= 0 && hi < size, "index ", bad, " is out of bounds for dimension ", dim, " with size ", size);
+  return index;
 }
 
 // `src` narrowed to `index`'s shape (scatter reads only that corner of src).
@@ -86,8 +93,8 @@ struct Gather : at::meta::structured_gather {
     }
     dim = at::maybe_wrap_dim(dim, self.dim());
     const auto source = as_vector(self);
-    check_range(index, source.size(dim), dim, "gather");
-    out.copy_(at::index(source, along(as_vector(index), dim)).view(out.sizes()));
+    const auto idx = checked_index(as_vector(index), source.size(dim), dim, "gather");
+    out.copy_(at::index(source, along(idx, dim)).view(out.sizes()));
   }
 };
 
@@ -101,8 +108,7 @@ void scatter_into(const at::Tensor& out, const at::Tensor& self, int64_t dim, co
   }
   dim = at::maybe_wrap_dim(dim, self.dim());
   auto target = as_vector(out);
-  const auto idx = as_vector(index);
-  check_range(idx, target.size(dim), dim, "scatter");
+  const auto idx = checked_index(as_vector(index), target.size(dim), dim, "scatter");
   target.index_put_(along(idx, dim), values, accumulate);
 }
 
@@ -141,12 +147,12 @@ void index_along(const at::Tensor& out, const at::Tensor& self, int64_t dim, con
     return;
   }
   auto target = as_vector(out);
-  check_range(index, target.size(dim), dim, accumulate ? "index_add" : "index_copy");
+  const auto checked = checked_index(index, target.size(dim), dim, accumulate ? "index_add" : "index_copy");
   Indices idx;
   for (int64_t d = 0; d < dim; ++d) {
     idx.push_back(std::nullopt);
   }
-  idx.push_back(index.reshape({-1}));
+  idx.push_back(checked.reshape({-1}));
   target.index_put_(idx, as_vector(source), accumulate);
 }
 

@@ -74,7 +74,11 @@ pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut
         crate::memory_history::on_alloc(device as usize, p, bytes, stream);
         if crate::sanitize::enabled() && p != 0 {
             let size = rt.device(device as i64)?.allocator().block_size(p).unwrap_or(0);
-            crate::sanitize::poison(rt, device as usize, stream, p, size, true);
+            if let Err(e) = crate::sanitize::poison(rt, device as usize, stream, p, size, true) {
+                crate::memory_history::on_free(p);
+                rt.free(p)?;
+                return Err(e);
+            }
         }
         put(out, p as *mut c_void)
     })
@@ -94,8 +98,9 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
                 let block = rt.device(d as i64)?.allocator().block_use(ptr as usize);
                 rt.free(ptr as usize)?;
                 // A block other streams used may still be read there: not filled.
-                if let Some((stream, size, false)) = block {
-                    crate::sanitize::poison(rt, d, stream, ptr as usize, size, false);
+                match block {
+                    Some((stream, size, false)) => crate::sanitize::poison(rt, d, stream, ptr as usize, size, false)?,
+                    _ => crate::sanitize::forget(ptr as usize),
                 }
                 return Ok(());
             }
