@@ -123,6 +123,31 @@ print("OK")
 """)
 
 
+def test_a_graph_replay_is_ordered_with_eager_work_like_a_launch():
+    sanitized("""
+x = torch.randn(100, device="oxide")
+g = torch.accelerator.Graph()
+with g:
+    y = x * 2
+    t = y.exp()                             # a temporary of the graph's pool, freed in the capture
+    z = t + 1
+del t
+with side:
+    g.replay()                              # writes y and z on the side stream
+raises(lambda: y + 1, "stream race", "oxide_graph_replay")
+default.wait_stream(side)
+w = z + 1                                   # ordered after the replay
+x.fill_(3.0)                                # default writes what the graph reads
+with side:
+    raises(lambda: g.replay(), "stream race", "oxide_graph_replay")
+    side.wait_stream(default)
+    g.replay()
+torch.oxide.synchronize()
+assert torch.equal(y.cpu(), torch.full((100,), 6.0))
+print("OK")
+""")
+
+
 def test_a_launch_on_freed_memory_is_a_use_after_free():
     # A library that kept a raw device pointer past the tensor's life: a DLPack
     # view (ctypes) of a block the caching allocator already holds as free.

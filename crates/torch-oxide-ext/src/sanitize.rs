@@ -20,8 +20,9 @@
 //!   used it), so a kernel that reads memory nobody wrote computes with NaN.
 //!
 //! Checks run at the call, on the host, as CSAN's do: a refused launch raises
-//! a RuntimeError at the offending Python line and does not run. Launches
-//! replayed from a graph are not checked (the capture's launches are).
+//! a RuntimeError at the offending Python line and does not run. A graph
+//! replay is checked as one launch that reads and writes what its capture's
+//! launches did (blocks the capture freed, its pool's temporaries, aside).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -124,6 +125,53 @@ fn block_of(rt: &Runtime, ptr: usize) -> Option<(usize, usize, usize, bool)> {
     let alloc = rt.device(d as i64).ok()?.allocator();
     let (start, len) = alloc.memory().allocation_of(ptr)?;
     Some((d, start, len, alloc.is_active(start)))
+}
+
+/// Device addresses read (`false`) or written (`true`) by some launches.
+type Accesses = Vec<(usize, bool)>;
+
+/// Accesses of the launches captured so far, per capturing stream.
+fn captured() -> std::sync::MutexGuard<'static, HashMap<StreamKey, Accesses>> {
+    static CAPTURED: OnceLock<Mutex<HashMap<StreamKey, Accesses>>> = OnceLock::new();
+    CAPTURED.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The current call's launch is captured on `stream` of `device`: its accesses
+/// become the graph's, checked at each replay ([`check_replay`]).
+pub(crate) fn note_captured(device: usize, stream: StreamId) {
+    if enabled() {
+        let accesses = CALL_ACCESSES.with(|a| std::mem::take(&mut *a.borrow_mut()));
+        captured().entry((device, stream)).or_default().extend(accesses);
+    }
+}
+
+/// The accesses captured on `stream` of `device` since the capture began (empty when off).
+pub(crate) fn take_captured(device: usize, stream: StreamId) -> Vec<(usize, bool)> {
+    if !enabled() {
+        return Vec::new();
+    }
+    let mut all = captured().remove(&(device, stream)).unwrap_or_default();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// Checks a graph replay on `stream` of `device` as one launch with the
+/// graph's accesses, so eager work on other streams is ordered with it. Blocks
+/// the capture freed (temporaries in the graph's pool) are skipped.
+pub(crate) fn check_replay(
+    rt: &Runtime,
+    device: usize,
+    stream: StreamId,
+    accesses: &[(usize, bool)],
+) -> Result<(), AbiError> {
+    if !enabled() || accesses.is_empty() {
+        return Ok(());
+    }
+    let live: Vec<(usize, bool)> =
+        accesses.iter().copied().filter(|&(p, _)| block_of(rt, p).is_some_and(|b| b.3)).collect();
+    CALL_ACCESSES.with(|a| *a.borrow_mut() = live);
+    check_launch(rt, device, stream, "oxide_graph_replay")
 }
 
 /// Checks the current call's accesses as a launch `kernel` on `stream` of

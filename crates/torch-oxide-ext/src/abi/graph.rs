@@ -12,6 +12,8 @@ use super::*;
 /// A captured graph (opaque to C).
 pub struct OxideGraph {
     graph: oxide_runtime::Graph,
+    /// The device memory its launches read and write (with `OXIDE_SANITIZE=1`).
+    accesses: Vec<(usize, bool)>,
 }
 
 /// The generator state one replay gives a Philox slot of the graph (see [`OxidePhilox`]).
@@ -33,6 +35,7 @@ pub extern "C" fn oxide_graph_capture_begin(device: i32, stream: i64, pool: u64)
         let d = runtime()?.device(device as i64)?;
         d.streams().begin_capture(stream)?;
         d.allocator().begin_pool(stream, pool);
+        crate::sanitize::take_captured(device as usize, stream);
         Ok(())
     })
 }
@@ -47,7 +50,8 @@ pub extern "C" fn oxide_graph_capture_end(device: i32, stream: i64, out: *mut *m
         d.streams().state(stream)?;
         let ended = d.streams().end_capture(stream);
         d.allocator().end_pool(stream);
-        put(out, Box::into_raw(Box::new(OxideGraph { graph: ended? })))
+        let accesses = crate::sanitize::take_captured(device as usize, stream);
+        put(out, Box::into_raw(Box::new(OxideGraph { graph: ended?, accesses })))
     })
 }
 
@@ -79,7 +83,8 @@ pub unsafe extern "C" fn oxide_graph_replay(
     n: usize,
 ) -> i32 {
     ffi(|| {
-        let graph = graph(g)?.graph.clone();
+        let handle = graph(g)?;
+        let (graph, accesses) = (handle.graph.clone(), &handle.accesses);
         let states: Vec<(u64, u64)> = if n == 0 {
             Vec::new()
         } else {
@@ -93,6 +98,7 @@ pub unsafe extern "C" fn oxide_graph_replay(
             // A replay inside another capture is one node of that graph.
             return Ok(streams.capture(stream, "oxide_graph_replay", Box::new(run))?);
         }
+        crate::sanitize::check_replay(rt, device as usize, stream, accesses)?;
         let mut trace = Launch::begin(ActivityKind::Kernel, || "oxide_graph_replay", device as usize, stream);
         if let Some(t) = trace.as_mut() {
             t.submitted();

@@ -648,7 +648,9 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
         let closure = std::any::type_name::<F>();
         let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
         let node = move || kernel().map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
-        return Ok(streams.capture(l.stream, entry_point(closure), Box::new(node))?);
+        streams.capture(l.stream, entry_point(closure), Box::new(node))?;
+        crate::sanitize::note_captured(l.device as usize, l.stream);
+        return Ok(());
     }
     if crate::sanitize::enabled() {
         crate::sanitize::check_launch(rt, l.device as usize, l.stream, entry_point(std::any::type_name::<F>()))?;

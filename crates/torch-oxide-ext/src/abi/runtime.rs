@@ -258,11 +258,16 @@ pub extern "C" fn oxide_memcpy_async(
         };
         let rt = runtime()?;
         rt.device(device as i64)?;
-        if crate::sanitize::enabled() && bytes > 0 && !rt.device(device as i64)?.streams().is_capturing(stream) {
+        if crate::sanitize::enabled() && bytes > 0 {
             for (p, write) in [(src as usize, false), (dst as usize, true)] {
                 if matches!(rt.pointer_kind(p), PointerKind::Device(_)) {
                     crate::sanitize::note_access(p, write);
                 }
+            }
+            if rt.device(device as i64)?.streams().is_capturing(stream) {
+                rt.memcpy_async(dst as usize, src as usize, bytes, kind, stream)?;
+                crate::sanitize::note_captured(device as usize, stream);
+                return Ok(());
             }
             crate::sanitize::check_launch(rt, device as usize, stream, "memcpy")?;
         }
