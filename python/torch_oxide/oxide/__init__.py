@@ -51,14 +51,6 @@ __all__ = [
     "set_autocast_enabled",
     "get_autocast_dtype",
     "set_autocast_dtype",
-    "Stream",
-    "Event",
-    "StreamContext",
-    "stream",
-    "current_stream",
-    "default_stream",
-    "set_stream",
-    "is_current_stream_capturing",
 ]
 
 _DeviceLike = int | str | torch.device | None
@@ -306,7 +298,7 @@ def set_autocast_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("oxide", dtype)
 
 
-from . import memory  # noqa: E402
+from . import memory, streams  # noqa: E402
 from .memory import *  # noqa: E402, F403  (the names of memory.__all__)
 from .random import (  # noqa: E402  (needs the helpers above)
     get_rng_state,
@@ -319,19 +311,11 @@ from .random import (  # noqa: E402  (needs the helpers above)
     set_rng_state,
     set_rng_state_all,
 )
-from .streams import (  # noqa: E402
-    Event,
-    Stream,
-    StreamContext,
-    current_stream,
-    default_stream,
-    is_current_stream_capturing,
-    set_stream,
-    stream,
-)
+from .streams import *  # noqa: E402, F403  (the names of streams.__all__)
 
-# The memory functions are listed once, in memory.__all__.
+# The memory and stream functions are listed once, in their modules' __all__.
 __all__ += memory.__all__
+__all__ += streams.__all__
 
 # torch.cuda keeps these three in torch.cuda.memory only; torch.oxide has them at both places.
 _record_memory_history = memory._record_memory_history
