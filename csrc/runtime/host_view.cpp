@@ -1,6 +1,9 @@
 // oxide::_host_view: a CPU tensor over an oxide tensor's memory (device memory
 // is host memory here), so host libraries can work on it in place without a
-// copy: the collectives hand Gloo these views (python/torch_oxide/distributed.py).
+// copy: the collectives hand Gloo these views (python/torch_oxide/distributed.py)
+// and, under the sanitizer, Inductor's C++ kernels get them (_inductor.py).
+// The view is at the memory's host address (oxide_host_address): with guarded
+// device memory (OXIDE_SANITIZE=1) the device address itself is not readable.
 // The view keeps the oxide storage alive; it does not wait for the device, so
 // its user synchronizes the stream that writes the tensor first.
 #include "common/device_check.h"
@@ -15,7 +18,9 @@ namespace {
 at::Tensor host_view(const at::Tensor& self) {
   TORCH_CHECK(self.is_privateuseone(), "oxide::_host_view expects an oxide tensor, got one on ", self.device());
   c10::Storage storage = self.storage();
-  return at::for_blob(self.data_ptr(), self.sizes())
+  void* host = nullptr;
+  OXIDE_CHECK(oxide_host_address(self.data_ptr(), &host));
+  return at::for_blob(host, self.sizes())
       .strides(self.strides())
       .deleter([storage](void* /*data*/) mutable { storage = {}; })
       .options(self.options().device(at::kCPU))

@@ -19,6 +19,15 @@ import atexit  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
+if os.environ.get("OXIDE_SANITIZE") == "1":
+    # The sanitizer's host-access detector reports a dereferenced device pointer
+    # from a SIGSEGV handler, then hands the fault on: faulthandler, enabled before
+    # the runtime installs that handler, then prints the Python stack of the access.
+    import faulthandler  # noqa: E402
+
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
+
 import torch  # noqa: E402  first: the extension resolves c10 and torch_cpu from the loaded torch
 
 from . import _C, oxide  # noqa: E402

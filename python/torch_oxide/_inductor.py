@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import threading
 from typing import Any
@@ -65,6 +66,10 @@ _DYNAMO_MODULE = "torch._dynamo.device_interface"
 _lock = threading.RLock()
 _registered_dynamo = False
 _registered_inductor = False
+# Under the sanitizer (guarded device memory) a compiled graph hands its C++ kernels
+# host views (``torch.oxide._host_kernel_call``), so its code differs from an
+# unsanitized run's; Inductor's caches, whose keys do not know the mode, are off.
+_SANITIZE = os.environ.get("OXIDE_SANITIZE") == "1"
 
 
 def get_raw_stream(device_index: int) -> int:
@@ -82,6 +87,14 @@ def _register_dynamo() -> None:
         if _registered_dynamo:
             return
         from torch._dynamo import device_interface as di
+
+        if _SANITIZE:
+            import torch._functorch.config as functorch_config
+            import torch._inductor.config as inductor_config
+
+            inductor_config.fx_graph_cache = False
+            inductor_config.fx_graph_remote_cache = False
+            functorch_config.enable_autograd_cache = False
 
         class OxideInterface(di.DeviceInterface):
             """Dynamo's view of the ``oxide`` device: ``torch.oxide`` under Dynamo's names."""
@@ -207,6 +220,10 @@ def _register_inductor() -> None:
                     # synchronised first (cheap when nothing is queued).
                     index = device.index if device.index is not None else "torch.oxide.current_device()"
                     self.writeline(f"torch.oxide._sync_current_stream({index})")
+                    if _SANITIZE:
+                        # Guarded device memory: the kernel gets host views (see _host_kernel_call).
+                        call_args = [kernel_name, *call_args]
+                        kernel_name = "torch.oxide._host_kernel_call"
                     self.writeline(self.wrap_kernel_call(kernel_name, call_args))
                     return
                 return super()._generate_kernel_call_helper(

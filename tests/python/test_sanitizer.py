@@ -3,6 +3,8 @@
 The mode is read once per process, so every case runs in a fresh interpreter.
 """
 
+import signal
+
 import pytest
 from conftest import run_python
 
@@ -182,6 +184,89 @@ raises(lambda: view.cpu(), "freed memory", "use after free")
 del view
 print("OK")
 """)
+
+
+def host_access(code: str):
+    """Runs `code` (which dereferences a device pointer) under the sanitizer; returns the dead process."""
+    r = run_python(PRELUDE + code, env=SANITIZE)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout + r.stderr)
+    assert "UNREACHED" not in r.stdout, r.stdout
+    return r
+
+
+def test_host_code_reading_device_memory_is_caught_with_the_address_and_code():
+    # A library handed a device pointer as if it were host memory (ctypes here; a
+    # C++ extension reading data_ptr() is the same bug): it works on a device whose
+    # memory is host memory and crashes on a real accelerator.
+    code = """
+import ctypes
+x = torch.arange(8.0, device="oxide")
+print("ADDR", hex(x.data_ptr()), flush=True)
+value = ctypes.c_float.from_address(x.data_ptr()).value   # the host reads a device pointer
+print("UNREACHED", value)
+"""
+    r = host_access(code)
+    line = next(n for n, text in enumerate((PRELUDE + code).splitlines(), 1) if "the host reads" in text)
+    address = r.stdout.split("ADDR ")[1].split()[0]
+    report = r.stderr
+    assert f"oxide sanitizer: host access to device memory: a read of oxide:0 address {address}" in report, report
+    assert "by the instruction at 0x" in report and "_ctypes" in report, report  # the accessing code
+    # faulthandler then prints the Python stack of the access, down to the line.
+    assert "Segmentation fault" in report and f'File "<string>", line {line}' in report, report
+
+
+def test_host_code_writing_device_memory_is_caught():
+    r = host_access("""
+import ctypes
+x = torch.zeros(1000, device="oxide")
+ctypes.memset(x.data_ptr() + 64, 1, 16)                  # the host writes through a device pointer
+print("UNREACHED")
+""")
+    assert "host access to device memory: a write to oxide:0 address 0x" in r.stderr, r.stderr
+    assert "libc" in r.stderr, r.stderr  # memset's shared object
+
+
+def test_kernels_copies_host_views_and_compiled_kernels_reach_guarded_memory():
+    # Device addresses are not host memory under the sanitizer (write(2) from one
+    # fails with EFAULT instead of faulting); every sanctioned path still works.
+    sanitized("""
+import ctypes, errno, os
+x = torch.arange(1000, dtype=torch.float32, device="oxide")
+r, w = os.pipe()
+try:
+    os.write(w, (ctypes.c_char * 16).from_address(x.data_ptr()))
+    raise AssertionError("a device address was readable by the host")
+except OSError as e:
+    assert e.errno == errno.EFAULT, e
+host = torch.ops.oxide._host_view(x)                     # the collectives' zero-copy view
+torch.accelerator.synchronize()
+assert host.device.type == "cpu" and host.data_ptr() != x.data_ptr() and host[999].item() == 999
+os.write(w, (ctypes.c_char * 16).from_address(host.data_ptr()))
+y = (x * 2 + 1).sin()                                    # kernels
+torch.testing.assert_close(y.cpu(), (torch.arange(1000.0) * 2 + 1).sin())  # copies
+assert x[3].item() == 3.0
+z = torch.ones(4, 4, device="oxide").T.contiguous() @ torch.ones(4, 4, device="oxide")
+assert z.cpu().eq(4).all()
+f = torch.compile(lambda a: (a.relu() * 3).sum(0))       # Inductor's C++ kernel on host views
+a = torch.randn(64, 8)
+torch.testing.assert_close(f(a.to("oxide")).cpu(), f(a))
+print(str(y[:2]))                                        # printing copies
+print("OK")
+""")
+
+
+def test_the_device_memory_is_host_memory_without_the_sanitizer():
+    r = run_python(
+        PRELUDE
+        + """
+import ctypes
+x = torch.full((4,), 7.0, device="oxide")
+torch.accelerator.synchronize()
+print(ctypes.c_float.from_address(x.data_ptr()).value, "OK")  # zero-copy host access is allowed here
+""",
+        env={"OXIDE_SANITIZE": None},
+    )
+    assert r.returncode == 0 and "7.0 OK" in r.stdout, r.stdout + r.stderr
 
 
 def test_a_training_step_on_a_side_stream_passes():

@@ -19,6 +19,10 @@ pub struct Config {
     pub device_memory: usize,
     /// Kernels run at the call, and raise their errors there (`OXIDE_LAUNCH_BLOCKING=1`).
     pub launch_blocking: bool,
+    /// Device addresses are inaccessible to host code outside kernels and
+    /// copies (`OXIDE_SANITIZE=1`, the sanitizer's host-access detector; see
+    /// [`crate::guard`]).
+    pub guard_device_memory: bool,
 }
 
 impl Config {
@@ -31,6 +35,7 @@ impl Config {
         let memory = std::env::var("OXIDE_DEVICE_MEMORY").ok();
         let mut config = Self::parse(count.as_deref(), memory.as_deref())?;
         config.launch_blocking = flag("OXIDE_LAUNCH_BLOCKING", std::env::var("OXIDE_LAUNCH_BLOCKING").ok().as_deref())?;
+        config.guard_device_memory = flag("OXIDE_SANITIZE", std::env::var("OXIDE_SANITIZE").ok().as_deref())?;
         Ok(config)
     }
 
@@ -72,7 +77,7 @@ impl Config {
                 bytes as usize
             }
         };
-        Ok(Config { device_count, device_memory, launch_blocking: false })
+        Ok(Config { device_count, device_memory, launch_blocking: false, guard_device_memory: false })
     }
 }
 

@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod graph;
+pub mod guard;
 pub mod host;
 pub mod memory;
 pub mod philox;
@@ -42,6 +43,9 @@ pub struct Device {
     allocator: Mutex<CachingAllocator>,
     /// The device's address range: start and length (larger than the capacity).
     range: (usize, usize),
+    /// Where host code reaches `range.0`: `range.0` itself, or the host alias
+    /// of a guarded range (see [`memory`]).
+    alias: usize,
     capacity: usize,
     streams: Streams,
 }
@@ -172,12 +176,20 @@ pub fn runtime() -> Result<&'static Runtime> {
             let config = Config::from_env()?;
             let devices = (0..config.device_count)
                 .map(|i| {
-                    let memory = memory::DeviceMemory::reserve(i, config.device_memory)?;
+                    let memory = if config.guard_device_memory {
+                        memory::DeviceMemory::reserve_guarded(i, config.device_memory)?
+                    } else {
+                        memory::DeviceMemory::reserve(i, config.device_memory)?
+                    };
                     let (range, capacity) = ((memory.base(), memory.span()), memory.capacity());
+                    let alias = memory.alias_base();
                     let allocator = Mutex::new(CachingAllocator::new(memory));
-                    Ok(Device { index: i, allocator, range, capacity, streams: Streams::new(i) })
+                    Ok(Device { index: i, allocator, range, alias, capacity, streams: Streams::new(i) })
                 })
                 .collect::<Result<Vec<_>>>()?;
+            if config.guard_device_memory {
+                guard::install(&devices.iter().map(|d| d.range).collect::<Vec<_>>());
+            }
             // SAFETY: registering a plain extern "C" function with no captured state.
             unsafe { libc::pthread_atfork(None, None, Some(mark_forked_child)) };
             INITIALIZED.store(true, Ordering::Relaxed);
@@ -328,6 +340,20 @@ impl Runtime {
         }))
     }
 
+    /// Where host code (a kernel, a copy, a collective's host view) reads and
+    /// writes `ptr`: the host alias of a device address in a guarded range,
+    /// else `ptr` itself. Kernels must never dereference a device address
+    /// without it; with guarded memory (`OXIDE_SANITIZE=1`) that faults.
+    pub fn host_address(&self, ptr: usize) -> usize {
+        if !self.config.guard_device_memory {
+            return ptr;
+        }
+        match self.devices.iter().find(|d| d.contains(ptr)) {
+            Some(d) => ptr - d.range.0 + d.alias,
+            None => ptr,
+        }
+    }
+
     /// `cudaPointerGetAttributes`.
     pub fn pointer_kind(&self, ptr: usize) -> PointerKind {
         if let Some(d) = self.devices.iter().find(|d| d.contains(ptr)) {
@@ -415,9 +441,11 @@ impl Runtime {
                 reason: "source and destination overlap",
             });
         }
+        let (from, to) = (self.host_address(src), self.host_address(dst));
         // SAFETY: both ranges were checked above to be live, disjoint and `bytes` long
-        // (host ranges are the caller's contract, as with cudaMemcpy).
-        let copy = move || unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
+        // (host ranges are the caller's contract, as with cudaMemcpy); device ones are
+        // reached through their host addresses.
+        let copy = move || unsafe { std::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, bytes) };
         let pinned = match kind {
             MemcpyKind::HostToDevice => Some(src),
             MemcpyKind::DeviceToHost => Some(dst),

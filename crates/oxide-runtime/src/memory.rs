@@ -15,6 +15,14 @@
 //! range check, and no device pointer can alias a host allocation.
 //! Inside the range an address-ordered first-fit free list hands out
 //! [`ALIGNMENT`]-aligned blocks and coalesces neighbours on free.
+//!
+//! A *guarded* range ([`DeviceMemory::reserve_guarded`], the sanitizer's
+//! host-access detector) keeps the device addresses inaccessible to the host,
+//! as a discrete accelerator's are: the reservation stays `PROT_NONE`, and the
+//! bytes live in a memory file (`memfd`) mapped read-write once more at another
+//! address, the *host alias*. Kernels and copies reach a device address through
+//! [`DeviceMemory::host_address`] (a constant offset per device); any other host
+//! code that dereferences a device pointer faults (see [`crate::guard`]).
 
 use std::collections::BTreeMap;
 
@@ -64,6 +72,15 @@ pub struct DeviceMemory {
     /// Live allocations, keyed by offset from `base`, value = length.
     live: BTreeMap<usize, usize>,
     used: usize,
+    /// The memory file and its host alias of a guarded range.
+    guard: Option<Guard>,
+}
+
+/// The backing of a guarded range: a memory file of `span` bytes, mapped
+/// read-write at `alias` (the device addresses stay `PROT_NONE`).
+struct Guard {
+    fd: libc::c_int,
+    alias: usize,
 }
 
 // SAFETY: the raw range is only touched through offsets guarded by the owner's mutex.
@@ -75,10 +92,21 @@ impl DeviceMemory {
     ///
     /// Errors: [`Error::Reserve`] when the OS refuses even `capacity` bytes.
     pub fn reserve(device: usize, capacity: usize) -> Result<DeviceMemory> {
+        Self::reserve_in(device, capacity, false)
+    }
+
+    /// [`DeviceMemory::reserve`] for a guarded range (see the module documentation).
+    ///
+    /// Errors: [`Error::Reserve`] when the OS refuses the mappings or the memory file.
+    pub fn reserve_guarded(device: usize, capacity: usize) -> Result<DeviceMemory> {
+        Self::reserve_in(device, capacity, true)
+    }
+
+    fn reserve_in(device: usize, capacity: usize, guarded: bool) -> Result<DeviceMemory> {
         let capacity = capacity / ALIGNMENT * ALIGNMENT;
         let mut span = capacity.saturating_mul(ADDRESS_SPACE_FACTOR).min(MAX_SPAN).max(capacity);
         loop {
-            match Self::reserve_span(device, capacity, span) {
+            match Self::reserve_span(device, capacity, span, guarded) {
                 Err(Error::Reserve { .. }) if span / 2 >= capacity && span > capacity => {
                     span = (span / 2).max(capacity)
                 }
@@ -88,35 +116,55 @@ impl DeviceMemory {
     }
 
     /// Reserves `span` bytes of address space (at least `capacity`) for a
-    /// device that may hand out `capacity` bytes at once.
+    /// device that may hand out `capacity` bytes at once; `guarded` as for
+    /// [`DeviceMemory::reserve_guarded`].
     ///
     /// Errors: [`Error::Reserve`] when the OS refuses the mapping.
-    pub fn reserve_span(device: usize, capacity: usize, span: usize) -> Result<DeviceMemory> {
+    pub fn reserve_span(device: usize, capacity: usize, span: usize, guarded: bool) -> Result<DeviceMemory> {
         let capacity = capacity / ALIGNMENT * ALIGNMENT;
         let span = (span.max(capacity) / ALIGNMENT) * ALIGNMENT;
+        let refused = |what: &str| Error::Reserve {
+            device,
+            bytes: span,
+            reason: format!("{what}: {}", std::io::Error::last_os_error()),
+        };
         // One huge page more than asked, so that the range can start on a huge-page boundary.
         let mapped = span + HUGE_PAGE;
+        let protection = if guarded { libc::PROT_NONE } else { libc::PROT_READ | libc::PROT_WRITE };
         // SAFETY: anonymous private mapping with no fixed address; the result is checked.
         let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
+                protection,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
         };
         if raw == libc::MAP_FAILED {
-            return Err(Error::Reserve { device, bytes: span, reason: std::io::Error::last_os_error().to_string() });
+            return Err(refused("mmap"));
         }
         let base = (raw as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        // Transparent huge pages for the device range, as a GPU maps its memory in
-        // large pages: a kernel streaming a 40 MB tensor otherwise takes a TLB miss
-        // every 4 KiB. Only a hint: where THP is off, the call fails or is ignored
-        // and the range keeps 4 KiB pages.
-        // SAFETY: [base, base + span) lies inside the mapping just made.
-        unsafe { libc::madvise(base as *mut libc::c_void, span, libc::MADV_HUGEPAGE) };
+        let guard = if guarded {
+            match Guard::create(device, span) {
+                Ok(g) => Some(g),
+                Err(what) => {
+                    let e = refused(what);
+                    // SAFETY: unmapping exactly the range mmap returned above.
+                    unsafe { libc::munmap(raw, mapped) };
+                    return Err(e);
+                }
+            }
+        } else {
+            // Transparent huge pages for the device range, as a GPU maps its memory in
+            // large pages: a kernel streaming a 40 MB tensor otherwise takes a TLB miss
+            // every 4 KiB. Only a hint: where THP is off, the call fails or is ignored
+            // and the range keeps 4 KiB pages.
+            // SAFETY: [base, base + span) lies inside the mapping just made.
+            unsafe { libc::madvise(base as *mut libc::c_void, span, libc::MADV_HUGEPAGE) };
+            None
+        };
         let mut free = BTreeMap::new();
         free.insert(0, span);
         Ok(DeviceMemory {
@@ -129,7 +177,25 @@ impl DeviceMemory {
             free,
             live: BTreeMap::new(),
             used: 0,
+            guard,
         })
+    }
+
+    /// True for a guarded range (see the module documentation).
+    pub fn is_guarded(&self) -> bool {
+        self.guard.is_some()
+    }
+
+    /// The host alias of the range's first byte: where kernels reach device
+    /// memory. `base()` itself for a range that is not guarded.
+    pub fn alias_base(&self) -> usize {
+        self.guard.as_ref().map_or(self.base, |g| g.alias)
+    }
+
+    /// The address at which host code (a kernel, a copy) reads and writes the
+    /// device address `ptr` of this range.
+    pub fn host_address(&self, ptr: usize) -> usize {
+        ptr - self.base + self.alias_base()
     }
 
     /// Index of the device this memory belongs to.
@@ -243,15 +309,79 @@ impl DeviceMemory {
     fn release_pages(&self, lo: usize, hi: usize) {
         let start = (self.base + lo).div_ceil(PAGE) * PAGE;
         let end = (self.base + hi) / PAGE * PAGE;
-        if end > start {
-            // SAFETY: [start, end) lies inside our own mapping and no live allocation overlaps it.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if end <= start {
+            return;
         }
+        match &self.guard {
+            // MADV_DONTNEED on a shared mapping only drops the page-table entries; the
+            // file keeps the pages. Punching a hole gives them back.
+            // SAFETY: the file range [start - base, end - base) lies inside the file and no
+            // live allocation overlaps it.
+            Some(g) => unsafe {
+                libc::fallocate(
+                    g.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    (start - self.base) as libc::off_t,
+                    (end - start) as libc::off_t,
+                );
+            },
+            // SAFETY: [start, end) lies inside our own mapping and no live allocation overlaps it.
+            None => unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            },
+        }
+    }
+}
+
+impl Guard {
+    /// A memory file of `span` bytes (sparse: pages are allocated on first
+    /// write) and its read-write alias. Both are left out of a forked child, so
+    /// that a child cannot scribble on the parent's device memory through the
+    /// shared file. Errors: the name of the call the OS refused.
+    fn create(device: usize, span: usize) -> std::result::Result<Guard, &'static str> {
+        let name = std::ffi::CString::new(format!("oxide:{device}")).unwrap_or_default();
+        // SAFETY: a NUL-terminated name and valid flags; the result is checked.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err("memfd_create");
+        }
+        // SAFETY: fd is the memory file just created.
+        if unsafe { libc::ftruncate(fd, span as libc::off_t) } != 0 {
+            // SAFETY: closing the file we opened.
+            unsafe { libc::close(fd) };
+            return Err("ftruncate");
+        }
+        // SAFETY: a shared mapping of the whole file at an address of the kernel's choosing.
+        let alias = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd,
+                0,
+            )
+        };
+        if alias == libc::MAP_FAILED {
+            // SAFETY: closing the file we opened.
+            unsafe { libc::close(fd) };
+            return Err("mmap of the memory file");
+        }
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(alias, span, libc::MADV_DONTFORK) };
+        Ok(Guard { fd, alias: alias as usize })
     }
 }
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
+        if let Some(g) = &self.guard {
+            // SAFETY: unmapping the alias made in Guard::create and closing its file.
+            unsafe {
+                libc::munmap(g.alias as *mut libc::c_void, self.span);
+                libc::close(g.fd);
+            }
+        }
         // SAFETY: unmapping exactly the range mmap returned.
         unsafe { libc::munmap(self.raw as *mut libc::c_void, self.mapped) };
     }
@@ -343,7 +473,7 @@ mod tests {
     #[test]
     fn address_space_fragmentation_is_reported() {
         // A range no larger than the capacity can still fragment: the error says so.
-        let mut m = DeviceMemory::reserve_span(2, 1 << 20, 1 << 20).unwrap();
+        let mut m = DeviceMemory::reserve_span(2, 1 << 20, 1 << 20, false).unwrap();
         let a = m.malloc(256 << 10).unwrap();
         let b = m.malloc(256 << 10).unwrap();
         let _c = m.malloc(256 << 10).unwrap();
@@ -391,5 +521,54 @@ mod tests {
         }
         m.free(p).unwrap();
         assert!(m.contains(p));
+    }
+
+    /// Whether the host can read `len` bytes at `ptr`: `write(2)` to a pipe
+    /// reports EFAULT for an inaccessible source instead of faulting.
+    fn host_readable(ptr: usize, len: usize) -> bool {
+        let mut fds = [0; 2];
+        // SAFETY: a pipe for this probe, closed below.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: write(2) checks the source range itself and fails with EFAULT.
+        let n = unsafe { libc::write(fds[1], ptr as *const libc::c_void, len) };
+        // SAFETY: closing the pipe made above.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        n == len as isize
+    }
+
+    #[test]
+    fn a_guarded_range_is_reached_only_through_its_host_alias() {
+        let mut plain = DeviceMemory::reserve(0, 8 << 20).unwrap();
+        let p = plain.malloc(4096).unwrap();
+        assert!(!plain.is_guarded());
+        assert_eq!(plain.host_address(p), p);
+        assert!(host_readable(p, 64));
+
+        let mut m = DeviceMemory::reserve_guarded(1, 8 << 20).unwrap();
+        assert!(m.is_guarded());
+        let a = m.malloc(64 << 10).unwrap();
+        let b = m.malloc(64 << 10).unwrap();
+        let (ha, hb) = (m.host_address(a), m.host_address(b));
+        assert!(!m.contains(ha), "the alias lies outside the device range");
+        assert_eq!(hb - ha, b - a, "one constant offset per device");
+        assert_eq!(ha % ALIGNMENT, 0, "blocks keep their alignment in the alias");
+        assert!(!host_readable(a, 64), "device addresses are not host memory");
+        assert!(host_readable(ha, 64));
+        // SAFETY: both aliases cover 64 KiB blocks just allocated.
+        unsafe {
+            std::ptr::write_bytes(ha as *mut u8, 9, 64 << 10);
+            std::ptr::write_bytes(hb as *mut u8, 5, 64 << 10);
+        }
+        m.free(a).unwrap();
+        let a2 = m.malloc(64 << 10).unwrap();
+        assert_eq!(a2, a);
+        // SAFETY: a2 and b are live; a punched hole reads back as zero.
+        unsafe {
+            assert_eq!(*(m.host_address(a2) as *const u8), 0, "the freed block's pages were released");
+            assert_eq!(*(hb as *const u8), 5, "the neighbour's data is intact");
+        }
     }
 }

@@ -296,11 +296,13 @@ pub(crate) fn poison(
     if bytes == 0 || capturing {
         return Ok(());
     }
+    let at = rt.host_address(ptr);
     let fill = move || {
         // SAFETY: the block is a caching-allocator block of `bytes` bytes, 512-byte
-        // aligned and a multiple of 512 bytes long, and stream order puts this fill
-        // after every launch that used it before and before every launch that uses it next.
-        unsafe { std::slice::from_raw_parts_mut(ptr as *mut u64, bytes / 8) }.fill(POISON);
+        // aligned and a multiple of 512 bytes long, reached through its host address,
+        // and stream order puts this fill after every launch that used it before and
+        // before every launch that uses it next.
+        unsafe { std::slice::from_raw_parts_mut(at as *mut u64, bytes / 8) }.fill(POISON);
         Ok(())
     };
     let _ = if rt.launch_blocking() {

@@ -164,6 +164,17 @@ def _sync_current_stream(device: int) -> None:
     _C._sync_current_stream(device)
 
 
+def _host_kernel_call(kernel, *args):
+    """Calls a compiled graph's C++ kernel with host views of its oxide tensors (under the sanitizer).
+
+    With guarded device memory (``OXIDE_SANITIZE=1``) a device address is not readable
+    by host code; a C++ kernel Inductor generated is host code by design, so it gets
+    ``oxide::_host_view`` tensors over the same bytes at their host addresses.
+    """
+    view = torch.ops.oxide._host_view
+    return kernel(*(view(a) if isinstance(a, torch.Tensor) and a.device.type == "oxide" else a for a in args))
+
+
 def _launch_blocking() -> bool:
     """Whether kernels run at the call (``OXIDE_LAUNCH_BLOCKING=1``) instead of on the stream workers."""
     _lazy_init()

@@ -457,7 +457,8 @@ pub(crate) unsafe fn operands<const N: usize>(
         }
         // SAFETY: the caller's contract.
         let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
-        *slot = Some(Operand { data: t.data, dtype: dtype(t.dtype)?, sizes, strides, numel, access: t.access });
+        let data = rt.host_address(t.data as usize) as *mut c_void;
+        *slot = Some(Operand { data, dtype: dtype(t.dtype)?, sizes, strides, numel, access: t.access });
         CALL_DTYPES.with(|d| d.borrow_mut().push(t.dtype));
     }
     Ok(out)
@@ -556,7 +557,7 @@ pub(crate) unsafe fn byte_operands<const N: usize>(
         }
         // SAFETY: the caller's contract.
         let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
-        out.push(ByteOperand { data: t.data, sizes, strides, numel });
+        out.push(ByteOperand { data: rt.host_address(t.data as usize) as *mut c_void, sizes, strides, numel });
     }
     Ok(out.try_into().unwrap_or_else(|_| unreachable!("N operands in, N out")))
 }
@@ -815,7 +816,14 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
             if numel > 0 {
                 crate::sanitize::note_access(ptr as usize, k < it.noutputs);
             }
-        } else if numel > 0 && !matches!(rt.pointer_kind(ptr as usize), PointerKind::Device(_)) {
+            ptr = rt.host_address(ptr as usize) as *mut u8;
+        } else if matches!(rt.pointer_kind(ptr as usize), PointerKind::Device(_)) {
+            // A broadcast device scalar (a 0-dim tensor, or all strides 0).
+            if numel > 0 {
+                crate::sanitize::note_access(ptr as usize, k < it.noutputs);
+            }
+            ptr = rt.host_address(ptr as usize) as *mut u8;
+        } else if numel > 0 {
             if k < it.noutputs {
                 return Err(AbiError::Invalid(format!("{op}: an output is in host memory")));
             }

@@ -238,6 +238,16 @@ pub extern "C" fn oxide_pointer_device(ptr: *const c_void, out: *mut i32) -> i32
     })
 }
 
+/// Where host code reads and writes the device address `ptr` (its host alias
+/// when device memory is guarded, `OXIDE_SANITIZE=1`; else `ptr` itself). For
+/// the host views that hand device memory to host libraries (the collectives,
+/// Inductor's C++ kernels); anything else reads device memory through kernels
+/// and copies.
+#[no_mangle]
+pub extern "C" fn oxide_host_address(ptr: *mut c_void, out: *mut *mut c_void) -> i32 {
+    ffi(|| put(out, runtime()?.host_address(ptr as usize) as *mut c_void))
+}
+
 /// `cudaMemcpyAsync` of `bytes` on `stream` of `device` (the device side of the copy).
 #[no_mangle]
 pub extern "C" fn oxide_memcpy_async(
