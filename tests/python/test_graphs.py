@@ -231,6 +231,7 @@ UNCAPTURABLE = {
     "the CPU fallback": lambda x: torch.polygamma(2, x),
     "synchronizing the stream": lambda x: torch.accelerator.current_stream().synchronize(),
     "synchronizing the device": lambda x: torch.accelerator.synchronize(),
+    "querying the stream": lambda x: torch.accelerator.current_stream().query(),
     "recording an event": lambda x: torch.accelerator.current_stream().record_event(),
     "a copy to another device": lambda x: x.to("oxide:1"),
     "another stream waiting": lambda x: torch.Stream(device=DEV).wait_stream(torch.accelerator.current_stream()),
@@ -244,6 +245,7 @@ MESSAGES = {
     "the CPU fallback": "polygamma.*CPU fallback",
     "synchronizing the stream": "synchronizing the capturing stream",
     "synchronizing the device": "synchronizing the device",
+    "querying the stream": "querying the capturing stream",
     "recording an event": "recording an event",
     "a copy to another device": "another stream wait for the capturing stream",
     # torch.Stream.wait_stream records an event on the capturing stream first.

@@ -59,7 +59,7 @@ fn device_of(addr: usize) -> Option<(usize, usize)> {
     (0..MAX_RANGES).find_map(|k| {
         let len = LENGTHS[k].load(Ordering::Acquire);
         let start = STARTS[k].load(Ordering::Relaxed);
-        (len > 0 && addr >= start && addr - start < len).then_some((k, addr - start))
+        (len > 0 && addr >= start && addr - start < len).then(|| (k, addr - start))
     })
 }
 

@@ -514,6 +514,8 @@ impl Streams {
     /// `cudaStreamQuery`: true when all work enqueued on `id` has finished,
     /// the record running now included.
     pub fn query(&self, id: StreamId) -> Result<bool> {
+        // As cudaStreamQuery: a capturing stream has no completion to report.
+        self.refuse_in_capture(id, "querying the capturing stream")?;
         let s = self.get(id)?;
         let seq = s.submitted();
         let done = s.is_complete(seq);
