@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-graphs sanitize profile demo-ddp clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-graphs bench-compiled sanitize profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -103,6 +103,11 @@ bench-graphs: build
 
 bench-models: build
 	$(PY) benchmarks/models.py --out benchmarks/results
+
+# torch.compile(model) training steps on both devices, eager and compiled (benchmarks/README.md).
+# Writes benchmarks/results/compiled.md and compiled.json.
+bench-compiled: build
+	$(PY) benchmarks/compiled.py --out benchmarks/results
 
 clean:
 	cargo clean

@@ -28,6 +28,13 @@ to Inductor's CPU path:
   ``BaseSchedulerNode.is_cpu``) answer yes for oxide (``_treat_as_cpu_backend``).
 - ``OxideDeviceOpOverrides``: the lines the wrapper writes to set the device, guard
   it, synchronise and look up the raw stream, in terms of ``torch.oxide``.
+- ``OxideCppScheduling``: the C++ kernels of an oxide graph are single-threaded unless
+  ``cpp.threads`` is set (``_serial_kernels`` says why, with measurements), and oxide
+  graphs skip Inductor's channels-last layout optimisation
+  (``_keep_oxide_convolutions_contiguous``).
+- Under the sanitizer (``OXIDE_SANITIZE=1``, device addresses unreadable by host code)
+  a C++ kernel is called through ``torch.oxide._host_kernel_call``, with host views of
+  its oxide tensors, and Inductor's on-disk caches are off.
 
 Registration is lazy: Inductor calls ``torch.oxide._inductor_backend_init`` the
 first time it looks for a backend for the PrivateUse1 device (see
@@ -52,6 +59,7 @@ Not supported (found by probing; each raises, none gives wrong numbers):
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -291,9 +299,77 @@ def _register_inductor() -> None:
                 return "void*"
 
         _treat_as_cpu_backend()
+        _keep_oxide_convolutions_contiguous()
         common.register_device_op_overrides(_BACKEND, OxideDeviceOpOverrides())
-        common.register_backend_for_device(_BACKEND, CppScheduling, OxideWrapperCodegen, OxideCppWrapperCodegen)
+
+        class OxideCppScheduling(CppScheduling):
+            """Inductor's C++ scheduling, generating single-threaded kernels unless ``cpp.threads`` is set.
+
+            See ``_serial_kernels``.
+            """
+
+            def codegen_node(self, node):
+                with _serial_kernels():
+                    return super().codegen_node(node)
+
+            def codegen_template(self, *args, **kwargs):
+                with _serial_kernels():
+                    return super().codegen_template(*args, **kwargs)
+
+            def flush(self):
+                with _serial_kernels():
+                    return super().flush()
+
+        common.register_backend_for_device(_BACKEND, OxideCppScheduling, OxideWrapperCodegen, OxideCppWrapperCodegen)
         _registered_inductor = True
+
+
+def _serial_kernels():
+    """Inductor's ``cpp.threads`` for the code of an oxide graph: 1 unless the user set it.
+
+    Inductor's C++ kernels parallelise with OpenMP, whose worker threads spin after
+    each parallel region (libgomp: up to ``GOMP_SPINCOUNT``, about 3 ms by default)
+    before sleeping. On oxide the launches between two C++ kernels (convolutions,
+    GEMMs) run on the stream workers and the kernel thread team, so those spinning
+    threads take cores from them: a compiled ResNet-18 training step (batch 8,
+    64x64, 2-core Xeon, ``TORCHINDUCTOR_FX_GRAPH_CACHE=0``) took 121-133 ms with
+    2-thread C++ kernels, 99 ms with ``OMP_WAIT_POLICY=PASSIVE`` (set before torch
+    loads, so not ours to set), and 89 ms with single-threaded C++ kernels, against
+    72 ms eager. Fused pointwise kernels are the small part of such steps; the
+    launches that dominate stay parallel.
+    """
+    from torch._inductor import config as inductor_config
+
+    if inductor_config.cpp.threads >= 1:
+        return contextlib.nullcontext()
+    return inductor_config.patch({"cpp.threads": 1})
+
+
+def _keep_oxide_convolutions_contiguous() -> None:
+    """Turns off Inductor's layout optimization (channels-last activations) for oxide graphs.
+
+    Inductor decides it per graph (``GraphLowering.decide_layout_opt``) with heuristics
+    made for cuDNN and oneDNN, which prefer channels-last; a graph with convolutions on
+    a device it does not know gets channels-last buffers. oxide's convolution kernels
+    work on contiguous (NCHW) tensors and copy any other layout first, so a compiled
+    ResNet-18 training step paid 94 such copies (37 ms of a 164 ms step) and slower
+    convolution backward passes. ``config.force_layout_optimization`` still forces it.
+    """
+    from torch._inductor import config as inductor_config
+    from torch._inductor.graph import GraphLowering
+
+    stock = GraphLowering.decide_layout_opt
+
+    def decide_layout_opt(gm, *, is_inference: bool) -> bool:
+        if not inductor_config.force_layout_optimization and any(
+            isinstance(v := n.meta.get("val"), torch.Tensor) and v.device.type == _BACKEND
+            for n in gm.graph.nodes
+            if n.op == "placeholder"
+        ):
+            return False
+        return stock(gm, is_inference=is_inference)
+
+    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)
 
 
 def _treat_as_cpu_backend() -> None:

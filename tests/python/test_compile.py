@@ -6,6 +6,7 @@ CPU eager PyTorch is the oracle.
 """
 
 import copy
+import re
 
 import pytest
 import torch
@@ -88,6 +89,67 @@ def test_compiled_function_runs_fused_cpp_kernels_on_oxide(native_only):
     torch.testing.assert_close(y.cpu(), y_ref.detach())
     torch.testing.assert_close(x.grad.cpu(), x_cpu.grad)
     torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
+
+
+def _four_d_buffers(code: str):
+    """(sizes, strides) of every 4-D buffer a generated wrapper allocates."""
+    four = r"\((\d+), (\d+), (\d+), (\d+),? ?\)"
+    pattern = rf"empty_strided(?:_cpu)?\({four}, {four}"
+    for m in re.finditer(pattern, code):
+        v = [int(g) for g in m.groups()]
+        yield v[:4], v[4:]
+
+
+def _contiguous(sizes, strides) -> bool:
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def test_compiled_convolutions_keep_contiguous_activations_and_serial_cpp_kernels(native_only):
+    # Inductor's layout optimisation would hand oxide's NCHW convolution kernels
+    # channels-last activations (a copy before every convolution); oxide graphs keep
+    # them contiguous. And oxide's generated C++ kernels are single-threaded (no
+    # OpenMP threads spinning against the stream's kernels) while CPU graphs keep
+    # OpenMP, unless cpp.threads is set.
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(
+        # More than 64 channels: Inductor's heuristics pick channels-last for such a training graph.
+        torch.nn.Conv2d(3, 72, 3, padding=1),
+        torch.nn.BatchNorm2d(72),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(72, 72, 3),
+    )
+    model = copy.deepcopy(ref).to("oxide")
+    x = torch.randn(2, 3, 8, 8)
+
+    def step(m, inp):
+        y = m(inp)
+        y.square().mean().backward()
+        return y
+
+    y, codes = run_and_get_code(lambda: step(torch.compile(model), x.to("oxide")))
+    y_ref = step(ref, x)
+    torch.testing.assert_close(y.cpu(), y_ref.detach(), rtol=1e-4, atol=1e-5)
+    for p, p_ref in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=1e-4, atol=1e-5)
+    code = "\n".join(codes)
+    buffers = list(_four_d_buffers(code))
+    assert buffers, code
+    assert all(_contiguous(sizes, strides) for sizes, strides in buffers), buffers
+    assert "cpp_fused" in code and "#pragma omp parallel" not in code
+
+    torch._dynamo.reset()
+    if torch.get_num_threads() > 1:
+        _, cpu_codes = run_and_get_code(lambda: step(torch.compile(copy.deepcopy(ref)), x))
+        assert "#pragma omp parallel" in "\n".join(cpu_codes), "CPU graphs keep OpenMP"
+        torch._dynamo.reset()
+        with torch._inductor.config.patch({"cpp.threads": 2}):
+            _, codes = run_and_get_code(lambda: step(torch.compile(model), x.to("oxide")))
+        assert "#pragma omp parallel" in "\n".join(codes), "an explicit cpp.threads is honoured"
 
 
 def test_compiled_module_trains_on_a_second_device(native_only):
