@@ -12,15 +12,14 @@ to Inductor's CPU path:
   properties with ``multi_processor_count`` = the kernel thread count).
 - ``OxideWrapperCodegen``: the Python wrapper of a compiled graph. The stock
   wrapper emits non-Triton kernel calls only for ``cpu`` and ``mps`` (others raise
-  ``RuntimeError("device ... nyi")``); on oxide a C++ kernel is called as on the
-  CPU, with no stream argument, on the host thread, right after the graph waits for
-  its current stream (``torch.oxide._sync_current_stream``). oxide's own kernels are
-  launch records that the stream workers run later; the C++ kernel reads what they
-  wrote and may write memory that queued work still reads, so it must run after
-  them. Synchronising is chosen over enqueueing the C++ kernel as a launch record:
-  the call is a Python call into a module Inductor compiled, which a stream worker
-  could only run by taking the GIL; and with nothing queued the wait costs two
-  atomic loads.
+  ``RuntimeError("device ... nyi")``); on oxide a C++ kernel whose parameters are
+  all pointers and 64-bit integers becomes a launch record on the current stream
+  (``torch.oxide._launch_cpp_kernel``; ``crates/torch-oxide-ext/src/abi/host_kernel.rs``):
+  the stream worker calls its C function in stream order, after the launches whose
+  outputs it reads and before those that read its own, while the host goes on with
+  the graph. Such kernels can be captured in a ``torch.accelerator.Graph``. Any other
+  C++ kernel is called on the host thread after the graph waits for its current
+  stream (``torch.oxide._sync_current_stream``), as on the CPU.
   Its buffers are allocated on the graph's own ``oxide:N``: the stock wrapper names
   the device type only and relies on a device guard that Inductor emits for
   GPU-class devices alone.
@@ -227,6 +226,15 @@ def _register_inductor() -> None:
                     # writes may still be read by queued work. So the stream is
                     # synchronised first (cheap when nothing is queued).
                     index = device.index if device.index is not None else "torch.oxide.current_device()"
+                    pointers = _launchable(kwargs.get("arg_types"), len(call_args))
+                    if pointers is not None and not _SANITIZE:
+                        # A launch record on the current stream (torch.oxide._launch_cpp_kernel).
+                        self.writeline(
+                            self.wrap_kernel_call(
+                                "torch.oxide._launch_cpp_kernel", [kernel_name, str(index), hex(pointers), *call_args]
+                            )
+                        )
+                        return
                     self.writeline(f"torch.oxide._sync_current_stream({index})")
                     if _SANITIZE:
                         # Guarded device memory: the kernel gets host views (see _host_kernel_call).
@@ -322,6 +330,32 @@ def _register_inductor() -> None:
 
         common.register_backend_for_device(_BACKEND, OxideCppScheduling, OxideWrapperCodegen, OxideCppWrapperCodegen)
         _registered_inductor = True
+
+
+# C parameter types a C++ kernel launched as a record may have (see _launchable).
+_INTEGER_TYPES = {"int64_t", "const int64_t", "long", "const long", "uint64_t", "const uint64_t"}
+
+
+def _launchable(arg_types, nargs: int):
+    """The pointer mask (bit k: argument k is a pointer) of a C++ kernel that can be a
+    launch record, or None when it must be called on the host thread.
+
+    ``torch.oxide._launch_cpp_kernel`` passes every argument as a 64-bit integer
+    (``csrc/runtime/host_kernel.cpp``), which is right for pointers and 64-bit
+    integers only; a float parameter travels in other registers.
+    """
+    from torch_oxide.oxide import _MAX_HOST_KERNEL_ARGS
+
+    if arg_types is None or len(arg_types) != nargs or nargs > _MAX_HOST_KERNEL_ARGS:
+        return None
+    mask = 0
+    for k, t in enumerate(arg_types):
+        t = str(t).strip()
+        if t.endswith("*"):
+            mask |= 1 << k
+        elif t not in _INTEGER_TYPES:
+            return None
+    return mask
 
 
 def _serial_kernels():

@@ -201,3 +201,57 @@ def test_cpp_wrapper_is_refused_with_a_clear_error():
     compiled = torch.compile(lambda t: t.sin() + 1, options={"cpp_wrapper": True})
     with pytest.raises(Exception, match="cpp_wrapper=True .* is not supported on oxide"):
         compiled(x)
+
+
+def test_cpp_kernels_are_launch_records_in_stream_order(native_only):
+    # A compiled graph's C++ kernel is queued on the current stream
+    # (torch.oxide._launch_cpp_kernel) instead of being called after the host waits
+    # for the stream: it must still read what the launches before it wrote (a large
+    # product still queued), and the launches after it must read what it wrote.
+    torch.manual_seed(0)
+
+    def f(a, b):
+        h = a @ b  # oxide's GEMM, queued
+        return (h.relu() * 2 + 1).sum(1)  # a generated C++ kernel reads it
+
+    a, b = torch.randn(384, 384), torch.randn(384, 384)
+    y, codes = run_and_get_code(torch.compile(f), a.to("oxide"), b.to("oxide"))
+    code = "\n".join(codes)
+    assert "torch.oxide._launch_cpp_kernel(cpp_fused" in code and "_sync_current_stream" not in code, code
+    z = y * 3  # queued after the C++ kernel
+    torch.testing.assert_close(z.cpu(), f(a, b) * 3, rtol=1e-4, atol=1e-3)
+    # The same on a side stream, whose queue the default stream does not see.
+    side = torch.Stream(device="oxide")
+    with side:
+        a2, b2 = a.to("oxide"), b.to("oxide")
+        y2 = torch.compile(f)(a2, b2) * 3
+    side.synchronize()
+    torch.testing.assert_close(y2.cpu(), f(a, b) * 3, rtol=1e-4, atol=1e-3)
+
+
+def test_an_error_in_a_cpp_kernel_is_raised_not_fatal(native_only):
+    # Inductor's generated index checks throw C++ exceptions; a launched kernel's
+    # exception becomes a RuntimeError (at the call for a kernel's first launch, at the
+    # next synchronisation for a queued one), and the process goes on.
+    w = torch.randn(10, 4)
+    f = torch.compile(lambda w, i: w[i] * 2)
+    ok = torch.tensor([1, 9, 0])
+    torch.testing.assert_close(f(w.to("oxide"), ok.to("oxide")).cpu(), w[ok] * 2)
+    with pytest.raises(RuntimeError, match=r"C\+\+ kernel raised: .*index out of bounds"):
+        f(w.to("oxide"), torch.tensor([1, 10, 0], device="oxide"))
+        torch.oxide.synchronize()
+    torch.testing.assert_close(f(w.to("oxide"), ok.to("oxide")).cpu(), w[ok] * 2)
+
+
+def test_a_compiled_function_can_be_captured_in_a_graph(native_only):
+    # Its C++ kernels are launch records, so a capture keeps them as graph nodes.
+    f = torch.compile(lambda a: (a.relu() * 2 + 1).sum(1))
+    x = torch.randn(64, 64, device="oxide")
+    f(x)  # compiled and warmed up outside the capture
+    g = torch.accelerator.Graph()
+    with g:
+        y = f(x)
+    fresh = torch.randn(64, 64)
+    x.copy_(fresh)
+    g.replay()
+    torch.testing.assert_close(y.cpu(), (fresh.relu() * 2 + 1).sum(1))

@@ -88,6 +88,37 @@ fn _sync_current_stream(py: Python<'_>, index: i64) -> PyResult<()> {
     .map_err(to_py)
 }
 
+/// Queues a compiled graph's C++ kernel (its address) on the current stream of
+/// `oxide:index` with `args`; bit `k` of `pointers` marks argument `k` as an address
+/// (see `abi::host_kernel`). The wrapper that calls this checked the kernel's
+/// signature: pointers and 64-bit integers only.
+#[pyfunction]
+fn _launch_host_kernel(index: i64, kernel: usize, pointers: u64, args: Vec<u64>) -> PyResult<()> {
+    let rt = runtime().map_err(to_py)?;
+    let stream = rt.current_stream(index).map_err(to_py)?;
+    let launch = abi::OxideLaunch { device: index as i32, stream, threads: 1 };
+    // SAFETY: the caller's contract (the generated wrapper): `kernel` is the address of
+    // a loaded kernel taking `args.len()` pointers and 64-bit integers, and the pointers
+    // name live buffers allocated in stream order.
+    let status = unsafe {
+        abi::host_kernel::oxide_launch_host_kernel(
+            launch,
+            kernel as *mut std::ffi::c_void,
+            args.as_ptr(),
+            args.len(),
+            pointers,
+        )
+    };
+    if status == abi::OXIDE_STATUS_SUCCESS {
+        return Ok(());
+    }
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: buf holds buf.len() bytes.
+    let n = unsafe { abi::oxide_last_error(buf.as_mut_ptr() as *mut std::ffi::c_char, buf.len()) };
+    buf.truncate(n.min(buf.len() - 1));
+    Err(PyRuntimeError::new_err(String::from_utf8_lossy(&buf).into_owned()))
+}
+
 /// True when kernels run at the call (`OXIDE_LAUNCH_BLOCKING=1`).
 #[pyfunction]
 fn _launch_blocking() -> PyResult<bool> {
@@ -307,6 +338,7 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(_launch_blocking, m)?)?;
     m.add_function(wrap_pyfunction!(_sync_current_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(_launch_host_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(_set_launch_blocking, m)?)?;
     m.add_function(wrap_pyfunction!(check_device, m)?)?;
     m.add_function(wrap_pyfunction!(_stream_count, m)?)?;

@@ -164,6 +164,55 @@ def _sync_current_stream(device: int) -> None:
     _C._sync_current_stream(device)
 
 
+_KERNEL_ADDRESSES: dict = {}
+# Most arguments a C++ kernel launched as a record may take (abi::host_kernel::MAX_HOST_KERNEL_ARGS).
+_MAX_HOST_KERNEL_ARGS = 64
+
+
+def _kernel_address(kernel) -> int:
+    """The address of the C function behind a compiled graph's kernel binding (0 if none is found).
+
+    Inductor loads each C++ kernel as an extension module whose ``kernel`` binding
+    parses Python arguments and calls the exported C function ``kernel``.
+    """
+    address = _KERNEL_ADDRESSES.get(kernel)
+    if address is None:
+        address = 0
+        path = getattr(getattr(kernel, "__self__", None), "__file__", None)
+        if path:
+            import ctypes
+
+            try:
+                address = ctypes.cast(ctypes.CDLL(path).kernel, ctypes.c_void_p).value or 0
+            except (OSError, AttributeError):
+                address = 0
+        _KERNEL_ADDRESSES[kernel] = address
+    return address
+
+
+def _launch_cpp_kernel(kernel, device: int, pointers: int, *args) -> None:
+    """Queues a compiled graph's C++ kernel on the current stream of ``oxide:device``.
+
+    The generated wrapper calls this for kernels whose parameters are all pointers or
+    64-bit integers; bit ``k`` of ``pointers`` marks argument ``k`` as a tensor. The
+    stream worker runs the kernel in stream order, so the host does not wait for the
+    launches before it (see ``crates/torch-oxide-ext/src/abi/host_kernel.rs``). A
+    kernel whose C function is not found, or one given a CPU tensor, is called on the
+    host thread after the stream's queued work, as before.
+    """
+    address = _kernel_address(kernel)
+    if not address or any(a.is_cpu for a in args if isinstance(a, torch.Tensor)):
+        _C._sync_current_stream(device)
+        kernel(*args)
+        return
+    _C._launch_host_kernel(
+        device,
+        address,
+        pointers,
+        [a.data_ptr() if isinstance(a, torch.Tensor) else int(a) & 0xFFFF_FFFF_FFFF_FFFF for a in args],
+    )
+
+
 def _host_kernel_call(kernel, *args):
     """Calls a compiled graph's C++ kernel with host views of its oxide tensors (under the sanitizer).
 

@@ -33,6 +33,7 @@ use crate::fallback;
 pub mod custom;
 pub mod elementwise;
 pub mod graph;
+pub mod host_kernel;
 pub mod index;
 pub mod linalg;
 pub mod nn;
