@@ -52,15 +52,15 @@ if not hasattr(torch, _BACKEND):
     _register()
 
 
-def _refuse_sharing_between_processes() -> None:
-    """oxide tensors cannot cross process boundaries yet; say so where they are sent
-    (see ``_multiprocessing``)."""
+def _share_between_processes() -> None:
+    """oxide tensors sent through ``torch.multiprocessing`` share their device memory
+    with the receiver (see ``_multiprocessing``)."""
     from . import _multiprocessing
 
     _multiprocessing.install()
 
 
-_refuse_sharing_between_processes()
+_share_between_processes()
 
 
 def _backward_on_the_calling_thread() -> None:

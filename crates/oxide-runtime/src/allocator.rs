@@ -177,6 +177,11 @@ impl CachingAllocator {
         &self.memory
     }
 
+    /// The underlying device memory, for mapping other processes' memory into its range.
+    pub fn memory_mut(&mut self) -> &mut DeviceMemory {
+        &mut self.memory
+    }
+
     /// Allocates at least `bytes` for use on `stream`; 0 bytes gives a null pointer.
     ///
     /// Errors: [`Error::OutOfMemory`] with requested/allocated/reserved/capacity bytes.

@@ -69,6 +69,11 @@ pub enum Error {
     #[error("oxide:{device} stream {stream}: {message}")]
     Capture { device: usize, stream: i64, message: String },
 
+    /// Device memory shared with another process (`torch.multiprocessing`)
+    /// that cannot be exported or mapped.
+    #[error("sharing oxide memory between processes: {reason}")]
+    Ipc { reason: String },
+
     /// Any use of the runtime in a process forked after it was initialised.
     #[error("the oxide runtime cannot be used in a forked subprocess after it was initialised in the parent; use the 'spawn' start method for multiprocessing")]
     Forked,

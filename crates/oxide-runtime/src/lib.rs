@@ -16,6 +16,7 @@ pub mod event;
 pub mod graph;
 pub mod guard;
 pub mod host;
+pub mod ipc;
 pub mod memory;
 pub mod philox;
 pub mod profiler;
@@ -92,6 +93,17 @@ pub struct Runtime {
     launch_blocking: AtomicBool,
     /// This process's memory counters for other processes (`python -m torch_oxide`).
     published: Option<publish::Published>,
+    /// Device memory shared with other processes (see [`ipc`]).
+    ipc: Mutex<ipc::Ipc>,
+}
+
+/// `cudaIpcGetMemHandle`'s result: device address `ptr` is byte `offset` of
+/// device `device`'s memory file `fd` (owned by the runtime; duplicate it to send it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpcHandle {
+    pub device: usize,
+    pub fd: libc::c_int,
+    pub offset: usize,
 }
 
 static RUNTIME: OnceLock<std::result::Result<Runtime, Error>> = OnceLock::new();
@@ -200,6 +212,7 @@ pub fn runtime() -> Result<&'static Runtime> {
                 host: HostMemory::default(),
                 launch_blocking: AtomicBool::new(config.launch_blocking),
                 published,
+                ipc: Mutex::default(),
             })
         })
         .as_ref()
@@ -352,6 +365,63 @@ impl Runtime {
             Some(d) => ptr - d.range.0 + d.alias,
             None => ptr,
         }
+    }
+
+    /// `cudaIpcGetMemHandle`: names the device memory at `ptr` for another
+    /// process (see [`ipc`]). The caller keeps the block alive while it is shared.
+    ///
+    /// Errors: [`Error::Ipc`] for a pointer outside device memory or inside
+    /// memory this process received from another one.
+    pub fn ipc_export(&self, ptr: usize) -> Result<IpcHandle> {
+        let PointerKind::Device(d) = self.pointer_kind(ptr) else {
+            return Err(Error::Ipc { reason: format!("{ptr:#x} is not oxide device memory") });
+        };
+        let alloc = self.devices[d].allocator();
+        let memory = alloc.memory();
+        if memory.is_imported(ptr) {
+            return Err(Error::Ipc {
+                reason: "this memory was received from another process and cannot be sent on (as with CUDA tensors); clone the tensor and send the clone".into(),
+            });
+        }
+        Ok(IpcHandle { device: d, fd: memory.file_descriptor(), offset: memory.file_offset(ptr) })
+    }
+
+    /// `cudaIpcOpenMemHandle`: maps `bytes` at `offset` of another process's
+    /// device memory file `fd` into device `device`'s range; returns the
+    /// device address of the byte at `offset`. `fd` may be closed afterwards.
+    ///
+    /// Errors: [`Error::InvalidDevice`], [`Error::Ipc`].
+    pub fn ipc_open(&self, device: i64, fd: libc::c_int, offset: usize, bytes: usize) -> Result<usize> {
+        let d = self.device(device)?;
+        let mut alloc = d.allocator();
+        alloc.memory_mut().map_file(fd, offset, bytes)
+    }
+
+    /// `cudaIpcCloseMemHandle`: unmaps what [`Runtime::ipc_open`] mapped
+    /// around `ptr`, once the work queued on the device (which may use it) has run.
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not such memory.
+    pub fn ipc_close(&self, ptr: usize) -> Result<()> {
+        let PointerKind::Device(d) = self.pointer_kind(ptr) else {
+            return Err(Error::InvalidPointer { ptr });
+        };
+        let d = &self.devices[d];
+        d.wait_idle();
+        let mut alloc = d.allocator();
+        alloc.memory_mut().unmap_file(ptr)
+    }
+
+    /// True when `ptr` is device memory received from another process.
+    pub fn ipc_is_imported(&self, ptr: usize) -> bool {
+        match self.pointer_kind(ptr) {
+            PointerKind::Device(d) => self.devices[d].allocator().memory().is_imported(ptr),
+            _ => false,
+        }
+    }
+
+    /// The process's sharing state (its counter file, the senders' files), locked.
+    pub fn ipc(&self) -> MutexGuard<'_, ipc::Ipc> {
+        self.ipc.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `cudaPointerGetAttributes`.

@@ -2,8 +2,12 @@
 //!
 //! Each device owns one contiguous virtual address range reserved with
 //! `mmap(MAP_NORESERVE)`, [`ADDRESS_SPACE_FACTOR`] times larger than the
-//! device's capacity; pages are committed by the kernel on first touch and
-//! given back with `MADV_DONTNEED` when their extent is freed. Capacity is
+//! device's capacity. The bytes live in a sparse memory file (`memfd`) of the
+//! range's size, mapped shared over the range: pages are committed on first
+//! touch and punched out of the file when their extent is freed. The file is
+//! what lets another process map the same device memory (the IPC of
+//! `torch.multiprocessing`, see [`DeviceMemory::map_file`]), as any CUDA
+//! allocation can be opened by another process. Capacity is
 //! therefore an accounting limit (bytes handed out), not the size of the
 //! range, as with CUDA's expandable segments: a request that fits in the
 //! free capacity finds a hole in the much larger range even when earlier
@@ -19,8 +23,7 @@
 //! A *guarded* range ([`DeviceMemory::reserve_guarded`], the sanitizer's
 //! host-access detector) keeps the device addresses inaccessible to the host,
 //! as a discrete accelerator's are: the reservation stays `PROT_NONE`, and the
-//! bytes live in a memory file (`memfd`) mapped read-write once more at another
-//! address, the *host alias*. Kernels and copies reach a device address through
+//! memory file is mapped read-write at another address, the *host alias*. Kernels and copies reach a device address through
 //! [`DeviceMemory::host_address`] (a constant offset per device); any other host
 //! code that dereferences a device pointer faults (see [`crate::guard`]).
 
@@ -72,15 +75,19 @@ pub struct DeviceMemory {
     /// Live allocations, keyed by offset from `base`, value = length.
     live: BTreeMap<usize, usize>,
     used: usize,
-    /// The memory file and its host alias of a guarded range.
-    guard: Option<Guard>,
+    /// The memory file holding the range's bytes.
+    file: MemoryFile,
+    /// Extents mapping another process's memory file ([`DeviceMemory::map_file`]),
+    /// keyed by offset from `base`, value = length. Also in `live`, not in `used`.
+    imported: BTreeMap<usize, usize>,
 }
 
-/// The backing of a guarded range: a memory file of `span` bytes, mapped
-/// read-write at `alias` (the device addresses stay `PROT_NONE`).
-struct Guard {
+/// The bytes of a range: a memory file of `span` bytes, mapped read-write at
+/// `alias` (the device addresses themselves, unless the range is guarded).
+struct MemoryFile {
     fd: libc::c_int,
     alias: usize,
+    guarded: bool,
 }
 
 // SAFETY: the raw range is only touched through offsets guarded by the owner's mutex.
@@ -130,13 +137,14 @@ impl DeviceMemory {
         };
         // One huge page more than asked, so that the range can start on a huge-page boundary.
         let mapped = span + HUGE_PAGE;
-        let protection = if guarded { libc::PROT_NONE } else { libc::PROT_READ | libc::PROT_WRITE };
+        // The reservation itself is never accessible: the memory file is mapped over it
+        // (or, guarded, at an alias), and the slack around it stays unused.
         // SAFETY: anonymous private mapping with no fixed address; the result is checked.
         let raw = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 mapped,
-                protection,
+                libc::PROT_NONE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
@@ -146,24 +154,14 @@ impl DeviceMemory {
             return Err(refused("mmap"));
         }
         let base = (raw as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        let guard = if guarded {
-            match Guard::create(device, span) {
-                Ok(g) => Some(g),
-                Err(what) => {
-                    let e = refused(what);
-                    // SAFETY: unmapping exactly the range mmap returned above.
-                    unsafe { libc::munmap(raw, mapped) };
-                    return Err(e);
-                }
+        let file = match MemoryFile::create(device, span, (!guarded).then_some(base)) {
+            Ok(f) => f,
+            Err(what) => {
+                let e = refused(what);
+                // SAFETY: unmapping exactly the range mmap returned above.
+                unsafe { libc::munmap(raw, mapped) };
+                return Err(e);
             }
-        } else {
-            // Transparent huge pages for the device range, as a GPU maps its memory in
-            // large pages: a kernel streaming a 40 MB tensor otherwise takes a TLB miss
-            // every 4 KiB. Only a hint: where THP is off, the call fails or is ignored
-            // and the range keeps 4 KiB pages.
-            // SAFETY: [base, base + span) lies inside the mapping just made.
-            unsafe { libc::madvise(base as *mut libc::c_void, span, libc::MADV_HUGEPAGE) };
-            None
         };
         let mut free = BTreeMap::new();
         free.insert(0, span);
@@ -177,19 +175,20 @@ impl DeviceMemory {
             free,
             live: BTreeMap::new(),
             used: 0,
-            guard,
+            file,
+            imported: BTreeMap::new(),
         })
     }
 
     /// True for a guarded range (see the module documentation).
     pub fn is_guarded(&self) -> bool {
-        self.guard.is_some()
+        self.file.guarded
     }
 
     /// The host alias of the range's first byte: where kernels reach device
     /// memory. `base()` itself for a range that is not guarded.
     pub fn alias_base(&self) -> usize {
-        self.guard.as_ref().map_or(self.base, |g| g.alias)
+        self.file.alias
     }
 
     /// The address at which host code (a kernel, a copy) reads and writes the
@@ -242,39 +241,47 @@ impl DeviceMemory {
     /// no free extent of the address range is large enough.
     pub fn malloc(&mut self, bytes: usize) -> Result<usize> {
         let size = round_up(bytes.max(1));
+        let (device, reserved, capacity) = (self.device, self.used, self.capacity);
         let oom = |largest_free_block| Error::OutOfMemory {
-            device: self.device,
+            device,
             requested: bytes,
             allocated: 0,
-            reserved: self.used,
-            capacity: self.capacity,
+            reserved,
+            capacity,
             largest_free_block,
             limit: None,
         };
         if size > self.capacity - self.used {
             return Err(oom(None));
         }
-        let found = self.free.iter().find(|(_, &len)| len >= size).map(|(&off, &len)| (off, len));
-        let Some((off, len)) = found else {
+        let Some(off) = self.take(size, ALIGNMENT) else {
             return Err(oom(Some(self.largest_free_extent())));
         };
-        self.free.remove(&off);
-        if len > size {
-            self.free.insert(off + size, len - size);
-        }
         self.live.insert(off, size);
         self.used += size;
         Ok(self.base + off)
     }
 
-    /// Returns the allocation starting at `ptr` to the free list and its
-    /// pages to the OS.
-    ///
-    /// Errors: [`Error::InvalidPointer`] when `ptr` is not the start of a live allocation.
-    pub fn free(&mut self, ptr: usize) -> Result<()> {
-        let off = ptr.checked_sub(self.base).ok_or(Error::InvalidPointer { ptr })?;
-        let size = self.live.remove(&off).ok_or(Error::InvalidPointer { ptr })?;
-        self.used -= size;
+    /// Takes `size` bytes at an `align`-aligned offset out of the first free
+    /// extent that holds them (address-ordered first fit); None when none does.
+    fn take(&mut self, size: usize, align: usize) -> Option<usize> {
+        let (off, len, start) = self.free.iter().find_map(|(&off, &len)| {
+            let start = off.div_ceil(align) * align;
+            (start + size <= off + len).then_some((off, len, start))
+        })?;
+        self.free.remove(&off);
+        if start > off {
+            self.free.insert(off, start - off);
+        }
+        if start + size < off + len {
+            self.free.insert(start + size, off + len - start - size);
+        }
+        Some(start)
+    }
+
+    /// Puts the extent `[off, off + size)` back on the free list, merged with
+    /// free neighbours; returns the merged extent.
+    fn give_back(&mut self, off: usize, size: usize) -> (usize, usize) {
         let (mut start, mut len) = (off, size);
         if let Some((&prev, &plen)) = self.free.range(..start).next_back() {
             if prev + plen == start {
@@ -288,6 +295,21 @@ impl DeviceMemory {
             len += nlen;
         }
         self.free.insert(start, len);
+        (start, len)
+    }
+
+    /// Returns the allocation starting at `ptr` to the free list and its
+    /// pages to the OS.
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not the start of a live allocation.
+    pub fn free(&mut self, ptr: usize) -> Result<()> {
+        let off = ptr.checked_sub(self.base).ok_or(Error::InvalidPointer { ptr })?;
+        if self.imported.contains_key(&off) {
+            return Err(Error::InvalidPointer { ptr });
+        }
+        let size = self.live.remove(&off).ok_or(Error::InvalidPointer { ptr })?;
+        self.used -= size;
+        let (start, len) = self.give_back(off, size);
         // The block's pages, plus the pages it shared with now-free neighbours.
         let lo = (off / PAGE * PAGE).max(start);
         let hi = (off + size).div_ceil(PAGE).saturating_mul(PAGE).min(start + len);
@@ -312,33 +334,128 @@ impl DeviceMemory {
         if end <= start {
             return;
         }
-        match &self.guard {
-            // MADV_DONTNEED on a shared mapping only drops the page-table entries; the
-            // file keeps the pages. Punching a hole gives them back.
-            // SAFETY: the file range [start - base, end - base) lies inside the file and no
-            // live allocation overlaps it.
-            Some(g) => unsafe {
-                libc::fallocate(
-                    g.fd,
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    (start - self.base) as libc::off_t,
-                    (end - start) as libc::off_t,
-                );
-            },
-            // SAFETY: [start, end) lies inside our own mapping and no live allocation overlaps it.
-            None => unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-            },
+        // MADV_DONTNEED on a shared mapping only drops the page-table entries; the
+        // file keeps the pages. Punching a hole gives them back.
+        // SAFETY: the file range [start - base, end - base) lies inside the file and no
+        // live allocation overlaps it.
+        unsafe {
+            libc::fallocate(
+                self.file.fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                (start - self.base) as libc::off_t,
+                (end - start) as libc::off_t,
+            );
+        }
+    }
+
+    /// The memory file holding this range's bytes (`cudaIpcGetMemHandle`'s
+    /// handle): device address `ptr` is at byte [`DeviceMemory::file_offset`] of it.
+    /// The descriptor stays owned by this range.
+    pub fn file_descriptor(&self) -> libc::c_int {
+        self.file.fd
+    }
+
+    /// Where the device address `ptr` of this range lies in its memory file.
+    pub fn file_offset(&self, ptr: usize) -> usize {
+        ptr - self.base
+    }
+
+    /// True when `ptr` lies in an extent mapped by [`DeviceMemory::map_file`].
+    pub fn is_imported(&self, ptr: usize) -> bool {
+        let Some(off) = ptr.checked_sub(self.base) else { return false };
+        self.imported.range(..=off).next_back().is_some_and(|(&start, &len)| off < start + len)
+    }
+
+    /// `cudaIpcOpenMemHandle`: maps `bytes` at `file_offset` of another
+    /// process's device memory file `fd` into a free extent of this range, and
+    /// returns the device address of the byte at `file_offset`. The extent
+    /// covers whole pages, does not count against the capacity (the memory is
+    /// the other process's), and is a live allocation for copies and kernels
+    /// until [`DeviceMemory::unmap_file`]. `fd` may be closed afterwards.
+    ///
+    /// Errors: [`Error::Ipc`] when no extent of the range is free or the OS
+    /// refuses the mapping (a file shorter than `file_offset + bytes`).
+    pub fn map_file(&mut self, fd: libc::c_int, file_offset: usize, bytes: usize) -> Result<usize> {
+        let lo = file_offset / PAGE * PAGE;
+        let len = (file_offset + bytes.max(1)).div_ceil(PAGE) * PAGE - lo;
+        let Some(off) = self.take(len, PAGE) else {
+            return Err(Error::Ipc {
+                reason: format!(
+                    "no free extent of {len} bytes left in oxide:{}'s address range to map it",
+                    self.device
+                ),
+            });
+        };
+        // SAFETY: [alias + off, + len) lies inside this range's mapping of its own file
+        // and is free (taken above), so replacing its pages harms no allocation; the
+        // kernel checks fd and the file range.
+        let r = unsafe {
+            libc::mmap(
+                (self.file.alias + off) as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                lo as libc::off_t,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            let reason = format!("could not map the memory: {}", std::io::Error::last_os_error());
+            // A failed MAP_FIXED may have unmapped the extent: map our own file back.
+            self.remap_own(off, len);
+            self.give_back(off, len);
+            return Err(Error::Ipc { reason });
+        }
+        self.live.insert(off, len);
+        self.imported.insert(off, len);
+        Ok(self.base + off + (file_offset - lo))
+    }
+
+    /// Unmaps the extent [`DeviceMemory::map_file`] mapped around `ptr` (any
+    /// address inside it) and returns it to the free list.
+    ///
+    /// Errors: [`Error::InvalidPointer`] when `ptr` is not inside such an extent.
+    pub fn unmap_file(&mut self, ptr: usize) -> Result<()> {
+        let off = ptr.checked_sub(self.base).ok_or(Error::InvalidPointer { ptr })?;
+        let (start, len) = self
+            .imported
+            .range(..=off)
+            .next_back()
+            .map(|(&s, &l)| (s, l))
+            .filter(|&(s, l)| off < s + l)
+            .ok_or(Error::InvalidPointer { ptr })?;
+        self.imported.remove(&start);
+        self.live.remove(&start);
+        self.remap_own(start, len);
+        self.give_back(start, len);
+        Ok(())
+    }
+
+    /// Maps this range's own file back over the page-aligned extent `[off, off + len)`.
+    fn remap_own(&self, off: usize, len: usize) {
+        // SAFETY: the extent lies inside the range's alias mapping and holds no
+        // allocation of this range; its file pages are holes (freed extents are punched).
+        unsafe {
+            libc::mmap(
+                (self.file.alias + off) as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.file.fd,
+                off as libc::off_t,
+            );
         }
     }
 }
 
-impl Guard {
+impl MemoryFile {
     /// A memory file of `span` bytes (sparse: pages are allocated on first
-    /// write) and its read-write alias. Both are left out of a forked child, so
-    /// that a child cannot scribble on the parent's device memory through the
-    /// shared file. Errors: the name of the call the OS refused.
-    fn create(device: usize, span: usize) -> std::result::Result<Guard, &'static str> {
+    /// write), mapped read-write at `at` (the device range, over its
+    /// reservation) or, for a guarded range (`at` None), at an alias of the
+    /// kernel's choosing. The mapping is left out of a forked child, so that a
+    /// child cannot scribble on the parent's device memory through the shared
+    /// file. Errors: the name of the call the OS refused.
+    fn create(device: usize, span: usize, at: Option<usize>) -> std::result::Result<MemoryFile, &'static str> {
         let name = std::ffi::CString::new(format!("oxide:{device}")).unwrap_or_default();
         // SAFETY: a NUL-terminated name and valid flags; the result is checked.
         let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
@@ -351,13 +468,19 @@ impl Guard {
             unsafe { libc::close(fd) };
             return Err("ftruncate");
         }
-        // SAFETY: a shared mapping of the whole file at an address of the kernel's choosing.
+        let (addr, fixed) = match at {
+            Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED),
+            None => (std::ptr::null_mut(), 0),
+        };
+        // SAFETY: a shared mapping of the whole file, either at an address of the
+        // kernel's choosing or over [at, at + span), which lies inside the caller's
+        // fresh reservation.
         let alias = unsafe {
             libc::mmap(
-                std::ptr::null_mut(),
+                addr,
                 span,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE | fixed,
                 fd,
                 0,
             )
@@ -367,23 +490,32 @@ impl Guard {
             unsafe { libc::close(fd) };
             return Err("mmap of the memory file");
         }
+        // Huge pages for the device range, as a GPU maps its memory in large pages: a
+        // kernel streaming a 40 MB tensor otherwise takes a TLB miss every 4 KiB. Only a
+        // hint, honoured where shared memory may use transparent huge pages
+        // (/sys/kernel/mm/transparent_hugepage/shmem_enabled); elsewhere the range keeps
+        // 4 KiB pages, as CPU PyTorch's tensors do (ARCHITECTURE.md measures the cost).
         // SAFETY: advice on the mapping just made.
-        unsafe { libc::madvise(alias, span, libc::MADV_DONTFORK) };
-        Ok(Guard { fd, alias: alias as usize })
+        unsafe {
+            libc::madvise(alias, span, libc::MADV_DONTFORK);
+            libc::madvise(alias, span, libc::MADV_HUGEPAGE);
+        }
+        Ok(MemoryFile { fd, alias: alias as usize, guarded: at.is_none() })
     }
 }
 
 impl Drop for DeviceMemory {
     fn drop(&mut self) {
-        if let Some(g) = &self.guard {
-            // SAFETY: unmapping the alias made in Guard::create and closing its file.
-            unsafe {
-                libc::munmap(g.alias as *mut libc::c_void, self.span);
-                libc::close(g.fd);
+        // SAFETY: unmapping the alias made in MemoryFile::create (a no-op when it is part
+        // of the reservation, unmapped next), closing its file, then unmapping exactly
+        // the range mmap returned.
+        unsafe {
+            if self.file.guarded {
+                libc::munmap(self.file.alias as *mut libc::c_void, self.span);
             }
+            libc::close(self.file.fd);
+            libc::munmap(self.raw as *mut libc::c_void, self.mapped);
         }
-        // SAFETY: unmapping exactly the range mmap returned.
-        unsafe { libc::munmap(self.raw as *mut libc::c_void, self.mapped) };
     }
 }
 
@@ -521,6 +653,42 @@ mod tests {
         }
         m.free(p).unwrap();
         assert!(m.contains(p));
+    }
+
+    #[test]
+    fn another_range_maps_the_same_bytes_through_the_memory_file() {
+        // Two ranges stand for two processes: the receiver maps the sender's file.
+        let mut sender = DeviceMemory::reserve(0, 8 << 20).unwrap();
+        let mut receiver = DeviceMemory::reserve_guarded(0, 8 << 20).unwrap();
+        let _first = sender.malloc(1000).unwrap();
+        let p = sender.malloc(10_000).unwrap();
+        // SAFETY: p..p + 10000 was just allocated in the (unguarded) sender.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 4, 10_000) };
+        let q = receiver.map_file(sender.file_descriptor(), sender.file_offset(p), 10_000).unwrap();
+        assert!(receiver.contains(q) && receiver.is_imported(q) && receiver.is_imported(q + 9_999));
+        assert_eq!(q % PAGE, p % PAGE, "the offset inside the page is kept");
+        assert_eq!(receiver.used(), 0, "mapped memory is the sender's, not the receiver's");
+        assert!(receiver.allocation_of(q + 9_999).is_some(), "a live allocation for copies");
+        let hq = receiver.host_address(q);
+        // SAFETY: hq..hq + 10000 maps the sender's block; p is live in the sender.
+        unsafe {
+            assert_eq!(*((hq + 9_999) as *const u8), 4, "the receiver reads the sender's bytes");
+            *(hq as *mut u8) = 8;
+            assert_eq!(*(p as *const u8), 8, "the sender sees the receiver's write");
+        }
+        assert!(matches!(receiver.free(q), Err(Error::InvalidPointer { .. })), "not the receiver's to free");
+        assert!(!sender.is_imported(p));
+        receiver.unmap_file(q + 5).unwrap();
+        assert!(!receiver.is_imported(q) && receiver.allocation_of(q).is_none());
+        assert_eq!(receiver.free.len(), 1, "the extent went back to the free list");
+        assert!(receiver.unmap_file(q).is_err());
+        // SAFETY: p is still live in the sender.
+        unsafe { assert_eq!(*(p as *const u8), 8, "unmapping leaves the sender's memory alone") };
+        let r = receiver.malloc(64 << 10).unwrap();
+        // SAFETY: r is a fresh block of the receiver; its own file is mapped there again.
+        unsafe { std::ptr::write_bytes(receiver.host_address(r) as *mut u8, 1, 64 << 10) };
+        // SAFETY: as above.
+        unsafe { assert_eq!(*(p as *const u8), 8, "the receiver's own blocks are its own") };
     }
 
     /// Whether the host can read `len` bytes at `ptr`: `write(2)` to a pipe

@@ -10,6 +10,7 @@
 
 pub mod abi;
 pub mod fallback;
+mod ipc;
 mod memory_history;
 mod sanitize;
 mod site;
@@ -329,6 +330,7 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
         oxide_runtime::on_stream_worker() && !oxide_runtime::host_waiting()
     });
     oxide_runtime::set_wait_hook(oxide_kernels::engine::team::help);
+    ipc::register(m)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(is_initialized, m)?)?;

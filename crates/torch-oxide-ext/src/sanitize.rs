@@ -119,12 +119,13 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 }
 
 /// The allocation holding `ptr`: its device and block address, and whether the
-/// caching allocator has it in use (false: a freed, cached block).
+/// caching allocator has it in use (false: a freed, cached block). Memory
+/// received from another process is in use while it is mapped.
 fn block_of(rt: &Runtime, ptr: usize) -> Option<(usize, usize, usize, bool)> {
     let PointerKind::Device(d) = rt.pointer_kind(ptr) else { return None };
     let alloc = rt.device(d as i64).ok()?.allocator();
     let (start, len) = alloc.memory().allocation_of(ptr)?;
-    Some((d, start, len, alloc.is_active(start)))
+    Some((d, start, len, alloc.is_active(start) || alloc.memory().is_imported(start)))
 }
 
 /// Device addresses read (`false`) or written (`true`) by some launches.

@@ -21,6 +21,7 @@ __all__ = [
     "reset_peak_memory_stats",
     "reset_accumulated_memory_stats",
     "empty_cache",
+    "ipc_collect",
     "set_per_process_memory_fraction",
     "get_per_process_memory_fraction",
     "memory_snapshot",
@@ -73,9 +74,20 @@ def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
 
 
 def empty_cache() -> None:
-    """Release every cached, unused block of every device back to device memory."""
+    """Release every cached, unused block of every device back to device memory,
+    including blocks sent to other processes that every receiver has released."""
     if is_initialized():
+        ipc_collect()
         _C.empty_cache()
+
+
+def ipc_collect() -> None:
+    """``torch.cuda.ipc_collect``: drop this process's references to storages it sent
+    to other processes (``torch.multiprocessing``) that every receiver has released,
+    so that their memory can be reused. Done anyway at each send and in ``empty_cache``."""
+    from .._multiprocessing import ipc_collect as collect
+
+    collect()
 
 
 def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
