@@ -291,8 +291,38 @@ def _has_backend(pg: dist.ProcessGroup, device: str) -> bool:
     return True
 
 
+def _work_is_completed_follows_its_future() -> None:
+    """Makes ``Work.is_completed()`` true once the work's future is done.
+
+    c10d hands the caller of a Python backend's collective a ``PyWorkHolder`` around
+    the returned work (``torch/csrc/distributed/c10d/PyProcessGroup.hpp`` in 2.15):
+    it forwards ``wait()`` and ``get_future()`` only, so its ``is_completed()`` is the
+    base class's flag, never set, and a loop polling ``work.is_completed()`` after
+    ``all_reduce(..., async_op=True)`` on oxide tensors would spin forever (as it
+    would for any Python backend). ``is_completed`` falls back to the future where the
+    flag says no; works of C++ backends set the flag themselves, and their future is
+    done no earlier."""
+    original = dist.Work.is_completed
+    if getattr(original, "_follows_future", False):
+        return
+
+    def is_completed(self: dist.Work) -> bool:
+        if original(self):
+            return True
+        try:
+            future = self.get_future()
+        except RuntimeError:  # a work without a future: the flag is all there is
+            return False
+        return future.done()
+
+    is_completed._follows_future = True  # type: ignore[attr-defined]
+    is_completed.__doc__ = original.__doc__
+    dist.Work.is_completed = is_completed
+
+
 def register() -> None:
     """Registers ``oxgloo`` for ``cpu`` and ``oxide`` (done when torch_oxide loads)."""
     if not dist.is_available() or NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "oxide"])
+    _work_is_completed_follows_its_future()

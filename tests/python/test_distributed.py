@@ -250,6 +250,32 @@ def test_collective_sees_queued_kernels():
     )
 
 
+def test_async_work_reports_completion():
+    # c10d wraps a Python backend's work in a holder whose is_completed() never turns
+    # true by itself; a loop polling it (as users of async_op=True write) must end.
+    run_ranks(
+        """
+        import time
+        dist.init_process_group("oxgloo")
+        x = torch.full((1000,), float(rank + 1), device=dev)
+        works = [dist.all_reduce(x, async_op=True), dist.broadcast(torch.ones(3, device=dev), 0, async_op=True),
+                 dist.reduce_scatter_tensor(torch.empty(2, device=dev), torch.ones(4, device=dev), async_op=True)]
+        deadline = time.monotonic() + 60
+        while not all(w.is_completed() for w in works):
+            assert time.monotonic() < deadline, [w.is_completed() for w in works]
+            time.sleep(0.01)
+        assert all(w.is_success() for w in works)
+        assert x.cpu().tolist() == [3.0] * 1000
+        assert all(w.wait() for w in works)
+        y = torch.ones(2)  # CPU tensors: Gloo's own work, its own flag
+        w = dist.all_reduce(y, async_op=True)
+        w.wait()
+        assert w.is_completed() and y.tolist() == [2.0, 2.0]
+        dist.destroy_process_group()
+        """
+    )
+
+
 def test_ddp_training_matches_cpu():
     run_ranks(
         """
