@@ -2056,6 +2056,29 @@ def test_data_movement(op, dtype):
     run_cases(data_movement_cases(op, dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool, torch.complex64], ids=dname)
+def test_equal_runs_on_the_device_and_matches_cpu(dtype):
+    base = torch.tensor([[1, 0, 2], [3, 1, 0]]).to(dtype)
+    changed = base.clone()
+    changed[1, 2] = 1
+    pairs = [
+        (base, base.clone()),
+        (base, changed),
+        (base, base.t().contiguous().t()),  # same values, other strides
+        (base[:, ::2], base[:, ::2].clone()),
+        (base, base[:1]),  # other sizes
+        (base.reshape(-1), base),  # same elements, other shape
+        (base[:0], base[:0].clone()),
+        (base, base.to(torch.float64)),  # other dtype: compared by value, as on the CPU
+    ]
+    if dtype.is_floating_point or dtype.is_complex:
+        nan = base.clone()
+        nan[0, 0] = float("nan")
+        pairs += [(nan, nan.clone()), (nan, nan)]  # NaN is never equal, even to itself
+    for a, b in pairs:
+        assert torch.equal(a.to("oxide"), b.to("oxide")) == torch.equal(a, b), (a, b)
+
+
 # ---------------------------------------------------------------------------------------
 # Linear algebra
 # ---------------------------------------------------------------------------------------

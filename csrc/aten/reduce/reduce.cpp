@@ -29,6 +29,8 @@
 #include <ATen/ops/max_native.h>
 #include <ATen/ops/mean_native.h>
 #include <ATen/ops/min_native.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/eq.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/nansum_native.h>
 #include <ATen/ops/prod_native.h>
@@ -228,8 +230,21 @@ using OptDims = at::OptionalIntArrayRef;
 using OptDtype = std::optional<at::ScalarType>;
 }  // namespace
 
+// torch.equal: the same sizes and every element equal (so NaN makes it false), as
+// CPU's; the comparison and the reduction run on the device, and one byte is read back.
+bool equal_on_device(const at::Tensor& self, const at::Tensor& other) {
+  if (self.sizes() != other.sizes()) {
+    return false;
+  }
+  if (self.numel() == 0) {
+    return true;
+  }
+  return at::eq(self, other).all().item<bool>();
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using namespace at::native;
+  OXIDE_IMPL(m, "equal", TORCH_FN(equal_on_device));
   OXIDE_STRUCTURED(m, structured_sum_out, "sum.dim_IntList", "", "sum.IntList_out", OptDims, bool, OptDtype);
   OXIDE_STRUCTURED(m, structured_mean_out, "mean.dim", "", "mean.out", OptDims, bool, OptDtype);
   OXIDE_STRUCTURED(m, structured_prod_out, "prod.dim_int", "", "prod.int_out", int64_t, bool, OptDtype);
