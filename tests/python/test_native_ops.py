@@ -2079,6 +2079,39 @@ def test_equal_runs_on_the_device_and_matches_cpu(dtype):
         assert torch.equal(a.to("oxide"), b.to("oxide")) == torch.equal(a, b), (a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.float16], ids=dname)
+def test_isin_matches_cpu(dtype):
+    g = torch.Generator().manual_seed(0)
+    elements = torch.randint(0, 20, (5, 7), generator=g).to(dtype)
+    few = torch.randint(0, 20, (4,), generator=g).to(dtype)  # the pairwise path
+    many = torch.randint(0, 20, (300,), generator=g).to(dtype)  # the sort-based path
+    unique = torch.tensor([3, 7, 11]).to(dtype)
+    cases = [(elements, few, False), (elements, many, False), (elements[:, ::2], few.view(2, 2), False)]
+    cases += [(elements, unique, True), (elements, torch.tensor([2.5, 3.0]), False)]  # promoted to float
+    cases += [(elements[:0], few, False), (elements, few[:0], False)]
+    for e, t, unique_only in cases:
+        for invert in (False, True):
+            for assume_unique in {False, unique_only}:
+                want = torch.isin(e, t, assume_unique=assume_unique, invert=invert)
+                got = torch.isin(e.to("oxide"), t.to("oxide"), assume_unique=assume_unique, invert=invert)
+                assert torch.equal(got.cpu(), want), (e, t, invert, assume_unique)
+    x = elements.to("oxide")
+    assert torch.equal(torch.isin(x, 3).cpu(), torch.isin(elements, 3))
+    assert torch.equal(torch.isin(3, x).cpu(), torch.isin(3, elements))
+    out = torch.empty(5, 7, dtype=torch.bool, device="oxide")
+    torch.isin(x, few.to("oxide"), out=out)
+    assert torch.equal(out.cpu(), torch.isin(elements, few))
+
+
+def test_isin_with_nan_and_many_elements():
+    a, b = torch.tensor([1.0, float("nan"), 3.0]), torch.tensor([float("nan"), 3.0])
+    assert torch.equal(torch.isin(a.to("oxide"), b.to("oxide")).cpu(), torch.isin(a, b))
+    # Past the broadcast limit the pairwise path compares one test element at a time.
+    g = torch.Generator().manual_seed(1)
+    big, tests = torch.randint(0, 1000, (1 << 20,), generator=g), torch.randint(0, 1000, (40,), generator=g)
+    assert torch.equal(torch.isin(big.to("oxide"), tests.to("oxide")).cpu(), torch.isin(big, tests))
+
+
 # ---------------------------------------------------------------------------------------
 # Linear algebra
 # ---------------------------------------------------------------------------------------
