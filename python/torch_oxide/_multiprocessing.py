@@ -5,18 +5,21 @@ to shared memory, CUDA ones travel as IPC handles. torch 2.15 has no hook for an
 device, so this module wraps torch's storage reducers (as ``torch_npu`` does) and sends
 an oxide storage the way CUDA sends its own (see ``oxide_runtime::ipc``):
 
-- **Sender.** The device's queued work is waited for (the receiver reads the bytes
-  as they are now), the storage is named by its device's memory file and an offset
-  in it, and the file travels as a duplicated descriptor (``multiprocessing``'s
-  ``DupFd``: the spawn/forkserver start arguments or its resource sharer). The sender
-  keeps the storage (``_SENT``) with a count in its shared counter file: one per send.
+- **Sender.** The work queued on the streams that use the storage's block is
+  waited for (the receiver reads the bytes as they are now; only those streams, so
+  a graph capture on another stream goes on), the storage is named by its device's
+  memory file and an offset in it, and the file travels as a duplicated descriptor
+  (``multiprocessing``'s ``DupFd``: the spawn/forkserver start arguments or its
+  resource sharer). The runtime counts the send in a shared counter file.
 - **Receiver.** The same range of the file is mapped into the receiver's device
   range (``_C._ipc_open``), and the storage is made from a DLPack capsule, so
   PyTorch owns the mapping: when the storage dies, the mapping goes and the sender's
   count drops by one. A storage received again while the first copy lives is the
   same storage (torch's ``shared_cache``), as for CUDA.
-- **Release.** The sender drops a storage whose count is back at zero at its next
-  send, or at ``torch.oxide.ipc_collect()`` / ``empty_cache()``.
+- **Release.** A sent block that its tensors free (the storage deleted, or
+  resized) while a receiver may still use it is kept aside, not reused, as CUDA's
+  sent-data limbo; the sender frees it once the count is back at zero, at its next
+  send or at ``torch.oxide.ipc_collect()`` / ``empty_cache()``.
 
 Tensors need nothing of their own: torch's ``reduce_tensor`` sends a storage and
 the view's offset, sizes and strides. A storage received from another process
@@ -48,11 +51,6 @@ _RESEND_MESSAGE = (
 # this many elements in all. Larger objects are left to the feeder-thread placeholder.
 _MAX_DEPTH = 8
 _MAX_ITEMS = 10_000
-
-# Storages sent to other processes, by data pointer: (storage, counter slot). Kept
-# alive until every receiver has released them (the slot's count is zero).
-_SENT: dict[int, tuple[torch.UntypedStorage, int]] = {}
-_LOCK = threading.Lock()
 
 
 def _oxide_device(obj: Any):
@@ -90,17 +88,20 @@ def _raise_unshareable(message: str):
 
 
 def ipc_collect() -> int:
-    """Drops the sent storages every receiver has released; returns how many."""
+    """Releases the sent blocks every receiver has released (freeing those their
+    tensors freed meanwhile); returns how many."""
     from . import _C
 
     if not _C.is_initialized():
         return 0
-    with _LOCK:
-        done = [ptr for ptr, (_, slot) in _SENT.items() if _C._ipc_count(slot) <= 0]
-        for ptr in done:
-            _, slot = _SENT.pop(ptr)
-            _C._ipc_release(slot)
-    return len(done)
+    return _C._ipc_collect()
+
+
+def sent_count() -> int:
+    """Blocks sent to other processes that some receiver may still use."""
+    from . import _C
+
+    return _C._ipc_sent_count() if _C.is_initialized() else 0
 
 
 def _reduce_oxide_storage(storage: torch.UntypedStorage):
@@ -115,21 +116,11 @@ def _reduce_oxide_storage(storage: torch.UntypedStorage):
     ptr = storage.data_ptr()
     if _C._ipc_is_imported(ptr):
         raise _resend_error(storage)
-    # The receiver reads the memory as it is now: the work queued on the device
-    # (which may still write it, on any stream) runs first, as CUDA's sender records
-    # an event the receiver waits on.
-    torch.oxide.synchronize(index)
-    device, fd, offset = _C._ipc_export(ptr)
-    token, counts_fd = _C._ipc_counts()
     ipc_collect()
-    with _LOCK:
-        entry = _SENT.get(ptr)
-        if entry is None:
-            slot = _C._ipc_acquire()
-            _SENT[ptr] = (storage, slot)
-        else:
-            slot = entry[1]
-        _C._ipc_add(slot, 1)
+    # Waits for the streams that use the block (the receiver reads the memory as it
+    # is now: CUDA's sender records an event the receiver waits on) and counts the send.
+    device, fd, offset, slot = _C._ipc_send(ptr)
+    token, counts_fd = _C._ipc_counts()
     return (_rebuild_storage, (device, DupFd(fd), offset, nbytes, token, DupFd(counts_fd), slot))
 
 
@@ -161,7 +152,9 @@ def _rebuild_storage(device, memory_fd, offset, nbytes, token, counts_fd, slot) 
     return storage
 
 
-_EXIT_HOOK: list = []
+# Functions run when a multiprocessing child ends, and their current finalizers.
+_EXIT_CALLS: list[Callable[[], Any]] = []
+_FINALIZERS: list = []
 
 
 class _ExitHookOwner:
@@ -171,27 +164,29 @@ class _ExitHookOwner:
 _EXIT_HOOK_OWNER = _ExitHookOwner()
 
 
+def at_process_exit(fn: Callable[[], Any]) -> None:
+    """Runs ``fn`` when this process ends normally, ``multiprocessing`` children
+    included: under forkserver (and for Pool workers) a child leaves with
+    ``os._exit``, so ``atexit`` never runs, but ``multiprocessing.util``'s
+    finalizers do. A child's bootstrap clears the finalizers after unpickling its
+    Process arguments and then runs the after-fork hooks, which register them again."""
+    if fn not in _EXIT_CALLS:
+        _EXIT_CALLS.append(fn)
+        _register_finalizers()
+
+
+def _register_finalizers() -> None:
+    import multiprocessing.util
+
+    _FINALIZERS[:] = [multiprocessing.util.Finalize(None, fn, exitpriority=0) for fn in _EXIT_CALLS]
+
+
 def _release_at_process_exit() -> None:
     """Gives the senders' counts back when this process ends, for storages still
-    alive then: a ``multiprocessing`` child ends with ``os._exit`` under forkserver
-    (no ``atexit``), but runs ``multiprocessing.util``'s finalizers first. (The
-    runtime does the same from ``atexit`` for other processes.) A child's bootstrap
-    clears the finalizers after unpickling its Process arguments, and then runs the
-    after-fork hooks: the hook registers the finalizer again."""
-    if _EXIT_HOOK:
-        return
-    import multiprocessing.util
-
-    _register_exit_finalizer()
-    multiprocessing.util.register_after_fork(_EXIT_HOOK_OWNER, lambda _owner: _register_exit_finalizer())
-
-
-def _register_exit_finalizer() -> None:
-    import multiprocessing.util
-
+    alive then (the runtime also does it from ``atexit``)."""
     from . import _C
 
-    _EXIT_HOOK[:] = [multiprocessing.util.Finalize(None, _C._ipc_release_all_opened, exitpriority=0)]
+    at_process_exit(_C._ipc_release_all_opened)
 
 
 def _share(reduce: Callable) -> Callable:
@@ -212,9 +207,23 @@ def _share(reduce: Callable) -> Callable:
     return reduce_oxide_storage_or
 
 
-def find_received(obj: Any) -> Any:
-    """The first oxide tensor or storage received from another process in ``obj`` and
-    its nested lists, tuples, dicts and sets (bounded walk), or None."""
+def _unsendable(o: Any) -> RuntimeError | None:
+    """The error pickling the oxide tensor or storage ``o`` for another process raises, if any."""
+    if _is_received(o):
+        return _resend_error(o)
+    if isinstance(o, torch.Tensor) and o.requires_grad and not o.is_leaf:
+        # torch's reduce_tensor refuses it too, but only in the feeder thread.
+        return RuntimeError(
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does "
+            "not support crossing process boundaries. If you just want to transfer the data, call "
+            "detach() on the tensor before serializing (e.g., putting it on the queue)."
+        )
+    return None
+
+
+def find_unsendable(obj: Any) -> RuntimeError | None:
+    """The error of the first oxide tensor or storage in ``obj`` and its nested lists,
+    tuples, dicts and sets (bounded walk) that cannot be sent, or None."""
     budget = [_MAX_ITEMS]
 
     def walk(o: Any, depth: int):
@@ -222,7 +231,7 @@ def find_received(obj: Any) -> Any:
         if budget[0] < 0:
             return None
         if _oxide_device(o) is not None:
-            return o if _is_received(o) else None
+            return _unsendable(o)
         if depth >= _MAX_DEPTH:
             return None
         if isinstance(o, dict):
@@ -249,9 +258,9 @@ def _check_put(obj: Any) -> None:
 
     if not _C.is_initialized():
         return
-    found = find_received(obj)
-    if found is not None:
-        raise _resend_error(found)
+    error = find_unsendable(obj)
+    if error is not None:
+        raise error
 
 
 def _guard_put(put: Callable) -> Callable:
@@ -284,3 +293,9 @@ def install() -> None:
         put = queue_cls.__dict__.get("put")
         if put is not None and not hasattr(put, "__wrapped__"):
             queue_cls.put = _guard_put(put)
+    import multiprocessing.util
+
+    from . import _C
+
+    multiprocessing.util.register_after_fork(_EXIT_HOOK_OWNER, lambda _owner: _register_finalizers())
+    at_process_exit(_C._remove_published)

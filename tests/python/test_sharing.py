@@ -119,7 +119,7 @@ if __name__ == "__main__":
     p.join(60)
     assert p.exitcode == 0, p.exitcode
     assert torch_oxide._multiprocessing.ipc_collect() >= 1
-    assert torch_oxide._multiprocessing._SENT == {}, "every receiver released its storages"
+    assert torch_oxide._multiprocessing.sent_count() == 0, "every receiver released its storages"
     print("OK")
 """
 
@@ -172,6 +172,110 @@ def test_the_sender_keeps_memory_until_the_receiver_drops_it(tmp_path):
     run_script(tmp_path, LIFETIME)
 
 
+RESIZED = """
+def child(inbox, outbox):
+    xs = [inbox.get(), inbox.get()]
+    outbox.put("received")
+    assert inbox.get(timeout=120) == "check"
+    outbox.put([x[:4].tolist() for x in xs])
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child, args=(inbox, outbox))
+    p.start()
+    a = torch.full((1 << 16,), 3.0, device="oxide")
+    b = torch.full((1 << 16,), 4.0, device="oxide")
+    inbox.put(a)
+    inbox.put(b)
+    assert outbox.get(timeout=120) == "received"
+    old = {a.data_ptr(), b.data_ptr()}
+    # The sender frees the sent memory while its storages live on (FSDP frees
+    # parameters this way): the blocks must wait for the receiver.
+    a.untyped_storage().resize_(0)
+    b.resize_(1 << 20)
+    torch.oxide.empty_cache()
+    ys = [torch.full((1 << 16,), 9.0, device="oxide") for _ in range(8)]
+    assert not old & {y.data_ptr() for y in ys}, "a sent block was handed out again"
+    assert torch_oxide._multiprocessing.sent_count() == 2
+    inbox.put("check")
+    assert outbox.get(timeout=120) == [[3.0] * 4, [4.0] * 4]
+    p.join(60)
+    assert p.exitcode == 0
+    torch.oxide.ipc_collect()
+    assert torch_oxide._multiprocessing.sent_count() == 0
+    print("OK")
+"""
+
+
+def test_memory_freed_by_the_sender_waits_for_the_receiver(tmp_path):
+    run_script(tmp_path, RESIZED)
+
+
+CAPTURE = """
+def child(inbox, outbox):
+    outbox.put(inbox.get().tolist())
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child, args=(inbox, outbox))
+    p.start()
+    x = torch.full((2,), 2.0, device="oxide")
+    y = torch.ones(2, device="oxide")
+    g = torch.accelerator.Graph()
+    s = torch.oxide.Stream()
+    with torch.oxide.stream(s):
+        g.capture_begin()
+        y.add_(1)
+        # Sending waits for the streams that use x, not for the capturing stream.
+        inbox.put(x)
+        assert outbox.get(timeout=120) == [2.0, 2.0]
+        g.capture_end()
+    g.replay()
+    assert y.tolist() == [2.0, 2.0]
+    p.join(60)
+    print("OK")
+"""
+
+
+def test_a_send_during_a_capture_on_another_stream_leaves_the_capture_alone(tmp_path):
+    run_script(tmp_path, CAPTURE)
+
+
+def test_errors_a_queue_would_only_print_are_raised_by_put():
+    import torch
+
+    ctx = torch.multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    w = torch.ones(3, device="oxide", requires_grad=True)
+    with pytest.raises(RuntimeError, match="non-leaf tensor which requires_grad"):
+        q.put([w * 2])
+    q.close()
+    q.join_thread()
+
+
+def test_a_forkserver_child_removes_its_memory_counter_file(tmp_path):
+    run_script(
+        tmp_path,
+        """
+def child():
+    torch.ones(1, device="oxide")
+
+if __name__ == "__main__":
+    ctx = mp.get_context("forkserver")
+    p = ctx.Process(target=child)
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    from torch_oxide.__main__ import _directory
+    leftover = [f for f in os.listdir(_directory()) if f == f"torch-oxide-{p.pid}.mem"]
+    assert not leftover, "the child left its /dev/shm file behind (it ends with os._exit)"
+    print("OK")
+""",
+    )
+
+
 NO_LEAKS = """
 N = 100
 
@@ -207,7 +311,7 @@ if __name__ == "__main__":
     p.join(60)
     assert p.exitcode == 0
     torch.oxide.ipc_collect()
-    assert torch_oxide._multiprocessing._SENT == {}
+    assert torch_oxide._multiprocessing.sent_count() == 0
     assert torch.oxide.memory_allocated() <= allocated, "every sent block was released"
     assert fds() <= start, ("the sender leaked descriptors", start, fds())  # (the child's pipes closed)
     assert set(os.listdir("/dev/shm")) <= shm, set(os.listdir("/dev/shm")) - shm
@@ -266,7 +370,7 @@ def test_a_tensor_through_pickling_in_one_process_is_the_same_memory():
     import torch_oxide
 
     assert torch_oxide._multiprocessing.ipc_collect() >= 1
-    assert x.untyped_storage().data_ptr() not in torch_oxide._multiprocessing._SENT
+    assert torch_oxide._multiprocessing.sent_count() == 0
 
 
 def test_fork_after_init_is_still_refused(tmp_path):
@@ -317,7 +421,7 @@ if __name__ == "__main__":
     msg = out.get(timeout=120)
     assert "invalid device index 1" in msg, msg
     p.join(60)
-    assert torch.oxide.ipc_collect() is None and torch_oxide._multiprocessing._SENT == {}, "a failed receive holds nothing"
+    assert torch.oxide.ipc_collect() is None and torch_oxide._multiprocessing.sent_count() == 0, "a failed receive holds nothing"
     print("OK")
 """,
     )

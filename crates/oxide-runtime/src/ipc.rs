@@ -12,10 +12,12 @@
 //!   live allocation for its copies and kernels. A received range cannot be
 //!   exported again (CUDA refuses it too): the receiver does not own it.
 //! - **Reference counts** ([`RefCounts`]): the sender must not reuse the memory
-//!   while a receiver has it mapped. It keeps the sent block (its caller holds
-//!   the storage) and a count in a small shared counter file: one more per
-//!   send, one less when a receiver closes it (or finds it already open). The
-//!   caller releases the block once the count is back at zero. A receiver
+//!   while a receiver has it mapped. Each sent block has a count in a small
+//!   shared counter file: one more per send, one less when a receiver closes
+//!   it (or finds it already open). A sent block freed by its tensors while the
+//!   count is above zero (its storage deleted or resized) is not freed but kept
+//!   aside, as CUDA's sent-data limbo does, until [`crate::Runtime::ipc_collect`]
+//!   finds the count at zero. A receiver
 //!   that exits with blocks still open gives their counts back at exit
 //!   (`atexit`); one killed before that leaves its counts, as with CUDA: the
 //!   sender then keeps those blocks until it exits.
@@ -152,10 +154,19 @@ impl RefCounts {
 #[derive(Default)]
 pub struct Ipc {
     counts: Option<RefCounts>,
+    /// Blocks this process sent, by block address: their counter slot, and
+    /// whether their tensors have freed them (the block waits for its count).
+    sent: HashMap<usize, Sent>,
     senders: HashMap<String, usize>,
     /// Blocks this process opened and has not closed: their senders' counts.
     opened: HashMap<usize, &'static AtomicI64>,
     exit_hook: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    slot: usize,
+    freed: bool,
 }
 
 /// Gives back the counts of every block still open when the process exits
@@ -175,6 +186,61 @@ impl Ipc {
             self.counts = Some(RefCounts::create()?);
         }
         Ok(self.counts.as_mut().expect("just created"))
+    }
+
+    /// Counts one more send of the block at `block` (its counter slot is taken
+    /// on the first); returns the slot.
+    ///
+    /// Errors: [`Error::Ipc`] when the counter file cannot be made or is full.
+    pub fn note_send(&mut self, block: usize) -> Result<usize> {
+        let slot = match self.sent.get(&block) {
+            Some(s) => s.slot,
+            None => {
+                let slot = self.counts()?.acquire()?;
+                self.sent.insert(block, Sent { slot, freed: false });
+                slot
+            }
+        };
+        self.counts()?.add(slot, 1);
+        Ok(slot)
+    }
+
+    /// Called when the block at `block` is freed: true when it was sent and a
+    /// receiver may still have it (the caller must not free it now).
+    pub fn defer_free(&mut self, block: usize) -> bool {
+        let Some(sent) = self.sent.get(&block).copied() else { return false };
+        let busy = self.counts.as_ref().is_some_and(|c| c.count(sent.slot) > 0);
+        if busy {
+            self.sent.insert(block, Sent { freed: true, ..sent });
+        } else {
+            self.sent.remove(&block);
+            if let Some(c) = self.counts.as_mut() {
+                c.release(sent.slot);
+            }
+        }
+        busy
+    }
+
+    /// Forgets the sent blocks every receiver has released; returns the
+    /// addresses of those their tensors had freed meanwhile (the caller frees them).
+    pub fn collect(&mut self) -> Vec<usize> {
+        let Some(counts) = self.counts.as_mut() else { return Vec::new() };
+        let done: Vec<(usize, Sent)> =
+            self.sent.iter().filter(|(_, s)| counts.count(s.slot) <= 0).map(|(&b, &s)| (b, s)).collect();
+        let mut freed = Vec::new();
+        for (block, sent) in done {
+            self.sent.remove(&block);
+            counts.release(sent.slot);
+            if sent.freed {
+                freed.push(block);
+            }
+        }
+        freed
+    }
+
+    /// Sent blocks not yet released by every receiver (or not yet collected).
+    pub fn sent_count(&self) -> usize {
+        self.sent.len()
     }
 
     /// Notes that the block opened at `ptr` holds one of `count`'s sends.

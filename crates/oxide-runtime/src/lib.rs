@@ -95,6 +95,8 @@ pub struct Runtime {
     published: Option<publish::Published>,
     /// Device memory shared with other processes (see [`ipc`]).
     ipc: Mutex<ipc::Ipc>,
+    /// Set on the first send: until then a free need not look at what was sent.
+    ipc_sent: AtomicBool,
 }
 
 /// `cudaIpcGetMemHandle`'s result: device address `ptr` is byte `offset` of
@@ -213,6 +215,7 @@ pub fn runtime() -> Result<&'static Runtime> {
                 launch_blocking: AtomicBool::new(config.launch_blocking),
                 published,
                 ipc: Mutex::default(),
+                ipc_sent: AtomicBool::new(false),
             })
         })
         .as_ref()
@@ -384,6 +387,51 @@ impl Runtime {
             });
         }
         Ok(IpcHandle { device: d, fd: memory.file_descriptor(), offset: memory.file_offset(ptr) })
+    }
+
+    /// Sends the device memory at `ptr` to another process: waits for the work
+    /// queued on the streams that use its block (the one it was allocated on
+    /// and those `record_stream` named; never the whole device, so a capture on
+    /// another stream goes on), counts the send (see [`ipc`]), and returns the
+    /// handle and the counter slot. The block stays allocated until every
+    /// receiver has released it, even if its tensors free it first.
+    ///
+    /// Errors: as [`Runtime::ipc_export`]; [`Error::Ipc`] when the counter file is full.
+    pub fn ipc_send(&self, ptr: usize) -> Result<(IpcHandle, usize)> {
+        let handle = self.ipc_export(ptr)?;
+        let (block, fences) = {
+            let alloc = self.devices[handle.device].allocator();
+            let block = alloc.memory().allocation_of(ptr).map_or(ptr, |(start, _)| start);
+            let mut users: Vec<(usize, StreamId)> =
+                alloc.block_use(block).map(|(stream, _, _)| vec![(handle.device, stream)]).unwrap_or_default();
+            users.extend(alloc.recorded_streams(block).unwrap_or_default());
+            let fences: Vec<Fence> =
+                users.iter().filter_map(|&(d, s)| self.devices.get(d)?.streams.fence(s).ok()).collect();
+            (block, fences)
+        };
+        for f in fences {
+            f.wait();
+        }
+        let slot = self.ipc().note_send(block)?;
+        self.ipc_sent.store(true, Ordering::Release);
+        Ok((handle, slot))
+    }
+
+    /// Frees the sent blocks that every receiver has released and whose tensors
+    /// freed them meanwhile; returns their addresses.
+    pub fn ipc_collect(&self) -> Vec<usize> {
+        let freed = self.ipc().collect();
+        for &block in &freed {
+            // The block was live when it was kept aside; nothing else can free it.
+            let _ = self.free(block);
+        }
+        freed
+    }
+
+    /// True when the block at `ptr`, being freed by its tensors, was sent to
+    /// another process that may still use it: it is kept until [`Runtime::ipc_collect`].
+    pub fn ipc_defer_free(&self, ptr: usize) -> bool {
+        self.ipc_sent.load(Ordering::Acquire) && self.ipc().defer_free(ptr)
     }
 
     /// `cudaIpcOpenMemHandle`: maps `bytes` at `offset` of another process's

@@ -137,6 +137,12 @@ impl Published {
 
 /// Removes this process's file; a forked child (another pid) leaves its parent's alone.
 extern "C" fn remove_at_exit() {
+    remove_now();
+}
+
+/// Removes this process's file now (a process about to end without `atexit`:
+/// a `multiprocessing` child that leaves with `os._exit`).
+pub fn remove_now() {
     if let Some(path) = PATH.get() {
         if path.file_name().and_then(|n| n.to_str()) == Some(&format!("torch-oxide-{}.mem", std::process::id())) {
             let _ = std::fs::remove_file(path);

@@ -1,9 +1,9 @@
 //! The Python view of sharing device memory between processes
 //! (`oxide_runtime::ipc`), for `torch_oxide._multiprocessing`.
 //!
-//! The sending side names a block (`_ipc_export`) and counts its sends in the
-//! process's counter file (`_ipc_counts`, `_ipc_acquire`, `_ipc_add`,
-//! `_ipc_count`, `_ipc_release`). The receiving side maps the block
+//! The sending side names a block and counts its sends in the process's
+//! counter file (`_ipc_send`, `_ipc_counts`); `_ipc_collect` frees what every
+//! receiver released. The receiving side maps the block
 //! (`_ipc_open`) and gets a DLPack capsule of it: `torch.utils.dlpack.from_dlpack`
 //! turns that into an oxide tensor whose storage owns the mapping, and when
 //! PyTorch frees the storage the capsule's deleter unmaps it and takes one
@@ -104,12 +104,13 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
     }
 }
 
-/// `(device, fd, offset)` naming the device memory at `ptr` for another process;
-/// `fd` stays owned by the runtime (duplicate it to send it).
+/// Sends the device memory at `ptr`: waits for its block's streams, counts the
+/// send, and returns `(device, fd, offset, slot)`; `fd` stays owned by the runtime
+/// (duplicate it to send it).
 #[pyfunction]
-fn _ipc_export(ptr: usize) -> PyResult<(usize, i32, usize)> {
-    let h = runtime().and_then(|rt| rt.ipc_export(ptr)).map_err(to_py)?;
-    Ok((h.device, h.fd, h.offset))
+fn _ipc_send(py: Python<'_>, ptr: usize) -> PyResult<(usize, i32, usize, usize)> {
+    let (h, slot) = py.detach(|| runtime().and_then(|rt| rt.ipc_send(ptr))).map_err(to_py)?;
+    Ok((h.device, h.fd, h.offset, slot))
 }
 
 /// True when `ptr` is device memory received from another process.
@@ -127,37 +128,24 @@ fn _ipc_counts() -> PyResult<(String, i32)> {
     Ok((counts.token().to_owned(), counts.fd()))
 }
 
-/// A free slot of this process's counter file (count zero).
+/// Frees the sent blocks every receiver released after their tensors freed them;
+/// forgets the others' counts. Returns how many sent blocks were released.
 #[pyfunction]
-fn _ipc_acquire() -> PyResult<usize> {
+fn _ipc_collect(py: Python<'_>) -> PyResult<usize> {
     let rt = runtime().map_err(to_py)?;
-    let mut ipc = rt.ipc();
-    ipc.counts().and_then(|c| c.acquire()).map_err(to_py)
+    let before = rt.ipc().sent_count();
+    let freed = py.detach(|| rt.ipc_collect());
+    for ptr in freed {
+        // Its access history ends here (a freed block of a live tensor would be poisoned).
+        crate::sanitize::forget(ptr);
+    }
+    Ok(before - rt.ipc().sent_count())
 }
 
-/// Adds `delta` to `slot`'s count; returns the new count.
+/// Sent blocks some receiver may still use.
 #[pyfunction]
-fn _ipc_add(slot: usize, delta: i64) -> PyResult<i64> {
-    let rt = runtime().map_err(to_py)?;
-    let mut ipc = rt.ipc();
-    Ok(ipc.counts().map_err(to_py)?.add(slot, delta))
-}
-
-/// The current count of `slot` (sends not yet released by their receivers).
-#[pyfunction]
-fn _ipc_count(slot: usize) -> PyResult<i64> {
-    let rt = runtime().map_err(to_py)?;
-    let mut ipc = rt.ipc();
-    Ok(ipc.counts().map_err(to_py)?.count(slot))
-}
-
-/// Gives back a slot whose count is zero.
-#[pyfunction]
-fn _ipc_release(slot: usize) -> PyResult<()> {
-    let rt = runtime().map_err(to_py)?;
-    let mut ipc = rt.ipc();
-    ipc.counts().map_err(to_py)?.release(slot);
-    Ok(())
+fn _ipc_sent_count() -> PyResult<usize> {
+    runtime().map(|rt| rt.ipc().sent_count()).map_err(to_py)
 }
 
 /// Takes one off `slot`'s count in the sender `token`'s counter file (this
@@ -175,6 +163,13 @@ fn _ipc_release_send(token: &str, counts_fd: i32, slot: usize) -> PyResult<()> {
 #[pyfunction]
 fn _ipc_release_all_opened() -> PyResult<usize> {
     runtime().map(|rt| rt.ipc().release_all_opened()).map_err(to_py)
+}
+
+/// Removes this process's memory-counter file (`python -m torch_oxide` reads it)
+/// for a process about to end without `atexit`.
+#[pyfunction]
+fn _remove_published() {
+    oxide_runtime::publish::remove_now();
 }
 
 /// Maps `nbytes` at `offset` of the sender's device memory file `fd` into
@@ -244,15 +239,14 @@ fn _ipc_open(
 
 /// Adds this module's functions to `torch_oxide._C`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(_ipc_export, m)?)?;
+    m.add_function(wrap_pyfunction!(_ipc_send, m)?)?;
     m.add_function(wrap_pyfunction!(_ipc_is_imported, m)?)?;
     m.add_function(wrap_pyfunction!(_ipc_counts, m)?)?;
-    m.add_function(wrap_pyfunction!(_ipc_acquire, m)?)?;
-    m.add_function(wrap_pyfunction!(_ipc_add, m)?)?;
-    m.add_function(wrap_pyfunction!(_ipc_count, m)?)?;
-    m.add_function(wrap_pyfunction!(_ipc_release, m)?)?;
+    m.add_function(wrap_pyfunction!(_ipc_collect, m)?)?;
+    m.add_function(wrap_pyfunction!(_ipc_sent_count, m)?)?;
     m.add_function(wrap_pyfunction!(_ipc_release_send, m)?)?;
     m.add_function(wrap_pyfunction!(_ipc_open, m)?)?;
     m.add_function(wrap_pyfunction!(_ipc_release_all_opened, m)?)?;
+    m.add_function(wrap_pyfunction!(_remove_published, m)?)?;
     Ok(())
 }

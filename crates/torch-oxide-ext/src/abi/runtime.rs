@@ -93,6 +93,10 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
         }
         crate::memory_history::on_free(ptr as usize);
         let rt = runtime()?;
+        if rt.ipc_defer_free(ptr as usize) {
+            // Sent to another process that may still read it: kept until ipc_collect.
+            return Ok(());
+        }
         if crate::sanitize::enabled() {
             if let PointerKind::Device(d) = rt.pointer_kind(ptr as usize) {
                 let block = rt.device(d as i64)?.allocator().block_use(ptr as usize);
