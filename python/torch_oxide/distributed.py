@@ -19,8 +19,9 @@ semantics:
 Reductions Gloo lacks are composed: ``PREMUL_SUM`` scales the inputs by the factor,
 then sums. A group created with the extended API also serves CPU tensors (barrier,
 object collectives, CPU all_reduce) with its Gloo backend, registered for ``cpu``.
-(``monitored_barrier`` asks the group's default backend, which is oxgloo after a
-no-argument init; ``"cpu:gloo,oxide:oxgloo"`` supports it.)
+(``monitored_barrier`` asks the group's default backend, which is oxgloo once
+``device_id`` binds the group to an oxide device; a ``"cpu:gloo,oxide:oxgloo"``
+subgroup supports it.)
 """
 
 from __future__ import annotations

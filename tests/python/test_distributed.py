@@ -276,6 +276,25 @@ def test_async_work_reports_completion():
     )
 
 
+def test_subgroups_and_monitored_barrier_after_device_binding():
+    # torch 2.15 refuses new_group(backend="gloo") and monitored_barrier() on the default
+    # group once device_id binds it to oxide; the README's alternatives work.
+    run_ranks(
+        """
+        dist.init_process_group(device_id=dev)
+        for backend in ("cpu:gloo,oxide:oxgloo", None, "oxgloo"):
+            g = dist.new_group(backend=backend)
+            y, x = torch.ones(2), torch.ones(2, device=dev)
+            dist.all_reduce(y, group=g)
+            dist.all_reduce(x, group=g)
+            assert y.tolist() == [2.0, 2.0] and x.cpu().tolist() == [2.0, 2.0], backend
+        g = dist.new_group(backend="cpu:gloo,oxide:oxgloo")
+        dist.monitored_barrier(group=g, timeout=datetime.timedelta(seconds=30))
+        dist.destroy_process_group()
+        """
+    )
+
+
 def test_ddp_training_matches_cpu():
     run_ranks(
         """
