@@ -9,7 +9,7 @@ DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-graphs bench-compiled sanitize profile demo-ddp clean
+.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-sharing bench-graphs bench-compiled sanitize profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -98,6 +98,10 @@ bench-distributed: build
 
 # Graph replay vs eager (oxide) and CPU eager on launch-bound steps (benchmarks/README.md).
 # Writes benchmarks/results/graphs.md and graphs.json.
+# Writes benchmarks/results/sharing.md and sharing.json.
+bench-sharing: build
+	$(PY) benchmarks/sharing.py --out benchmarks/results
+
 bench-graphs: build
 	$(PY) benchmarks/graphs.py --out benchmarks/results
 
