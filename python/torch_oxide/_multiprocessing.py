@@ -113,13 +113,11 @@ def _reduce_oxide_storage(storage: torch.UntypedStorage):
     nbytes = storage.nbytes()
     if nbytes == 0:
         return (_rebuild_empty_storage, (index,))
-    ptr = storage.data_ptr()
-    if _C._ipc_is_imported(ptr):
-        raise _resend_error(storage)
     ipc_collect()
     # Waits for the streams that use the block (the receiver reads the memory as it
-    # is now: CUDA's sender records an event the receiver waits on) and counts the send.
-    device, fd, offset, slot = _C._ipc_send(ptr)
+    # is now: CUDA's sender records an event the receiver waits on) and counts the
+    # send; refuses memory this process received (it is the sender's to share).
+    device, fd, offset, slot = _C._ipc_send(storage.data_ptr())
     token, counts_fd = _C._ipc_counts()
     return (_rebuild_storage, (device, DupFd(fd), offset, nbytes, token, DupFd(counts_fd), slot))
 
