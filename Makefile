@@ -8,6 +8,10 @@ PY := $(abspath $(VENV))/bin/python
 DEPS_STAMP := $(VENV)/.deps-stamp
 # build.rs asks this interpreter for torch's headers, libraries and ABI flag.
 export OXIDE_PYTHON := $(PY)
+# The compiled C++ glue, kept by a digest of its inputs (build.rs): every CPU
+# capability's build links the same glue, compiled once.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+export OXIDE_GLUE_CACHE ?= $(TARGET_DIR)/glue-cache
 
 .PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-sharing bench-graphs bench-compiled sanitize profile demo-ddp clean
 
@@ -38,7 +42,7 @@ deps: $(DEPS_STAMP)
 # rewrite, runs clippy (the workspace's [workspace.lints], warnings are errors) and
 # ruff's lints. The glue's -Wall is checked by the build itself (OXIDE_WERROR=1 in CI).
 LINT_STAMP := $(VENV)/.lint-stamp
-PY_DIRS := python tests benchmarks examples conformance
+PY_DIRS := python tests benchmarks examples conformance build_backend
 CXX_SOURCES = $(shell find csrc -name '*.cpp' -o -name '*.h' | sort)
 
 $(LINT_STAMP): requirements-lint.txt
@@ -55,20 +59,34 @@ format: $(LINT_STAMP)
 lint: $(LINT_STAMP) $(DEPS_STAMP)
 	cargo fmt --all --check
 	OXIDE_SKIP_GLUE=1 cargo clippy --workspace --all-targets --quiet -- -D warnings
+	# The kernels' explicit AVX2 / AVX-512 paths exist only in those builds (build_backend/).
+	RUSTFLAGS="-C target-cpu=x86-64-v3" CARGO_TARGET_DIR=$(TARGET_DIR)/capability-avx2 \
+	  cargo clippy -p oxide-kernels --lib --quiet -- -D warnings
+	RUSTFLAGS="-C target-cpu=x86-64-v4 -C target-feature=-prefer-256-bit" CARGO_TARGET_DIR=$(TARGET_DIR)/capability-avx512 \
+	  cargo clippy -p oxide-kernels --lib --quiet -- -D warnings
 	$(VENV)/bin/ruff check $(PY_DIRS)
 	$(VENV)/bin/ruff format --check $(PY_DIRS)
 	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
 
+# The portable default build (x86-64-v2) through maturin, then the avx2 / avx512
+# builds this machine's CPU runs (README, "Installing"; build_backend/).
 build: $(DEPS_STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	$(PY) build_backend/torch_oxide_build.py
 
 cargo-test:
 	cargo test --quiet -p oxide-runtime -p oxide-kernels
 
 # tests/python, then the fixed conformance subset (tests/conformance/expectations.py).
+# Then the kernel suites again on the portable default build (x86-64-v2; the best
+# build this CPU runs is what the first run loaded): about a minute.
+PORTABLE_TESTS := $(addprefix tests/python/test_,native_ops.py nn_ops.py nn_half.py nn_conv.py nn_pool.py \
+  nn_resample.py sdpa.py reduction_accuracy.py complex_ops.py foreach.py conformance_cases.py amp.py \
+  autograd.py rng.py copy_views.py)
 pytest: build
 	$(PY) -m pytest -q tests/python
 	OXIDE_CONFORMANCE=subset $(PY) -m pytest -q -p no:cacheprovider tests/conformance
+	OXIDE_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS)
 
 # The pytest suite under OXIDE_SANITIZE=1 (stream races, use after free, poisoned
 # fresh memory: README "Sanitizer"); a report is an exception, so it fails its test.

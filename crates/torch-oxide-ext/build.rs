@@ -101,10 +101,15 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-env-changed=OXIDE_WERROR");
+    println!("cargo:rerun-if-env-changed=OXIDE_GLUE_CACHE");
     if std::env::var("OXIDE_WERROR").is_ok_and(|v| v == "1") {
         build.flag("-Werror");
     }
-    build.compile("oxide_glue");
+    let key = glue_key(&csrc, &files, &out, &[abi, version, includes, libs], &build);
+    match std::env::var_os("OXIDE_GLUE_CACHE").filter(|d| !d.is_empty()) {
+        Some(dir) => compile_cached(&build, Path::new(&dir), &key, &out),
+        None => build.compile("oxide_glue"),
+    }
 
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static:+whole-archive=oxide_glue");
@@ -115,6 +120,83 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=c10");
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
     println!("cargo:rustc-link-lib=dylib=stdc++");
+}
+
+/// A digest of everything the compiled glue depends on: the glue's files (names and
+/// contents), the headers generated above, torch's version, paths and ABI flag, the
+/// installed libtorch_cpu (size and time, so a reinstalled torch is a new key), the
+/// compiler and its flags (cc-rs adds `-m` flags for the `-C target-feature`s it
+/// knows). Two builds with the same key compile the same archive.
+fn glue_key(csrc: &Path, files: &[PathBuf], out: &Path, torch: &[&str], build: &cc::Build) -> String {
+    use std::hash::Hasher;
+    // Two differently seeded SipHashes: 128 bits, so distinct inputs never share an entry.
+    let mut hashers =
+        [std::collections::hash_map::DefaultHasher::new(), std::collections::hash_map::DefaultHasher::new()];
+    hashers[1].write_u64(0x6f78_6964_6567_6c75);
+    let mut feed = |bytes: &[u8]| {
+        for h in &mut hashers {
+            h.write_usize(bytes.len());
+            h.write(bytes);
+        }
+    };
+    for f in files {
+        feed(f.strip_prefix(csrc).unwrap_or(f).to_string_lossy().as_bytes());
+        feed(&std::fs::read(f).unwrap_or_else(|e| panic!("could not read {}: {e}", f.display())));
+    }
+    for generated in ["oxide_abi.h", "oxide_pointwise_ops.h", "oxide_device_check.h"] {
+        feed(&std::fs::read(out.join(generated)).expect("generated above"));
+    }
+    for t in torch {
+        feed(t.as_bytes());
+    }
+    for lib in torch[3].split('\x1f').map(|d| Path::new(d).join("libtorch_cpu.so")) {
+        if let Ok(meta) = std::fs::metadata(&lib) {
+            feed(format!("{} {:?}", meta.len(), meta.modified().ok()).as_bytes());
+        }
+    }
+    // The arguments name this build's OUT_DIR (the generated headers' folder, whose
+    // contents are fed above), which differs between target directories.
+    let compiler = build.get_compiler();
+    let args = format!("{:?} {:?}", compiler.path(), compiler.args());
+    feed(args.replace(&*out.to_string_lossy(), "<OUT_DIR>").as_bytes());
+    if let Ok(meta) = std::fs::metadata(compiler.path()) {
+        feed(format!("{} {:?}", meta.len(), meta.modified().ok()).as_bytes());
+    }
+    format!("{:016x}{:016x}", hashers[0].finish(), hashers[1].finish())
+}
+
+/// Compiles the glue through a cache shared by several target directories (one per
+/// CPU capability, `build_backend/capabilities.py`): the glue is C++ compiled with the
+/// same flags for every capability, and takes minutes to compile.
+fn compile_cached(build: &cc::Build, dir: &Path, key: &str, out: &Path) {
+    let archive = out.join("liboxide_glue.a");
+    let entry = dir.join(key);
+    let cached = entry.join("liboxide_glue.a");
+    if std::fs::copy(&cached, &archive).is_ok() {
+        // Recently used entries survive the pruning below.
+        let _ = std::fs::File::open(&entry).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        println!("cargo:warning=reusing the glue compiled for these sources ({})", entry.display());
+        return;
+    }
+    build.compile("oxide_glue");
+    std::fs::create_dir_all(&entry).unwrap_or_else(|e| panic!("could not create {}: {e}", entry.display()));
+    // Written under a temporary name and renamed: a concurrent build never reads half an archive.
+    let partial = entry.join(format!("liboxide_glue.a.{}", std::process::id()));
+    std::fs::copy(&archive, &partial).unwrap_or_else(|e| panic!("could not write {}: {e}", partial.display()));
+    std::fs::rename(&partial, &cached).unwrap_or_else(|e| panic!("could not write {}: {e}", cached.display()));
+    prune(dir, 4);
+}
+
+/// Removes all but the `keep` most recently used entries of the glue cache.
+fn prune(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<(std::time::SystemTime, PathBuf)> =
+        entries.filter_map(|e| e.ok()).filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path()))).collect();
+    entries.sort();
+    let stale = entries.len().saturating_sub(keep);
+    for (_, path) in entries.into_iter().take(stale) {
+        let _ = std::fs::remove_dir_all(path);
+    }
 }
 
 /// The files under `dir`, recursively, sorted (so the archive's member order

@@ -30,7 +30,12 @@ if os.environ.get("OXIDE_SANITIZE") == "1":
 
 import torch  # noqa: E402  first: the extension resolves c10 and torch_cpu from the loaded torch
 
-from . import _C, oxide  # noqa: E402
+from . import _capability  # noqa: E402
+
+# One build of the extension per CPU capability; the best this CPU runs (see _capability).
+_C = _capability.load(__name__, os.path.dirname(os.path.abspath(__file__)))
+
+from . import oxide  # noqa: E402
 
 __version__ = _C.__version__
 __all__ = ["oxide", "__version__"]

@@ -114,7 +114,7 @@ def _memory_table(own_pid: int) -> list[str]:
 
 def report() -> list[str]:
     lines = [
-        f"torch-oxide {torch_oxide.__version__}",
+        f"torch-oxide {torch_oxide.__version__} (kernels built for CPU capability {torch.oxide.get_cpu_capability()})",
         f"torch {torch.__version__} (C++ ABI cxx11={torch._C._GLIBCXX_USE_CXX11_ABI})",
         f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs",
         f"accelerator: {torch.accelerator.current_accelerator()}",

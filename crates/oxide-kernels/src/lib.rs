@@ -42,6 +42,25 @@ pub mod engine;
 pub mod error;
 pub mod ops;
 
+/// The CPU capability this build was compiled for, in PyTorch's terms
+/// (`torch.backends.cpu.get_cpu_capability()`): `"avx512"` (x86-64-v4), `"avx2"`
+/// (x86-64-v3) or `"default"` (the x86-64-v2 baseline). The package ships one
+/// build of the extension per capability and loads the best one the CPU runs
+/// (`python/torch_oxide/_capability.py`); this names the one that was loaded.
+pub const CPU_CAPABILITY: &str = if cfg!(all(
+    target_feature = "avx512f",
+    target_feature = "avx512bw",
+    target_feature = "avx512cd",
+    target_feature = "avx512dq",
+    target_feature = "avx512vl"
+)) {
+    "avx512"
+} else if cfg!(all(target_feature = "avx2", target_feature = "fma", target_feature = "bmi2", target_feature = "f16c")) {
+    "avx2"
+} else {
+    "default"
+};
+
 pub use dtype::{DType, Element};
 pub use engine::layout::Layout;
 pub use error::{Error, Result};

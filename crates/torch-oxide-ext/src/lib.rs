@@ -361,5 +361,6 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_fallback_mode, m)?)?;
     m.add_function(wrap_pyfunction!(_ffi_panic_probe, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("_cpu_capability", oxide_kernels::CPU_CAPABILITY)?;
     Ok(())
 }

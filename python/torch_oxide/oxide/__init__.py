@@ -33,6 +33,7 @@ __all__ = [
     "get_device_properties",
     "get_device_capability",
     "is_bf16_supported",
+    "get_cpu_capability",
     "fallback_stats",
     "reset_fallback_stats",
     "get_fallback_mode",
@@ -301,6 +302,14 @@ def get_device_capability(device: _DeviceLike = None) -> tuple[int, int]:
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """True: oxide's kernels compute in bfloat16 (accumulating in float32 as CPU PyTorch does)."""
     return is_available()
+
+
+def get_cpu_capability() -> str:
+    """The build of the kernels this process loaded, named as
+    ``torch.backends.cpu.get_cpu_capability()`` names PyTorch's: ``"AVX512"``,
+    ``"AVX2"`` or ``"DEFAULT"`` (the portable x86-64-v2 build). The best one this CPU
+    runs unless ``OXIDE_CPU_CAPABILITY`` chose another (README, "Installing")."""
+    return _C._cpu_capability.upper()
 
 
 def __getattr__(name: str) -> Any:

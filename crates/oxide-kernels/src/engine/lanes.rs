@@ -108,9 +108,9 @@ pub(crate) fn max<F: Float>(x: &[F]) -> F {
 /// the surrounding code: perf showed the same source compiled two floats wide
 /// (`vmovsd` + `vaddps xmm`) or with its lanes spilled to the stack every
 /// iteration, at half the speed of a plain vector loop on cached data. These fix
-/// the vector code. Kernels are built for the machine's own CPU
-/// (`.cargo/config.toml`), so the AVX2 path is chosen at compile time; without
-/// AVX2 the generic lane loops run.
+/// the vector code. The kernels are compiled once per CPU capability
+/// (`.cargo/config.toml`), so the AVX2 path exists in the avx2 and avx512 builds;
+/// the default (x86-64-v2) build runs the generic lane loops.
 #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;

@@ -4,6 +4,8 @@
 //! and the lane loops they fold contiguous slices with (vectorisable sums
 //! and extrema, explicit AVX2 for float32/float64).
 
+// The explicit AVX2 paths are compiled only into the avx2/avx512 builds (.cargo/config.toml).
+#[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
 use crate::dtype::DType;
 use crate::engine::math::{Float, Num};
 

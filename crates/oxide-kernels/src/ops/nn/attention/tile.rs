@@ -147,8 +147,8 @@ unsafe fn micro<C: Float, const R: usize>(
 }
 
 /// The float32 micro-kernel written with x86-64 intrinsics (AVX-512F where
-/// the build targets it, else AVX2/FMA; the project builds for the host
-/// CPU). It computes the same sums in the same order as the portable
+/// the build targets it, else AVX2/FMA: the avx512 and avx2 builds of the
+/// kernels; the default build runs [`micro`]). It computes the same sums in the same order as the portable
 /// [`micro`] (one fused multiply-add per term, ascending `kk`), but LLVM's
 /// vectoriser was seen to shuffle that one's accumulators through memory
 /// once inlined into the attention loops, at well under half the speed, and
