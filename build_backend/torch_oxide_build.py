@@ -20,12 +20,15 @@ capabilities alone; ``make build`` runs it for those this machine's CPU runs.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,6 +115,37 @@ def _all_capabilities() -> list[str]:
     return [c for c in _capability_module().CAPABILITIES if c != "default"]
 
 
+def _add_to_wheel(wheel: str, files: Mapping[str, str]) -> None:
+    """Adds ``{path in the wheel: file}`` to a built wheel and to its RECORD.
+
+    maturin packs only the extension it compiled and the package's files that git
+    does not ignore (.gitignore ignores every ``*.so``), so the other capabilities'
+    builds are added here, with the hashes the wheel format asks for."""
+    partial = f"{wheel}.partial"
+    with zipfile.ZipFile(wheel) as old, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as new:
+        record_name = next(n for n in old.namelist() if n.endswith(".dist-info/RECORD"))
+        record = [
+            line
+            for line in old.read(record_name).decode().splitlines()
+            if line.split(",")[0] not in files and line.split(",")[0] != record_name
+        ]
+        for info in old.infolist():
+            if info.filename != record_name and info.filename not in files:
+                new.writestr(info, old.read(info.filename))
+        for arcname, path in files.items():
+            with open(path, "rb") as f:
+                data = f.read()
+            info = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o755 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            new.writestr(info, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{arcname},sha256={digest},{len(data)}")
+        record.append(f"{record_name},,")
+        new.writestr(zipfile.ZipInfo(record_name, date_time=(1980, 1, 1, 0, 0, 0)), "\n".join(record) + "\n")
+    os.replace(partial, wheel)
+
+
 def _require_build_tools() -> None:
     """Fails at once, saying what to install, when the build environment lacks torch,
     maturin or cargo (before minutes of compiling)."""
@@ -174,10 +208,17 @@ def build_wheel(
 ) -> str:
     _require_build_tools()
     os.environ.setdefault("OXIDE_GLUE_CACHE", _glue_cache())
-    build_capabilities(_all_capabilities())
+    capabilities = _all_capabilities()
+    build_capabilities(capabilities)
     import maturin
 
-    return maturin.build_wheel(wheel_directory, config_settings, metadata_directory)
+    name = maturin.build_wheel(wheel_directory, config_settings, metadata_directory)
+    mod = _capability_module()
+    _add_to_wheel(
+        os.path.join(wheel_directory, name),
+        {f"torch_oxide/{mod.file_name(c)}": os.path.join(PACKAGE_DIR, mod.file_name(c)) for c in capabilities},
+    )
+    return name
 
 
 def build_editable(
