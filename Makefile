@@ -13,7 +13,7 @@ export OXIDE_PYTHON := $(PY)
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export OXIDE_GLUE_CACHE ?= $(TARGET_DIR)/glue-cache
 
-.PHONY: demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-sharing bench-graphs bench-compiled sanitize profile demo-ddp clean
+.PHONY: wheel demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-sharing bench-graphs bench-compiled sanitize profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -67,6 +67,11 @@ lint: $(LINT_STAMP) $(DEPS_STAMP)
 	$(VENV)/bin/ruff check $(PY_DIRS)
 	$(VENV)/bin/ruff format --check $(PY_DIRS)
 	$(VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
+
+# A wheel of the package in dist/ (README, "Installing with pip"): every capability's
+# build, through the package's own build backend, against .venv's torch.
+wheel: $(DEPS_STAMP)
+	$(PY) -m pip wheel --no-build-isolation --no-deps --wheel-dir dist .
 
 # The portable default build (x86-64-v2) through maturin, then the avx2 / avx512
 # builds this machine's CPU runs (README, "Installing"; build_backend/).
