@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import hashlib
 import importlib.util
 import json
@@ -36,6 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE_DIR = os.path.join(ROOT, "python", "torch_oxide")
 
 
+@functools.cache
 def _capability_module() -> Any:
     """``torch_oxide._capability``, loaded by path: importing the package would load torch and the extension."""
     path = os.path.join(PACKAGE_DIR, "_capability.py")
@@ -201,15 +203,22 @@ def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: M
     return maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
 
 
+def _prepare() -> list[str]:
+    """What both wheel hooks do before maturin: check the tools, compile the other
+    capabilities' builds (sharing the glue with maturin's); returns those capabilities."""
+    _require_build_tools()
+    os.environ.setdefault("OXIDE_GLUE_CACHE", _glue_cache())
+    capabilities = _all_capabilities()
+    build_capabilities(capabilities)
+    return capabilities
+
+
 def build_wheel(
     wheel_directory: str,
     config_settings: Mapping[str, Any] | None = None,
     metadata_directory: str | None = None,
 ) -> str:
-    _require_build_tools()
-    os.environ.setdefault("OXIDE_GLUE_CACHE", _glue_cache())
-    capabilities = _all_capabilities()
-    build_capabilities(capabilities)
+    capabilities = _prepare()
     import maturin
 
     name = maturin.build_wheel(wheel_directory, config_settings, metadata_directory)
@@ -226,9 +235,7 @@ def build_editable(
     config_settings: Mapping[str, Any] | None = None,
     metadata_directory: str | None = None,
 ) -> str:
-    _require_build_tools()
-    os.environ.setdefault("OXIDE_GLUE_CACHE", _glue_cache())
-    build_capabilities(_all_capabilities())
+    _prepare()
     import maturin
 
     return maturin.build_editable(wheel_directory, config_settings, metadata_directory)

@@ -35,7 +35,7 @@ _LEVEL_FLAGS = {
     "avx2": ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"),
     "avx512": ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
 }
-# rustc's target CPU for each build (build_backend/capabilities.py).
+# rustc's target CPU for each build (build_backend/torch_oxide_build.py).
 TARGET_CPU = {"default": "x86-64-v2", "avx2": "x86-64-v3", "avx512": "x86-64-v4"}
 
 
