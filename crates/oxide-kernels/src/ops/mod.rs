@@ -12,3 +12,5 @@ pub mod nn;
 pub mod optim;
 pub mod random;
 pub mod reduce;
+/// torchvision's detection operators: nms, RoI align/pool (plain and position-sensitive), deformable convolution
+pub mod torchvision;

@@ -42,6 +42,7 @@ pub mod profiler;
 pub mod random;
 pub mod reduce;
 pub mod runtime;
+pub mod torchvision;
 
 /// Success.
 pub const OXIDE_STATUS_SUCCESS: i32 = 0;
