@@ -1001,7 +1001,7 @@ mod tests {
     #[test]
     fn roi_align_backward_sums_to_the_gradient_mass() {
         let r = pool(2, 2, 5, 5, [2, 2], 2, false);
-        let g = vec![1.0f64; 2 * 2 * 4];
+        let g = [1.0f64; 2 * 2 * 4];
         let rois = [0.0f64, 0.0, 0.0, 3.0, 3.0, 0.0, 1.0, 1.0, 4.0, 2.0];
         let mut gi = vec![7.0f64; 2 * 25];
         // SAFETY: the buffers have the sizes `r` describes.

@@ -70,7 +70,7 @@ fn roi_desc(
         Kind::Plain => r.channels,
         Kind::PositionSensitive => {
             let bins = r.pooled[0] * r.pooled[1];
-            if bins == 0 || r.channels % bins != 0 {
+            if bins == 0 || !r.channels.is_multiple_of(bins) {
                 return Err(AbiError::Invalid(format!(
                     "{op}: input channels must be a multiple of pooling height * pooling width"
                 )));
