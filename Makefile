@@ -87,7 +87,7 @@ cargo-test:
 # build this CPU runs is what the first run loaded): about a minute.
 PORTABLE_TESTS := $(addprefix tests/python/test_,native_ops.py nn_ops.py nn_half.py nn_conv.py nn_pool.py \
   nn_resample.py sdpa.py reduction_accuracy.py complex_ops.py foreach.py conformance_cases.py amp.py \
-  autograd.py rng.py copy_views.py)
+  autograd.py rng.py copy_views.py torchvision_ops.py)
 pytest: build
 	$(PY) -m pytest -q tests/python
 	OXIDE_CONFORMANCE=subset $(PY) -m pytest -q -p no:cacheprovider tests/conformance
