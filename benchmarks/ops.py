@@ -178,6 +178,48 @@ def _softmax(fn, backward=False):
     return run
 
 
+def _roi_inputs() -> Sequence[torch.Tensor]:
+    # A detection head's pooling: 1000 proposals over two 256-channel 50x50 feature maps.
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(1000, 2, generator=g) * 40
+    boxes = torch.cat([xy, xy + torch.rand(1000, 2, generator=g) * 20 + 1], 1)
+    rois = torch.cat([torch.randint(0, 2, (1000, 1), generator=g).float(), boxes], 1)
+    return torch.randn(2, 256, 50, 50, generator=g), rois, torch.randn(1000, 256, 7, 7, generator=g)
+
+
+def _roi_align_step(x: torch.Tensor, rois: torch.Tensor, gy: torch.Tensor) -> torch.Tensor:
+    import torchvision
+
+    x = x.detach().requires_grad_()
+    (gx,) = torch.autograd.grad(torchvision.ops.roi_align(x, rois, 7, 1.0, 2), x, gy)
+    return gx
+
+
+def _nms_inputs() -> Sequence[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(5000, 2, generator=g) * 500
+    return torch.cat([xy, xy + torch.rand(5000, 2, generator=g) * 60 + 1], 1), torch.rand(5000, generator=g)
+
+
+def _torchvision_cases() -> list[Case]:
+    """torchvision's operators (native on oxide), when torchvision is installed."""
+    try:
+        import torchvision
+    except ImportError:
+        return []
+    return [
+        Case(
+            "roi_align",
+            "torchvision",
+            "1000 rois, 2x256x50x50",
+            _roi_inputs,
+            lambda x, r, gy: torchvision.ops.roi_align(x, r, 7, 1.0, 2),
+        ),
+        Case("roi_align fwd+bwd", "torchvision", "1000 rois, 2x256x50x50", _roi_inputs, _roi_align_step, reps=6),
+        Case("nms", "torchvision", "5000 boxes", _nms_inputs, lambda b, s: torchvision.ops.nms(b, s, 0.5), reps=15),
+    ]
+
+
 def cases() -> list[Case]:
     mat = (1000, 10_000)  # 1e7 elements
     out: list[Case] = [
@@ -290,7 +332,7 @@ def cases() -> list[Case]:
                 calls=10,
             ),
         ]
-    return out
+    return out + _torchvision_cases()
 
 
 # Alternating blocks of repetitions per side (see the module docstring); each side's
