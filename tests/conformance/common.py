@@ -113,3 +113,68 @@ def expecting(test, kind: str, key: str, dtype, body):
     except Exception:  # noqa: BLE001  (any failure is the expected one)
         test.skipTest(f"expected failure: {reason}")
     raise AssertionError(f"unexpected success: remove ({kind!r}, {key!r}) from XFAIL in expectations.py")
+
+
+def _tie_args(name: str, sample) -> tuple[int, bool]:
+    """(dim, stable) of a sort, argsort or topk sample."""
+    args, kwargs = sample.args, sample.kwargs
+    if name == "topk":
+        return (args[1] if len(args) > 1 else kwargs.get("dim", -1)), False
+    return (args[0] if args else kwargs.get("dim", -1)), bool(kwargs.get("stable", False))
+
+
+def assert_equal_up_to_ties(test, name: str, sample, actual, expected) -> None:
+    """sort, argsort and topk without stable=True against CPU: the values (or, for
+    argsort, the elements the indices select) must equal CPU's exactly, and the
+    indices must be a valid answer: they select those values, and sort/argsort's are
+    a permutation along the dimension. Only the order among equal elements may
+    differ, which an unstable sort leaves to the implementation."""
+    dim, stable = _tie_args(name, sample)
+    actual = to_cpu(actual)
+    if stable:
+        test.assertEqual(actual, expected, exact_device=False)
+        return
+    x = sample.input.detach().cpu()
+    if name == "argsort":
+        actual_idx, expected_idx = actual, expected
+    else:
+        (values, actual_idx), (expected_values, expected_idx) = actual, expected
+        test.assertEqual(values, expected_values, exact_device=False)
+    test.assertEqual(actual_idx.dtype, torch.int64)
+    test.assertEqual(actual_idx.shape, expected_idx.shape)
+    if x.dim() == 0:
+        x, actual_idx, expected_idx, dim = x.reshape(1), actual_idx.reshape(1), expected_idx.reshape(1), 0
+    test.assertEqual(x.gather(dim, actual_idx), x.gather(dim, expected_idx))
+    sorted_idx = actual_idx.sort(dim).values
+    if name == "topk":
+        # k distinct positions.
+        test.assertTrue(bool((sorted_idx.diff(dim=dim) > 0).all()) if sorted_idx.size(dim) > 1 else True)
+    else:
+        shape = [1] * x.dim()
+        shape[dim] = x.size(dim)
+        test.assertEqual(sorted_idx, torch.arange(x.size(dim)).reshape(shape).expand_as(sorted_idx))
+
+
+def to_float64(x):
+    """Floating tensors of a sample as float64 (the accuracy reference's inputs)."""
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def assert_at_least_as_accurate(test, actual, expected, reference) -> None:
+    """Half-type outputs: oxide's largest error against `reference` (the operator on
+    float64 copies of the same inputs) is at most CPU's, with NaN and infinities where
+    CPU has them; other outputs must equal CPU's."""
+    actual = to_cpu(actual)
+    outs = zip(tensors_in(actual), tensors_in(expected), tensors_in(reference))
+    for a, e, r in outs:
+        test.assertEqual(a.dtype, e.dtype)
+        test.assertEqual(a.shape, e.shape)
+        if not e.is_floating_point():
+            test.assertEqual(a, e)
+            continue
+        a64, e64, r64 = a.double(), e.double(), r.double()
+        test.assertTrue(torch.equal(a64.isnan(), e64.isnan()), "NaN where CPU has none, or the reverse")
+        finite = e64.isfinite()
+        test.assertTrue(torch.equal(a64[~finite & ~e64.isnan()], e64[~finite & ~e64.isnan()]), "infinities differ")
+        err = lambda v: (v[finite] - r64[finite]).abs().max().item() if bool(finite.any()) else 0.0  # noqa: E731
+        test.assertLessEqual(err(a64), err(e64), "oxide is farther from the float64 result than CPU")

@@ -7,8 +7,8 @@ for the oxide device. OXIDE_CONFORMANCE=full runs all of op_db; the default
 """
 
 import torch
-from common import MODE, cpu_copy, expecting, fallback_calls, metadata, record, tensors_in, to_cpu
-from expectations import METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, op_key
+from common import MODE, assert_at_least_as_accurate, assert_equal_up_to_ties, cpu_copy, expecting, fallback_calls, metadata, record, tensors_in, to_cpu, to_float64
+from expectations import AT_LEAST_AS_ACCURATE, METADATA_ONLY, SKIP_OPS, TIE_ORDER, SUBSET_DTYPES, SUBSET_OPS, op_key
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -63,6 +63,11 @@ class TestOxideOps(TestCase):
             expected = _call(op, cpu_sample)
             if key in METADATA_ONLY or op.name in METADATA_ONLY:
                 self.assertEqual(metadata(to_cpu(actual)), metadata(expected))
+            elif key in TIE_ORDER:
+                assert_equal_up_to_ties(self, key, sample, actual, expected)
+            elif key in AT_LEAST_AS_ACCURATE and dtype in (torch.float16, torch.bfloat16):
+                reference = _call(op, cpu_sample.transform(to_float64))
+                assert_at_least_as_accurate(self, actual, expected, reference)
             else:
                 self.assertEqual(to_cpu(actual), expected, exact_device=False)
             compared += 1

@@ -9,7 +9,7 @@ CPU fallback fails here.
 
 import pytest
 import torch
-from test_native_ops import check, to_oxide
+from test_native_ops import check, to_oxide, with_out
 
 COMPLEX = [torch.complex64, torch.complex128]
 REAL = [
@@ -312,6 +312,19 @@ def test_unary_at_every_special_value(op, cdt):
     check(getattr(torch, op), vals, where=f"{op} at special values")
 
 
+
+@pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
+def test_pow_at_every_special_value(cdt):
+    """CPU's complex pow is the C library's cpow: `0 ** i` is NaN, `0 ** -1` is
+    inf + NaN i, `0 ** 2` is 0 - 0i. Every pairing of special bases and exponents."""
+    parts = [0.0, -0.0, 1.0, -1.0, 2.5, float("inf"), -float("inf"), float("nan")]
+    zs = [complex(a, b) for a in parts for b in parts]
+    base = torch.tensor([z for z in zs for _ in zs], dtype=cdt)
+    exponent = torch.tensor([w for _ in zs for w in zs], dtype=cdt)
+    check(torch.pow, base, exponent, where="pow at special values", exact=True)
+    check(torch.pow, torch.zeros(4, dtype=cdt), torch.tensor([1j, -1, 2, 0.5], dtype=cdt), where="zero base")
+
+
 # ---------------------------------------------------------------------------------------
 # Reductions
 # ---------------------------------------------------------------------------------------
@@ -357,6 +370,31 @@ def test_matmul_with_conjugate_inputs(cdt):
     check(lambda x, y: torch.mv(x, y), a, z((4,), cdt, 79), where="mv")
     check(lambda x, y: torch.dot(x, y), z((6,), cdt, 80), z((6,), cdt, 81), where="dot")
     check(lambda x, y: torch.vdot(x, y), z((6,), cdt, 80), z((6,), cdt, 81), where="vdot")
+
+
+
+@pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
+@pytest.mark.parametrize(
+    "beta, alpha", [(1 + 2j, 2 + 3j), (0.5, 1j), (1j, 2.0), (0j, 2 - 1j)], ids=["both", "alpha", "beta", "beta0"]
+)
+def test_products_with_complex_scaling_factors(cdt, beta, alpha):
+    # alpha and beta with imaginary parts: the GEMM kernel takes real factors, and
+    # dropping the imaginary parts gave wrong values silently.
+    a, b, c = z((3, 4), cdt, 82), z((4, 5), cdt, 83), z((3, 5), cdt, 84)
+    a3, b3, c3 = z((2, 3, 4), cdt, 85), z((2, 4, 5), cdt, 86), z((2, 3, 5), cdt, 87)
+    nan_self = torch.full((3, 5), complex(float("nan"), 0), dtype=cdt)
+    kw = dict(beta=beta, alpha=alpha)
+    check(lambda s, x, y: torch.addmm(s, x, y, **kw), c, a, b, where="addmm")
+    check(lambda s, x, y: torch.addmm(s, x, y, **kw), z((5,), cdt, 88), a, b, where="addmm broadcast self")
+    check(lambda s, x, y: s.addmm_(x, y, **kw), c, a, b, where="addmm_")
+    check(with_out(lambda s, x, y, out: torch.addmm(s, x, y, out=out, **kw)), c, a, b, torch.empty(0, dtype=cdt))
+    check(lambda s, x, y: torch.baddbmm(s, x, y, **kw), c3, a3, b3, where="baddbmm")
+    check(lambda s, x, y: torch.addbmm(s, x, y, **kw), c, a3, b3, where="addbmm")
+    check(lambda s, x, y: torch.addmv(s, x, y, **kw), z((3,), cdt, 89), a, z((4,), cdt, 90), where="addmv")
+    check(lambda s, x, y: s.addmv_(x, y, **kw), z((3,), cdt, 89), a, z((4,), cdt, 90), where="addmv_")
+    check(lambda s, x, y: torch.addmv(s, x, y, **kw), z((), cdt, 91), a, z((4,), cdt, 90), where="addmv 0-d self")
+    if beta == 0:
+        check(lambda s, x, y: torch.addmm(s, x, y, **kw), nan_self, a, b, where="beta 0 ignores NaN in self")
 
 
 # ---------------------------------------------------------------------------------------

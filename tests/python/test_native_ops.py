@@ -1781,6 +1781,103 @@ def data_movement_cases(op, dt):
             ("empty index", lambda a, i: a.take(i), x((3, 5), 2), idx()),
             ("index out of range raises", lambda a, i: a.take(i), x((3, 5), 3), idx(15)),
         ]
+    if op == "put":
+        return [
+            ("put_ with a negative index", lambda a, i, v: a.put_(i, v), x((3, 5), 0, True), idx(0, 14, -1), x((3,), 1)),
+            ("put, 2-d index", lambda a, i, v: a.put(i, v), x((3, 5), 2), idx(1, 4, 7, 9).reshape(2, 2), x((2, 2), 3)),
+            (
+                "accumulate with duplicates",
+                lambda a, i, v: a.put_(i, v, accumulate=True),
+                few((3, 5), 4),
+                idx(1, 1, 7, 1),
+                few((4,), 5),
+            ),
+            ("transposed self", lambda a, i, v: a.t().put_(i, v), x((5, 3), 6), idx(0, 2, 13), x((3,), 7)),
+            ("empty index", lambda a, i, v: a.put_(i, v), x((3, 5), 8), idx(), x((0,), 9)),
+            ("index out of range raises", lambda a, i, v: a.put_(i, v), x((3, 5), 10), idx(15), x((1,), 11)),
+            ("too negative raises", lambda a, i, v: a.put_(i, v), x((3, 5), 12), idx(-16), x((1,), 13)),
+            ("size mismatch raises", lambda a, i, v: a.put_(i, v), x((3, 5), 14), idx(1, 2), x((3,), 15)),
+            ("into an empty tensor raises", lambda a, i, v: a.put_(i, v), x((0,), 16), idx(0), x((1,), 17)),
+            ("source of another dtype raises", lambda a, i, v: a.put_(i, v), x((3,), 18), idx(0), f64((1,))),
+        ]
+    if op == "index_reduce":
+        cases = []
+        for reduce in ("prod", "mean", "amax", "amin"):
+            cases += [
+                (
+                    f"{reduce} dim 0, duplicates",
+                    lambda a, i, s, r=reduce: a.index_reduce(0, i, s, r),
+                    few((4, 3), 0),
+                    idx(0, 2, 0, 3, 0),
+                    few((5, 3), 1),
+                ),
+                (
+                    f"{reduce}_ dim 1 without self, transposed",
+                    lambda a, i, s, r=reduce: a.t().index_reduce_(1, i, s, r, include_self=False),
+                    few((5, 3), 2),
+                    idx(4, 1, 1),
+                    few((3, 3), 3),
+                ),
+                (
+                    f"{reduce} out=",
+                    with_out(lambda a, i, s, out, r=reduce: torch.index_reduce(a, -1, i, s, r, out=out)),
+                    few((2, 3), 4),
+                    idx(2, 2),
+                    few((2, 2), 5),
+                    o(),
+                ),
+            ]
+        if dt != torch.bool:
+            cases += [
+                ("0-dim", lambda a, i, s: a.index_reduce(0, i, s, "amax"), few((), 6), idx(0), few((), 7)),
+                ("index out of range raises", lambda a, i, s: a.index_reduce(0, i, s, "amax"), x((3,), 8), idx(3), x((1,), 9)),
+                ("negative index raises", lambda a, i, s: a.index_reduce(0, i, s, "amin"), x((3,), 10), idx(-1), x((1,), 11)),
+                ("unknown reduction raises", lambda a, i, s: a.index_reduce(0, i, s, "sum"), x((3,), 12), idx(0), x((1,), 13)),
+            ]
+        return cases
+    if op == "repeat_interleave":
+        reps = lambda *v, dtype=torch.int64: torch.tensor(v, dtype=dtype)  # noqa: E731
+        return [
+            ("self, repeats tensor, dim 0", lambda a, r: a.repeat_interleave(r, dim=0), x((3, 4), 0, True), reps(2, 0, 3)),
+            ("self, int repeats, flattened", lambda a: a.repeat_interleave(2), x((2, 3), 1)),
+            ("transposed, dim 1", lambda a, r: torch.repeat_interleave(a, r, dim=1), x((4, 3), 2).t(), reps(1, 2, 1, 0)),
+            ("repeats only, int32", lambda r: torch.repeat_interleave(r), reps(3, 1, 0, 2, dtype=torch.int32)),
+            ("with output_size", lambda r: torch.repeat_interleave(r, output_size=6), reps(3, 1, 0, 2)),
+            ("empty repeats", lambda r: torch.repeat_interleave(r), reps()),
+            ("negative repeats raise", lambda r: torch.repeat_interleave(r), reps(1, -1)),
+            ("2-d repeats raise", lambda r: torch.repeat_interleave(r), reps(1, 2).reshape(1, 2)),
+            ("wrong output_size raises", lambda r: torch.repeat_interleave(r, output_size=4), reps(1, 2)),
+        ]
+    if op == "trace":
+        return [
+            ("(3,5)", lambda a: torch.trace(a), x((3, 5), 0, True)),
+            ("transposed", lambda a: a.trace(), x((5, 3), 1).t()),
+            ("step-sliced", lambda a: a.trace(), x((4, 10), 2)[:, ::3]),
+            ("empty", lambda a: a.trace(), x((0, 3), 3)),
+            ("1-d raises", lambda a: a.trace(), x((3,), 4)),
+        ]
+    if op == "cross":
+        return [
+            ("dim 1", lambda a, b: torch.linalg.cross(a, b), x((4, 3), 0, True), x((4, 3), 1)),
+            ("dim 0, broadcast", lambda a, b: torch.linalg.cross(a, b, dim=0), x((3, 1), 2), x((3, 5), 3)),
+            ("torch.cross, transposed", lambda a, b: torch.cross(a, b, dim=1), x((3, 4), 4).t(), x((4, 3), 5)),
+            ("out= aliasing an input", lambda a, b: torch.linalg.cross(a, b, out=a), x((2, 3), 6), x((2, 3), 7)),
+            ("out of wrong size", with_out(lambda a, b, out: torch.linalg.cross(a, b, out=out)), x((2, 3), 8), x((2, 3), 9), o()),
+            ("size 2 dim raises", lambda a, b: torch.linalg.cross(a, b), x((3, 2), 10), x((3, 2), 11)),
+        ]
+    if op == "rsub":
+        return [
+            ("tensor", lambda a, b: torch.rsub(a, b), x((3, 5), 0, True), x((3, 5), 1)),
+            ("alpha 2, broadcast", lambda a, b: torch.rsub(a, b, alpha=2), x((3, 5), 2), x((5,), 3)),
+            ("scalar", lambda a: torch.rsub(a, 3), x((5, 3), 4).t()),
+            ("python scalar minus tensor", lambda a: 2 - a, x((3, 5), 5)),
+        ]
+    if op == "channel_shuffle":
+        return [
+            ("groups 2", lambda a: torch.nn.functional.channel_shuffle(a, 2), x((2, 4, 3), 0, True)),
+            ("groups 3, 4-d permuted", lambda a: torch.channel_shuffle(a, 3), x((2, 3, 6, 2), 1).permute(0, 2, 1, 3)),
+            ("groups not dividing channels raise", lambda a: torch.channel_shuffle(a, 3), x((2, 4, 3), 2)),
+        ]
     if op == "flip":
         return [
             ("dim 0", lambda a: a.flip(0), x((3, 5), 0, True)),
@@ -2020,6 +2117,13 @@ DATA_MOVEMENT = [
     "masked_scatter",
     "nonzero",
     "take",
+    "put",
+    "index_reduce",
+    "repeat_interleave",
+    "trace",
+    "cross",
+    "rsub",
+    "channel_shuffle",
     "flip",
     "roll",
     "repeat",
@@ -2277,6 +2381,28 @@ def test_linalg(op, dtype):
 # ---------------------------------------------------------------------------------------
 # Backward
 # ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.int8, torch.bool, torch.complex64], ids=dname)
+def test_addr(dtype):
+    """beta * self + (alpha * vec1) * vec2 in CPU's order, beta and alpha converted to the
+    element type first: exact in float16 and bfloat16, where CPU rounds every step."""
+    x = lambda shape, seed: make(shape, dtype, seed)  # noqa: E731
+    exact = dtype in (torch.float16, torch.bfloat16) or not (dtype.is_floating_point or dtype.is_complex)
+    scalars = dict(beta=2, alpha=3) if not (dtype.is_floating_point or dtype.is_complex) else dict(beta=0.6, alpha=0.2)
+    if dtype == torch.bool:
+        scalars = dict(beta=True, alpha=True)
+    run_cases(
+        [
+            ("addr", lambda s, a, b: torch.addr(s, a, b, **scalars), x((5, 10), 0), x((5,), 1), x((10,), 2)),
+            ("broadcast self", lambda s, a, b: torch.addr(s, a, b, **scalars), x((10,), 3), x((5,), 4), x((10,), 5)),
+            ("addr_ on a transposed self", lambda s, a, b: s.t().addr_(a, b, **scalars), x((10, 5), 6), x((5,), 7), x((10,), 8)),
+            ("out=", with_out(lambda s, a, b, out: torch.addr(s, a, b, out=out, **scalars)), x((5, 10), 9), x((5,), 10), x((10,), 11), x((2,), 12)),
+            ("beta 0 ignores self", lambda s, a, b: torch.addr(s, a, b, beta=0), make((5, 10), dtype, 13, special=True), x((5,), 14), x((10,), 15)),
+            ("2-d vec1 raises", lambda s, a, b: torch.addr(s, a, b), x((5, 10), 16), x((5, 1), 17), x((10,), 18)),
+        ],
+        exact=exact,
+    )
 
 
 def check_grad(fn, *args, where=""):

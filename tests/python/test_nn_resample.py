@@ -384,3 +384,31 @@ def test_grid_sample_bad_arguments():
     check_raises(lambda x, g: F.grid_sample(x, g, align_corners=False), make((2, 3, 0, 5)), g)  # empty spatial
     check_raises(lambda x, g: F.grid_sample(x, g, align_corners=False), x, g.double())  # dtype mismatch
     check_raises(lambda x, g: torch.grid_sampler_2d(x, g, 0, 0, False), x.long(), g.long())
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "linear", "trilinear"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16], ids=str)
+def test_integer_interpolation_matches_cpu_through_the_fallback(mode, dtype):
+    """The weighted modes compute in floating types only; an integer input once ran the
+    float formula in the integer type, every weight truncated to 0, and bilinear uint8
+    returned zeros. Integer inputs now go to the counted CPU fallback: CPU computes
+    uint8 bilinear/bicubic its own way and raises NotImplementedError for the rest."""
+    dims = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}[mode]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 250, (2, 3) + (5,) * dims, generator=g).to(dtype)
+    size = (4,) * dims
+    previous = torch.oxide.get_fallback_mode()
+    torch.oxide.set_fallback_mode("silent")
+    try:
+        try:
+            expected = F.interpolate(x, size=size, mode=mode, align_corners=False)
+        except NotImplementedError:
+            with pytest.raises(NotImplementedError):
+                F.interpolate(x.to("oxide"), size=size, mode=mode, align_corners=False)
+            return
+        before = sum(torch.oxide.fallback_stats().values())
+        actual = F.interpolate(x.to("oxide"), size=size, mode=mode, align_corners=False)
+        assert sum(torch.oxide.fallback_stats().values()) > before
+    finally:
+        torch.oxide.set_fallback_mode(previous)
+    torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)

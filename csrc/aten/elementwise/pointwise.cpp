@@ -113,7 +113,9 @@
 #include <ATen/ops/where_native.h>
 #include <ATen/ops/xlogy_native.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/LinearAlgebra.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/addr_native.h>
 #include <ATen/ops/addcdiv.h>
 #include <ATen/ops/addcmul.h>
 #include <ATen/ops/div.h>
@@ -269,6 +271,28 @@ void nan_to_num(at::TensorIteratorBase& iter, std::optional<double> nan, std::op
   pointwise(iter, OXIDE_POINTWISE_nan_to_num, a);
 }
 
+// addr's stub: beta and alpha in the element type first, as CPU converts them;
+// integers and floats here, bool and complex take PyTorch's composite (see addr below).
+void addr_kernel(at::TensorIterator& iter, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  const auto dt = iter.common_dtype();
+  ScalarArgs a;
+  if (at::isFloatingType(dt)) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dt, "addr", [&] {
+      a.set(0, static_cast<double>(beta.to<scalar_t>()));
+      a.set(1, static_cast<double>(alpha.to<scalar_t>()));
+    });
+    a.set(2, dt == at::kHalf ? 1.0 : dt == at::kBFloat16 ? 2.0 : 0.0);
+    pointwise(iter, OXIDE_POINTWISE_addr_float, a);
+    return;
+  }
+  OXIDE_CHECK_DTYPE(at::isIntegralType(dt, /*includeBool=*/false), "addr: dtype ", dt, " is not supported on oxide");
+  check_scalar_fits(beta, dt);
+  check_scalar_fits(alpha, dt);
+  a.set(0, beta);
+  a.set(1, alpha);
+  pointwise(iter, OXIDE_POINTWISE_addr_int, a);
+}
+
 }  // namespace
 }  // namespace oxide
 
@@ -346,6 +370,7 @@ REGISTER_PRIVATEUSE1_DISPATCH(clamp_min_scalar_stub, &::oxide::clamp_min_scalar)
 REGISTER_PRIVATEUSE1_DISPATCH(clamp_max_scalar_stub, &::oxide::clamp_max_scalar)
 REGISTER_PRIVATEUSE1_DISPATCH(round_decimals_stub, &::oxide::round_decimals)
 REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &::oxide::nan_to_num)
+REGISTER_PRIVATEUSE1_DISPATCH(addr_stub, &::oxide::addr_kernel)
 }  // namespace at::native
 
 namespace oxide {
@@ -355,6 +380,22 @@ using T = const at::Tensor&;
 using S = const c10::Scalar&;
 using OptS = const std::optional<c10::Scalar>&;
 using OptT = const std::optional<at::Tensor>&;
+
+// addr (addr_ is PyTorch's composite over addr.out): CPU's native functions (checks,
+// broadcast, iterator) over addr_stub for real dtypes; bool and complex keep PyTorch's composite of outer products, which is what
+// they ran before and needs no kernel of its own.
+bool addr_composite(T self, T vec1, T vec2) {
+  const auto dt = at::promote_types(at::promote_types(self.scalar_type(), vec1.scalar_type()), vec2.scalar_type());
+  return dt == at::kBool || at::isComplexType(dt);
+}
+at::Tensor addr(T self, T vec1, T vec2, S beta, S alpha) {
+  return addr_composite(self, vec1, vec2) ? at::native::math_addr(self, vec1, vec2, beta, alpha)
+                                          : at::native::addr(self, vec1, vec2, beta, alpha);
+}
+at::Tensor& addr_out(T self, T vec1, T vec2, S beta, S alpha, at::Tensor& out) {
+  return addr_composite(self, vec1, vec2) ? at::native::math_addr_out(self, vec1, vec2, beta, alpha, out)
+                                          : at::native::addr_out(self, vec1, vec2, beta, alpha, out);
+}
 
 // Scalar % tensor: the scalar as a wrapped number, so it does not take part in type promotion.
 at::Tensor remainder_scalar_tensor(const c10::Scalar& self, const at::Tensor& other) {
@@ -394,6 +435,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // PyTorch's composite conj_physical_ calls the stub directly; registered here so that
   // a dtype the stub refuses (complex32) reaches the fallback through this wrapper.
   OXIDE_IMPL(m, "conj_physical_", TORCH_FN(conj_physical_));
+  OXIDE_IMPL(m, "addr", TORCH_FN(addr));
+  OXIDE_IMPL(m, "addr.out", TORCH_FN(addr_out));
   OXIDE_IMPL(m, "relu", TORCH_FN(relu));
   OXIDE_IMPL(m, "relu_", TORCH_FN(relu_));
 

@@ -45,9 +45,30 @@ void gemm(const at::Tensor& c, const at::Tensor& a_in, const at::Tensor& b_in, d
   OXIDE_CHECK(oxide_gemm(launch_on(c), beta == 0 ? out_arg(c) : inout_arg(c), alpha, in_arg(a), in_arg(b), beta));
 }
 
+bool has_imaginary_part(const c10::Scalar& s) { return s.isComplex() && s.toComplexDouble().imag() != 0; }
+
+// out = beta * self + alpha * (a @ b) where alpha or beta has an imaginary part: the
+// kernel takes real scaling factors, so the product is formed unscaled and combined by
+// pointwise kernels. beta == 0 ignores self, NaNs included, as BLAS does.
+void add_product_complex_scalars(const at::Tensor& out, const at::Tensor& self, const at::Tensor& a,
+                                 const at::Tensor& b, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  auto product = at::empty(out.sizes(), out.options());
+  gemm(product, a, b, 0, 1);
+  product.mul_(alpha);
+  if (beta.toComplexDouble() == c10::complex<double>(0, 0)) {
+    out.copy_(product);
+  } else {
+    out.copy_(self.expand(out.sizes()).mul(beta).add_(product));
+  }
+}
+
 // out = beta * self + alpha * (a @ b): self is broadcast into out first unless it is out.
 void add_product(const at::Tensor& out, const at::Tensor& self, const at::Tensor& a, const at::Tensor& b,
                  const c10::Scalar& beta, const c10::Scalar& alpha) {
+  if (out.numel() > 0 && (has_imaginary_part(alpha) || has_imaginary_part(beta))) {
+    add_product_complex_scalars(out, self, a, b, beta, alpha);
+    return;
+  }
   const double be = beta.toComplexDouble().real();
   if (be != 0 && !self.is_same(out)) {
     out.copy_(self.expand(out.sizes()));
@@ -77,6 +98,11 @@ struct Addmv : at::meta::structured_addmv {
   void impl(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const c10::Scalar& beta,
             const c10::Scalar& alpha, const at::Tensor& out) {
     if (out.numel() == 0) {
+      return;
+    }
+    if (has_imaginary_part(alpha) || has_imaginary_part(beta)) {
+      add_product_complex_scalars(out.unsqueeze(1), self.dim() == 1 ? self.unsqueeze(1) : self, mat,
+                                  vec.unsqueeze(1), beta, alpha);
       return;
     }
     // Not add_product: self may be 0-dim, and the in-place case must see self and out as the same tensor.

@@ -234,10 +234,12 @@ void check_common(int n, IA input_size, IA output_size) {
   }
 }
 
-// CPU's kernels for these modes are instantiated for floating types only.
+// The weighted modes run for floating types only: their weights are fractions, which
+// an integer computation would truncate to 0. Other dtypes go to the CPU fallback, where
+// CPU computes uint8 (bilinear, bicubic) its own way and raises for the rest.
 void check_interp_dtype(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t.scalar_type()) && !at::isFloat8Type(t.scalar_type()), "\"", name,
-                              "\" not implemented for '", t.scalar_type(), "'");
+  OXIDE_CHECK_DTYPE(at::isFloatingType(t.scalar_type()) && !at::isFloat8Type(t.scalar_type()), name, ": dtype ",
+                    t.scalar_type(), " is not supported on oxide");
 }
 
 template <int N, bool Cubic>
@@ -355,6 +357,7 @@ std::vector<Axis> bilinear_axes(bool dbl, IA input_size, IA output_size, bool al
 }
 at::Tensor bilinear2d(T self, IA output_size, bool align_corners, OptD sh, OptD sw) {
   at::native::upsample_2d_common_check(self.sizes(), output_size);
+  check_interp_dtype(self, "upsample_bilinear2d");
   return resample_forward(
       self, bilinear_axes(self.scalar_type() == at::kDouble, self.sizes(), output_size, align_corners, sh, sw));
 }

@@ -109,6 +109,10 @@ macro_rules! complex_element {
                     }
                 }
             }
+            fn c99_pow(self, w: Self) -> Self {
+                // SAFETY: a pure C library function of two complex values, passed as in `c99`.
+                unsafe { c99_pow::$m(self, w) }
+            }
         }
     )*};
 }
@@ -154,6 +158,19 @@ libm_complex! {
     f64: exp => "cexp", sin => "csin", cos => "ccos", tan => "ctan", sinh => "csinh", cosh => "ccosh",
          tanh => "ctanh", asin => "casin", acos => "cacos", atan => "catan", asinh => "casinh",
          acosh => "cacosh", atanh => "catanh";
+}
+
+/// The C library's `cpow` by element type: CPU PyTorch's complex `pow` is
+/// `std::pow`, which libstdc++ hands to it, so its results (zero and non-finite
+/// bases and exponents included) are CPU's exactly.
+mod c99_pow {
+    use super::Complex;
+    extern "C" {
+        #[link_name = "cpowf"]
+        pub fn f32(z: Complex<f32>, w: Complex<f32>) -> Complex<f32>;
+        #[link_name = "cpow"]
+        pub fn f64(z: Complex<f64>, w: Complex<f64>) -> Complex<f64>;
+    }
 }
 
 impl<T: Float> std::ops::Add for Complex<T> {
@@ -261,6 +278,8 @@ pub trait Cplx:
     /// non-finite inputs, where C99 Annex G fixes each special value's result and
     /// the textbook formulas would produce NaN from `inf * 0` or `inf - inf`.
     fn c99(self, f: C99) -> Self;
+    /// The C library's `cpow(self, w)`.
+    fn c99_pow(self, w: Self) -> Self;
     /// Both parts finite.
     #[inline(always)]
     fn finite(self) -> bool {
@@ -499,13 +518,11 @@ pub trait Cplx:
             Self::new(self.re() / n, self.im() / n)
         }
     }
-    /// Principal power `exp(w ln z)`; `0 ** w` is 0 (C++'s std::pow for complex).
+    /// Principal power `exp(w ln z)` as the C library's `cpow` computes it, which
+    /// is what CPU runs: `0 ** i` is NaN and `0 ** -1` is `inf + NaN i` there, not 0.
     #[inline(always)]
     fn powc(self, w: Self) -> Self {
-        if self == Self::zero() {
-            return if w == Self::zero() { Self::one() } else { Self::zero() };
-        }
-        (w * self.ln()).exp()
+        self.c99_pow(w)
     }
     /// PyTorch's lerp: two formulas for the two halves of the weight range.
     #[inline(always)]

@@ -496,6 +496,12 @@ family! {
     };
     // self + value * t1 * t2, s[0] = value
     addcmul = |x, s, c| x[0].add(s[0].mul(x[1]).mul(x[2]));
+    // (self, vec1 as a column, vec2) -> beta * self + (alpha * vec1) * vec2, s = (beta, alpha),
+    // for integers (floats: FloatTernary::addr_float); beta == 0 ignores self.
+    addr_int = |x, s, c| {
+        let p = s[1].mul(x[1]).mul(x[2]);
+        if s[0] == C::ZERO { p } else { s[0].mul(x[0]).add(p) }
+    };
 }
 
 family! {
@@ -503,6 +509,15 @@ family! {
     FloatTernary: arity 3, F: Float => F;
     // self + value * t1 / t2, s[0] = value
     addcdiv = |x, s, c| x[0] + s[0] * x[1] / x[2];
+    // addr: (self, vec1 as a column, vec2) -> beta * self + (alpha * vec1) * vec2 in CPU's
+    // order, s = (beta, alpha, h) with beta and alpha already in the element type; with h
+    // (see `storage_round`) every step rounds to the half type, as CPU's Half arithmetic
+    // does. beta == 0 ignores self, NaN included.
+    addr_float = |x, s, c| {
+        let r = |v: F| storage_round(v, s[2]);
+        let p = r(r(s[1] * x[1]) * x[2]);
+        if s[0] == F::ZERO { p } else { r(r(s[0] * x[0]) + p) }
+    };
     // (self, end, weight)
     lerp_tensor = |x, s, c| lerp(x[0], x[1], x[2]);
     // Loss backward: (input, target, grad_output) -> grad_input, s[0] = norm (1/numel for mean).

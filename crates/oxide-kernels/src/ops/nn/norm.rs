@@ -19,7 +19,7 @@
 use crate::dtype::{DType, Element};
 use crate::engine::iter::{for_each_range, load, store, thread_tasks};
 use crate::engine::lanes::{dot_f64, sq_dev_f64, sum_f64};
-use crate::engine::math::Float;
+use crate::engine::math::{round_to, Float};
 use crate::engine::SendPtr;
 use crate::error::{Error, Result};
 
@@ -486,7 +486,9 @@ unsafe fn batch_norm_in<F: Float + Element>(
                     let invstd = 1.0 / (var + eps).sqrt();
                     write(param_dt, sm_p, ch, &[m]);
                     write(param_dt, si_p, ch, &[invstd]);
-                    (m, invstd)
+                    // Normalised with the statistics as stored: with half parameters CPU
+                    // rounds them to the half type first, which moves outputs by an ulp or two.
+                    (round_to(param_dt, m), round_to(param_dt, invstd))
                 } else {
                     (rm[ch], 1.0 / (rv[ch] + eps).sqrt())
                 };

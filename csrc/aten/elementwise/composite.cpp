@@ -1,0 +1,60 @@
+// rsub, linalg_cross, trace and channel_shuffle on oxide: operators whose CPU
+// kernels are CPU-only loops but whose results are a few pointwise kernels,
+// views or a reduction away. Composed here from those, so they run natively
+// with CPU's checks (PyTorch's meta function for linalg_cross, CPU's messages
+// for the others).
+#include "common/device_check.h"
+#include "common/structured.h"
+
+#include <ATen/WrapDimUtils.h>
+#include <ATen/ops/channel_shuffle_native.h>
+#include <ATen/ops/linalg_cross_meta.h>
+#include <ATen/ops/rsub_native.h>
+#include <ATen/ops/stack.h>
+#include <torch/library.h>
+
+namespace oxide {
+namespace {
+
+// Component i of a x b is a[i+1] b[i+2] - a[i+2] b[i+1]; all three are formed before
+// anything is written, since out may be one of the inputs.
+struct LinalgCross : at::meta::structured_linalg_cross {
+  void impl(const at::Tensor& self, const at::Tensor& other, int64_t dim, const at::Tensor& out) {
+    if (out.numel() == 0) {
+      return;
+    }
+    // Bool has no subtraction: CPU raises for it, through the fallback.
+    OXIDE_CHECK_DTYPE(out.scalar_type() != at::kBool, "linalg_cross: dtype Bool is not supported on oxide");
+    const int64_t d = at::maybe_wrap_dim(dim, out.dim());
+    const auto a = self.expand(out.sizes());
+    const auto b = other.expand(out.sizes());
+    const auto component = [&](int64_t i) {
+      const int64_t j = (i + 1) % 3;
+      const int64_t k = (i + 2) % 3;
+      return a.select(d, j).mul(b.select(d, k)).sub_(a.select(d, k).mul(b.select(d, j)));
+    };
+    out.copy_(at::stack({component(0), component(1), component(2)}, d));
+  }
+};
+
+// The sum of the diagonal; integral inputs give int64, as CPU's trace does (sum's promotion).
+at::Tensor trace(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  OXIDE_CHECK_DTYPE(self.scalar_type() != at::kBool, "trace: dtype Bool is not supported on oxide");
+  return self.diagonal().sum();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using T = const at::Tensor&;
+  OXIDE_STRUCTURED(m, LinalgCross, "linalg_cross", "", "linalg_cross.out", T, int64_t);
+  OXIDE_IMPL(m, "trace", TORCH_FN(trace));
+  // CPU's own device-generic functions: rsub is sub with the operands swapped;
+  // channel_shuffle checks its arguments and reshapes through views and one copy.
+  OXIDE_IMPL(m, "rsub.Tensor",
+             TORCH_FN(static_cast<at::Tensor (*)(T, T, const c10::Scalar&)>(&at::native::rsub)));
+  OXIDE_IMPL(m, "channel_shuffle", TORCH_FN(at::native::channel_shuffle));
+}
+
+}  // namespace oxide
