@@ -12,6 +12,10 @@ mod reference {
     use crate::dtype::DType::{BF16, F16, F32, F64};
     const INF: f64 = f64::INFINITY;
     const NAN: f64 = f64::NAN;
+    /// (op, compute dtype, input columns, CPU's results)
+    type FloatRow = (&'static str, DType, &'static [&'static [f64]], &'static [f64]);
+    /// (op, dtype name, a, b, CPU's results)
+    type IntRow = (&'static str, &'static str, &'static [i64], &'static [i64], &'static [i64]);
     include!("special_ref.rs");
 }
 
