@@ -25,7 +25,6 @@
 #include <ATen/ops/addcdiv_native.h>
 #include <ATen/ops/addcmul_native.h>
 #include <ATen/ops/angle_native.h>
-#include <ATen/ops/conj_physical_native.h>
 #include <ATen/ops/asin_native.h>
 #include <ATen/ops/asinh_native.h>
 #include <ATen/ops/atan2_native.h>
@@ -41,9 +40,11 @@
 #include <ATen/ops/clamp_max_native.h>
 #include <ATen/ops/clamp_min_native.h>
 #include <ATen/ops/clamp_native.h>
+#include <ATen/ops/conj_physical_native.h>
 #include <ATen/ops/copysign_native.h>
 #include <ATen/ops/cos_native.h>
 #include <ATen/ops/cosh_native.h>
+#include <ATen/ops/digamma_native.h>
 #include <ATen/ops/div_native.h>
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/erf_native.h>
@@ -58,13 +59,16 @@
 #include <ATen/ops/fmin_native.h>
 #include <ATen/ops/fmod_native.h>
 #include <ATen/ops/frac_native.h>
+#include <ATen/ops/gcd_native.h>
 #include <ATen/ops/ge_native.h>
 #include <ATen/ops/gt_native.h>
 #include <ATen/ops/heaviside_native.h>
 #include <ATen/ops/hypot_native.h>
+#include <ATen/ops/i0_native.h>
 #include <ATen/ops/isnan_native.h>
 #include <ATen/ops/isneginf_native.h>
 #include <ATen/ops/isposinf_native.h>
+#include <ATen/ops/lcm_native.h>
 #include <ATen/ops/le_native.h>
 #include <ATen/ops/lerp_native.h>
 #include <ATen/ops/lgamma_native.h>
@@ -88,6 +92,8 @@
 #include <ATen/ops/nan_to_num_native.h>
 #include <ATen/ops/ne_native.h>
 #include <ATen/ops/neg_native.h>
+#include <ATen/ops/nextafter_native.h>
+#include <ATen/ops/polygamma_native.h>
 #include <ATen/ops/pow_native.h>
 #include <ATen/ops/reciprocal_native.h>
 #include <ATen/ops/relu_native.h>
@@ -104,6 +110,39 @@
 #include <ATen/ops/sin_native.h>
 #include <ATen/ops/sinc_native.h>
 #include <ATen/ops/sinh_native.h>
+#include <ATen/ops/special_airy_ai_native.h>
+#include <ATen/ops/special_bessel_j0_native.h>
+#include <ATen/ops/special_bessel_j1_native.h>
+#include <ATen/ops/special_bessel_y0_native.h>
+#include <ATen/ops/special_bessel_y1_native.h>
+#include <ATen/ops/special_chebyshev_polynomial_t_native.h>
+#include <ATen/ops/special_chebyshev_polynomial_u_native.h>
+#include <ATen/ops/special_chebyshev_polynomial_v_native.h>
+#include <ATen/ops/special_chebyshev_polynomial_w_native.h>
+#include <ATen/ops/special_entr_native.h>
+#include <ATen/ops/special_erfcx_native.h>
+#include <ATen/ops/special_hermite_polynomial_h_native.h>
+#include <ATen/ops/special_hermite_polynomial_he_native.h>
+#include <ATen/ops/special_i0e_native.h>
+#include <ATen/ops/special_i1_native.h>
+#include <ATen/ops/special_i1e_native.h>
+#include <ATen/ops/special_laguerre_polynomial_l_native.h>
+#include <ATen/ops/special_legendre_polynomial_p_native.h>
+#include <ATen/ops/special_log_ndtr_native.h>
+#include <ATen/ops/special_modified_bessel_i0_native.h>
+#include <ATen/ops/special_modified_bessel_i1_native.h>
+#include <ATen/ops/special_modified_bessel_k0_native.h>
+#include <ATen/ops/special_modified_bessel_k1_native.h>
+#include <ATen/ops/special_ndtri_native.h>
+#include <ATen/ops/special_scaled_modified_bessel_k0_native.h>
+#include <ATen/ops/special_scaled_modified_bessel_k1_native.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_t_native.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_u_native.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_v_native.h>
+#include <ATen/ops/special_shifted_chebyshev_polynomial_w_native.h>
+#include <ATen/ops/special_spherical_bessel_j0_native.h>
+#include <ATen/ops/special_xlog1py_native.h>
+#include <ATen/ops/special_zeta_native.h>
 #include <ATen/ops/sqrt_native.h>
 #include <ATen/ops/sub_native.h>
 #include <ATen/ops/tan_native.h>
@@ -212,6 +251,15 @@ void with_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   pointwise(iter, Op, a);
 }
 
+// An op with one int64 argument (polygamma's order n), passed as the first scalar.
+template <OxidePointwiseOp Op>
+void with_int(at::TensorIteratorBase& iter, int64_t n) {
+  check_complex_supported(iter, Op);
+  ScalarArgs a;
+  a.set(0, c10::Scalar(n));
+  pointwise(iter, Op, a);
+}
+
 template <OxidePointwiseOp Op>
 void with_checked_scalar(at::TensorIteratorBase& iter, const c10::Scalar& s) {
   check_scalar_fits(s, iter.common_dtype());
@@ -304,7 +352,22 @@ void addr_kernel(at::TensorIterator& iter, const c10::Scalar& beta, const c10::S
   X(acos) X(acosh) X(asin) X(asinh) X(atan) X(atanh) X(ceil) X(cos) X(cosh) X(erf) X(erfc) X(erfinv)    \
   X(exp) X(exp2) X(expm1) X(floor) X(frac) X(log) X(log10) X(log1p) X(log2) X(neg) X(reciprocal)        \
   X(round) X(rsqrt) X(sigmoid) X(sign) X(sgn) X(sin) X(sinc) X(sinh) X(sqrt) X(tan) X(tanh) X(trunc)    \
-  X(lgamma) X(bitwise_not)
+  X(lgamma) X(bitwise_not) X(i0) X(digamma)
+// The structured unary ops of torch.special (stub `<op>_stub`, kernel `structured_<op>_out`),
+// which have no in-place variant: `op` and `op.out` only.
+#define OXIDE_SPECIAL_UNARY_OPS(X)                                                                      \
+  X(special_i0e) X(special_i1) X(special_i1e) X(special_entr) X(special_erfcx) X(special_ndtri)         \
+  X(special_log_ndtr) X(special_bessel_j0) X(special_bessel_j1) X(special_bessel_y0)                   \
+  X(special_bessel_y1) X(special_modified_bessel_i0) X(special_modified_bessel_i1)                     \
+  X(special_modified_bessel_k0) X(special_modified_bessel_k1) X(special_scaled_modified_bessel_k0)      \
+  X(special_scaled_modified_bessel_k1) X(special_spherical_bessel_j0) X(special_airy_ai)
+// The binary special ops whose stub is `<name>_stub` and whose structured op is
+// `special_<name>` (x, n or self, other), without an in-place variant.
+#define OXIDE_SPECIAL_BINARY_OPS(X)                                                                     \
+  X(zeta) X(xlog1py) X(chebyshev_polynomial_t) X(chebyshev_polynomial_u) X(chebyshev_polynomial_v)     \
+  X(chebyshev_polynomial_w) X(shifted_chebyshev_polynomial_t) X(shifted_chebyshev_polynomial_u)        \
+  X(shifted_chebyshev_polynomial_v) X(shifted_chebyshev_polynomial_w) X(hermite_polynomial_h)          \
+  X(hermite_polynomial_he) X(laguerre_polynomial_l) X(legendre_polynomial_p)
 // clang-format on
 
 namespace at::native {
@@ -312,7 +375,14 @@ namespace at::native {
 #define OXIDE_STUB(stub, kind, n) REGISTER_PRIVATEUSE1_DISPATCH(stub, &::oxide::kind<OXIDE_POINTWISE_##n>)
 #define OXIDE_UNARY_STUB(n) OXIDE_STUB(n##_stub, unary, n)
 OXIDE_UNARY_OPS(OXIDE_UNARY_STUB)
+OXIDE_SPECIAL_UNARY_OPS(OXIDE_UNARY_STUB)
+OXIDE_SPECIAL_BINARY_OPS(OXIDE_UNARY_STUB)
 #undef OXIDE_UNARY_STUB
+// polygamma(n, x): n (>= 0, checked by the meta function) travels as the first scalar.
+OXIDE_STUB(polygamma_stub, with_int, polygamma)
+OXIDE_STUB(nextafter_stub, unary, nextafter)
+OXIDE_STUB(gcd_stub, unary, gcd)
+OXIDE_STUB(lcm_stub, unary, lcm)
 OXIDE_STUB(abs_stub, unary, abs)
 OXIDE_STUB(signbit_stub, unary, signbit)
 OXIDE_STUB(logical_not_stub, unary, logical_not)
@@ -412,6 +482,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 #define OXIDE_UNARY(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n, #n "_", #n ".out");
   OXIDE_UNARY_OPS(OXIDE_UNARY)
 #undef OXIDE_UNARY
+#define OXIDE_SPECIAL_UNARY(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n, "", #n ".out");
+  OXIDE_SPECIAL_UNARY_OPS(OXIDE_SPECIAL_UNARY)
+#undef OXIDE_SPECIAL_UNARY
+  // polygamma(int n, Tensor self): n comes first. polygamma_ is composite (polygamma.out into self).
+  OXIDE_IMPL(m, "polygamma", TORCH_FN((structured::functional<structured_polygamma_out, int64_t, T>)));
+  OXIDE_IMPL(m, "polygamma.out", TORCH_FN((structured::out<structured_polygamma_out, int64_t, T>)));
   OXIDE_STRUCTURED(m, structured_signbit_out, "signbit", "", "signbit.out");
   OXIDE_STRUCTURED(m, structured_isposinf_out, "isposinf", "", "isposinf.out");
   OXIDE_STRUCTURED(m, structured_isneginf_out, "isneginf", "", "isneginf.out");
@@ -466,6 +542,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_logaddexp2_out, "logaddexp2", "", "logaddexp2.out", T);
   OXIDE_STRUCTURED(m, structured_xlogy_out, "xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor", T);
   OXIDE_STRUCTURED(m, structured_heaviside_out, "heaviside", "heaviside_", "heaviside.out", T);
+  // torch.special's binary ops; their Scalar overloads are composite (a wrapped-number tensor).
+#define OXIDE_SPECIAL_BINARY(n) \
+  OXIDE_STRUCTURED(m, structured_special_##n##_out, "special_" #n, "", "special_" #n ".out", T);
+  OXIDE_SPECIAL_BINARY_OPS(OXIDE_SPECIAL_BINARY)
+#undef OXIDE_SPECIAL_BINARY
+  OXIDE_STRUCTURED(m, structured_nextafter_out, "nextafter", "nextafter_", "nextafter.out", T);
+  OXIDE_STRUCTURED(m, structured_gcd_out, "gcd", "gcd_", "gcd.out", T);
+  OXIDE_STRUCTURED(m, structured_lcm_out, "lcm", "lcm_", "lcm.out", T);
   OXIDE_STRUCTURED(m, structured_sigmoid_backward_out, "sigmoid_backward", "", "sigmoid_backward.grad_input", T);
   OXIDE_STRUCTURED(m, structured_tanh_backward_out, "tanh_backward", "", "tanh_backward.grad_input", T);
 #define OXIDE_BITWISE(n) OXIDE_STRUCTURED(m, structured_##n##_out, #n ".Tensor", #n "_.Tensor", #n ".Tensor_out", T)

@@ -8,4 +8,7 @@ pub mod copy;
 pub mod factory;
 pub mod fill;
 pub mod pointwise;
+pub mod special;
+#[cfg(test)]
+mod special_tests;
 pub mod table_names;

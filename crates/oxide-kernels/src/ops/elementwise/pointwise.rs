@@ -25,6 +25,7 @@ use crate::dtype::{DType, Element};
 use crate::engine::iter::{map, TensorIter};
 use crate::engine::math::{Float, Num};
 use crate::error::{Error, Result};
+use crate::ops::elementwise::special;
 
 /// Scalar arguments of one call, given both as double and as int64 so that
 /// integer kernels see exact values (PyTorch's `Scalar`).
@@ -312,6 +313,30 @@ family! {
     log_sigmoid = |x, s, c| x[0].min_nan(F::ZERO) - (-x[0].abs()).exp().ln_1p();
     // The argument of a real number: pi for negatives, 0 otherwise, NaN kept (torch.angle).
     angle = |x, s, c| if x[0].is_nan() { x[0] } else if x[0] < F::ZERO { F::from_f64c(std::f64::consts::PI) } else { F::ZERO };
+    // Special functions (ops/elementwise/special.rs), CPU's algorithms in the compute type.
+    i0 = |x, s, c| special::i0(x[0]);
+    special_i0e = |x, s, c| special::i0e(x[0]);
+    special_i1 = |x, s, c| special::i1(x[0]);
+    special_i1e = |x, s, c| special::i1e(x[0]);
+    special_entr = |x, s, c| special::entr(x[0]);
+    special_erfcx = |x, s, c| special::erfcx(x[0]);
+    special_ndtri = |x, s, c| special::ndtri(x[0]);
+    special_log_ndtr = |x, s, c| special::log_ndtr(x[0]);
+    digamma = |x, s, c| special::digamma(x[0]);
+    // s[0] = n >= 0 (checked by PyTorch's meta function); s[1]: the half type, as for logit.
+    polygamma = |x, s, c| special::polygamma(s[0], x[0], s[1]);
+    special_bessel_j0 = |x, s, c| special::bessel_j0(x[0]);
+    special_bessel_j1 = |x, s, c| special::bessel_j1(x[0]);
+    special_bessel_y0 = |x, s, c| special::bessel_y0(x[0]);
+    special_bessel_y1 = |x, s, c| special::bessel_y1(x[0]);
+    special_modified_bessel_i0 = |x, s, c| special::i0(x[0]);
+    special_modified_bessel_i1 = |x, s, c| special::modified_bessel_i1(x[0]);
+    special_modified_bessel_k0 = |x, s, c| special::modified_bessel_k0(x[0], false);
+    special_modified_bessel_k1 = |x, s, c| special::modified_bessel_k1(x[0], false);
+    special_scaled_modified_bessel_k0 = |x, s, c| special::modified_bessel_k0(x[0], true);
+    special_scaled_modified_bessel_k1 = |x, s, c| special::modified_bessel_k1(x[0], true);
+    special_spherical_bessel_j0 = |x, s, c| special::spherical_bessel_j0(x[0]);
+    special_airy_ai = |x, s, c| special::airy_ai(x[0]);
 }
 
 family! {
@@ -345,6 +370,8 @@ family! {
     bitwise_xor = |x, s, c| x[0] ^ x[1];
     lshift = |x, s, c| shl(x[0], x[1]);
     rshift = |x, s, c| shr(x[0], x[1]);
+    gcd = |x, s, c| special::gcd(x[0], x[1]);
+    lcm = |x, s, c| special::lcm(x[0], x[1], C::BITS);
 }
 
 family! {
@@ -483,6 +510,23 @@ family! {
             (x[1] - F::ONE) * (F::ONE - x[0]).ln().max_nan(lo) - x[1] * x[0].ln().max_nan(lo)
         }
     };
+    // Hurwitz zeta(x, q), accumulated in double for float as CPU does.
+    zeta = |x, s, c| F::from_f64c(special::zeta(x[0].to_f64(), x[1].to_f64()));
+    // s[0]: the half type whose neighbour is wanted (see `storage_round`), 0 for F's own.
+    nextafter = |x, s, c| special::nextafter(x[0], x[1], s[0]);
+    // Orthogonal polynomials (x, n), n truncated to int64 as CPU does.
+    chebyshev_polynomial_t = |x, s, c| special::chebyshev_t(x[0], x[1]);
+    chebyshev_polynomial_u = |x, s, c| special::chebyshev_u(x[0], x[1]);
+    chebyshev_polynomial_v = |x, s, c| special::chebyshev_v(x[0], x[1]);
+    chebyshev_polynomial_w = |x, s, c| special::chebyshev_w(x[0], x[1]);
+    shifted_chebyshev_polynomial_t = |x, s, c| special::shifted_chebyshev(x[0], x[1], 0);
+    shifted_chebyshev_polynomial_u = |x, s, c| special::shifted_chebyshev(x[0], x[1], 1);
+    shifted_chebyshev_polynomial_v = |x, s, c| special::shifted_chebyshev(x[0], x[1], 2);
+    shifted_chebyshev_polynomial_w = |x, s, c| special::shifted_chebyshev(x[0], x[1], 3);
+    hermite_polynomial_h = |x, s, c| special::hermite_h(x[0], x[1]);
+    hermite_polynomial_he = |x, s, c| special::hermite_he(x[0], x[1]);
+    laguerre_polynomial_l = |x, s, c| special::laguerre_l(x[0], x[1]);
+    legendre_polynomial_p = |x, s, c| special::legendre_p(x[0], x[1]);
 }
 
 family! {
@@ -640,6 +684,53 @@ impl PointwiseOp {
         )
     }
 
+    /// Whether CPU's kernel has a loop for compute type `dt` where the family's
+    /// would: most special functions are defined for float and double only, and
+    /// gcd/lcm for the signed integers and uint8 only (CPU raises for the others,
+    /// which the glue's fallback then reproduces).
+    fn cpu_defines(self, dt: DType) -> bool {
+        use PointwiseOp as P;
+        let half = matches!(dt, DType::F16 | DType::BF16);
+        match self {
+            P::FloatUnary(
+                FloatUnary::special_erfcx
+                | FloatUnary::special_ndtri
+                | FloatUnary::special_log_ndtr
+                | FloatUnary::special_bessel_j0
+                | FloatUnary::special_bessel_j1
+                | FloatUnary::special_bessel_y0
+                | FloatUnary::special_bessel_y1
+                | FloatUnary::special_modified_bessel_i0
+                | FloatUnary::special_modified_bessel_i1
+                | FloatUnary::special_modified_bessel_k0
+                | FloatUnary::special_modified_bessel_k1
+                | FloatUnary::special_scaled_modified_bessel_k0
+                | FloatUnary::special_scaled_modified_bessel_k1
+                | FloatUnary::special_spherical_bessel_j0
+                | FloatUnary::special_airy_ai,
+            )
+            | P::FloatBinary(
+                FloatBinary::zeta
+                | FloatBinary::chebyshev_polynomial_t
+                | FloatBinary::chebyshev_polynomial_u
+                | FloatBinary::chebyshev_polynomial_v
+                | FloatBinary::chebyshev_polynomial_w
+                | FloatBinary::shifted_chebyshev_polynomial_t
+                | FloatBinary::shifted_chebyshev_polynomial_u
+                | FloatBinary::shifted_chebyshev_polynomial_v
+                | FloatBinary::shifted_chebyshev_polynomial_w
+                | FloatBinary::hermite_polynomial_h
+                | FloatBinary::hermite_polynomial_he
+                | FloatBinary::laguerre_polynomial_l
+                | FloatBinary::legendre_polynomial_p,
+            ) => !half,
+            P::IntBinary(IntBinary::gcd | IntBinary::lcm) => {
+                matches!(dt, DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64)
+            }
+            _ => true,
+        }
+    }
+
     /// The dtype the op computes in when the caller gives no common dtype:
     /// the output's for same-type families, the first input's for predicates
     /// and comparisons.
@@ -672,6 +763,27 @@ impl PointwiseOp {
         let unsupported = || Error::UnsupportedDtype { op, dtype: compute };
         if compute == DType::Bool && self.rejects_bool() {
             return Err(unsupported());
+        }
+        if !self.cpu_defines(compute) {
+            return Err(unsupported());
+        }
+        let half_code = match compute {
+            DType::F16 => 1.0,
+            DType::BF16 => 2.0,
+            _ => 0.0,
+        };
+        if half_code != 0.0 {
+            // The half type's own neighbour, and polygamma's half rounding of its zeta factor:
+            // the kernels learn the storage type from a scalar, as logit's do.
+            let with_code = match self {
+                PointwiseOp::FloatBinary(FloatBinary::nextafter) if ctx.f[0] == 0.0 => [half_code, 0.0, 0.0, 0.0],
+                PointwiseOp::FloatUnary(FloatUnary::polygamma) if ctx.f[1] == 0.0 => [ctx.f[0], half_code, 0.0, 0.0],
+                _ => [0.0; 4],
+            };
+            if with_code != [0.0; 4] {
+                // SAFETY: forwarded contract.
+                return unsafe { self.run(it, Some(compute), &Ctx::with_f64(with_code)) };
+            }
         }
         if self == PointwiseOp::RealUnary(RealUnary::pow_tensor_scalar) && compute.is_float() {
             // CPU special-cases exponents for float, double and bfloat16, not for float16.
