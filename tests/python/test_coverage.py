@@ -37,7 +37,7 @@ def matrix():
 def test_preconditions(matrix):
     for name, fn in (
         ("linalg_qr", lambda: torch.linalg.qr(matrix)),
-        ("_fft_r2c", lambda: torch.fft.fft(matrix)),
+        ("_linalg_eigh", lambda: torch.linalg.eigvalsh(matrix)),
         ("special_bessel_j0", lambda: torch.special.bessel_j0(matrix)),
     ):
         assert _falls_back(fn), f"{name} is native now: pick another fallback example for these tests"
@@ -59,11 +59,11 @@ def test_fallback_and_native_are_told_apart(matrix):
 
 def test_fallback_under_a_native_name_lists_the_inner_operator(matrix):
     with coverage.record() as cov:
-        torch.fft.fft(matrix)
+        torch.linalg.eigvalsh(matrix)
         torch.special.bessel_j0(matrix)
-    # fft reaches the dispatch mode as _fft_r2c (fft itself decomposes above it);
-    # bessel_j0 falls back through its out= variant.
-    assert cov.fallback == {"aten::_fft_r2c": 1, "aten::special_bessel_j0": 1}
+    # eigvalsh reaches the dispatch mode as _linalg_eigh (linalg_eigvalsh itself
+    # decomposes above it); bessel_j0 falls back through its out= variant.
+    assert cov.fallback == {"aten::_linalg_eigh": 1, "aten::special_bessel_j0": 1}
     assert cov.fallback_via["aten::special_bessel_j0"] == {"aten::special_bessel_j0.out": 1}
     assert cov.native == {}
 

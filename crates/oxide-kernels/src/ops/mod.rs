@@ -5,6 +5,8 @@
 
 pub mod custom;
 pub mod elementwise;
+/// Discrete Fourier transforms: complex-to-complex, real-to-complex, complex-to-real
+pub mod fft;
 pub mod index;
 pub mod linalg;
 /// Neural-network layers: softmax, NLL, norms, convolution, pooling, grid

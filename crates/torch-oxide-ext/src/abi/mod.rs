@@ -32,6 +32,7 @@ use crate::fallback;
 
 pub mod custom;
 pub mod elementwise;
+pub mod fft;
 pub mod graph;
 pub mod host_kernel;
 pub mod index;
