@@ -7,8 +7,20 @@ for the oxide device. OXIDE_CONFORMANCE=full runs all of op_db; the default
 """
 
 import torch
-from common import MODE, assert_at_least_as_accurate, assert_equal_up_to_ties, cpu_copy, expecting, fallback_calls, metadata, record, tensors_in, to_cpu, to_float64
-from expectations import AT_LEAST_AS_ACCURATE, METADATA_ONLY, SKIP_OPS, TIE_ORDER, SUBSET_DTYPES, SUBSET_OPS, op_key
+from common import (
+    MODE,
+    assert_at_least_as_accurate,
+    assert_equal_up_to_ties,
+    cpu_copy,
+    expecting,
+    fallback_calls,
+    metadata,
+    record,
+    tensors_in,
+    to_cpu,
+    to_float64,
+)
+from expectations import AT_LEAST_AS_ACCURATE, METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, TIE_ORDER, op_key
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests

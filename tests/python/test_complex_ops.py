@@ -312,7 +312,6 @@ def test_unary_at_every_special_value(op, cdt):
     check(getattr(torch, op), vals, where=f"{op} at special values")
 
 
-
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)
 def test_pow_at_every_special_value(cdt):
     """CPU's complex pow is the C library's cpow: `0 ** i` is NaN, `0 ** -1` is
@@ -370,7 +369,6 @@ def test_matmul_with_conjugate_inputs(cdt):
     check(lambda x, y: torch.mv(x, y), a, z((4,), cdt, 79), where="mv")
     check(lambda x, y: torch.dot(x, y), z((6,), cdt, 80), z((6,), cdt, 81), where="dot")
     check(lambda x, y: torch.vdot(x, y), z((6,), cdt, 80), z((6,), cdt, 81), where="vdot")
-
 
 
 @pytest.mark.parametrize("cdt", COMPLEX, ids=dname)

@@ -38,7 +38,7 @@ def test_preconditions(matrix):
     for name, fn in (
         ("linalg_qr", lambda: torch.linalg.qr(matrix)),
         ("_linalg_eigh", lambda: torch.linalg.eigvalsh(matrix)),
-        ("special_bessel_j0", lambda: torch.special.bessel_j0(matrix)),
+        ("igamma", lambda: torch.igamma(matrix, matrix)),
     ):
         assert _falls_back(fn), f"{name} is native now: pick another fallback example for these tests"
     assert not _falls_back(lambda: torch.empty(3, device="oxide").fill_(1))
@@ -60,11 +60,11 @@ def test_fallback_and_native_are_told_apart(matrix):
 def test_fallback_under_a_native_name_lists_the_inner_operator(matrix):
     with coverage.record() as cov:
         torch.linalg.eigvalsh(matrix)
-        torch.special.bessel_j0(matrix)
+        torch.igamma(matrix, matrix)
     # eigvalsh reaches the dispatch mode as _linalg_eigh (linalg_eigvalsh itself
-    # decomposes above it); bessel_j0 falls back through its out= variant.
-    assert cov.fallback == {"aten::_linalg_eigh": 1, "aten::special_bessel_j0": 1}
-    assert cov.fallback_via["aten::special_bessel_j0"] == {"aten::special_bessel_j0.out": 1}
+    # decomposes above it); igamma falls back through its out= variant.
+    assert cov.fallback == {"aten::_linalg_eigh": 1, "aten::igamma": 1}
+    assert cov.fallback_via["aten::igamma"] == {"aten::igamma.out": 1}
     assert cov.native == {}
 
 
@@ -101,10 +101,10 @@ def test_record_leaves_fallback_mode_and_stats_alone(matrix):
         torch.oxide.reset_fallback_stats()
         with coverage.record():
             assert torch.oxide.get_fallback_mode() == "warn"
-            with pytest.warns(UserWarning, match="'aten::special_bessel_j0.out' has no native oxide kernel"):
-                torch.special.bessel_j0(matrix)
+            with pytest.warns(UserWarning, match="'aten::igamma.out' has no native oxide kernel"):
+                torch.igamma(matrix, matrix)
         assert torch.oxide.get_fallback_mode() == "warn"
-        assert torch.oxide.fallback_stats() == {"aten::special_bessel_j0.out": 1}
+        assert torch.oxide.fallback_stats() == {"aten::igamma.out": 1}
     finally:
         torch.oxide.set_fallback_mode("silent")
 
@@ -196,15 +196,16 @@ def test_cli_module_pytest(tmp_path):
             """
             import torch
 
-            def test_bessel():
-                assert torch.special.bessel_j0(torch.zeros(2, device="oxide")).cpu().tolist() == [1.0, 1.0]
+            def test_igamma():
+                z = torch.ones(2, device="oxide")
+                assert torch.igamma(z, 0 * z).cpu().tolist() == [0.0, 0.0]
             """
         )
     )
     result = _cli("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_tiny.py", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
-    assert "aten::special_bessel_j0.out" in result.stdout.split("CPU fallback (")[1]
+    assert "aten::igamma.out" in result.stdout.split("CPU fallback (")[1]
 
 
 def test_cli_usage():

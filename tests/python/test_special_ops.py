@@ -74,12 +74,15 @@ UNARY = {
 def test_unary(name, dtype):
     fn, lo, hi, halves, inplace = UNARY[name]
     x = values(dtype, lo, hi)
+    # Half types: both compute in float and round once, but the float algorithms differ
+    # in their last bits, which can put a result one rounding step further: two ulps.
+    tol = {torch.float16: dict(rtol=2e-3, atol=1e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}.get(dtype, {})
     # CPU raises for the half types some ops lack; check() then wants the same error natively.
-    check(fn, x, where=f"{name} {dname(dtype)}")
+    check(fn, x, where=f"{name} {dname(dtype)}", **tol)
     if dtype.is_floating_point and (halves or dtype in (torch.float32, torch.float64)):
-        check(with_out(fn), x, torch.empty(0, dtype=dtype), where=f"{name} out= {dname(dtype)}")
+        check(with_out(fn), x, torch.empty(0, dtype=dtype), where=f"{name} out= {dname(dtype)}", **tol)
         # A strided input (every other element).
-        check(fn, values(dtype, lo, hi, n=134)[::2], where=f"{name} strided {dname(dtype)}")
+        check(fn, values(dtype, lo, hi, n=134)[::2], where=f"{name} strided {dname(dtype)}", **tol)
     if inplace and dtype.is_floating_point:
         method = getattr(torch.Tensor, name + "_")
         check(method, x.clone(), where=f"{name}_ {dname(dtype)}")
@@ -173,8 +176,9 @@ def test_nextafter(dtype):
         check(lambda s, o: s.nextafter_(o), a.expand(9, 9).clone(), b, where="nextafter_", exact=True)
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
-                                   torch.float32], ids=dname)
+@pytest.mark.parametrize(
+    "dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool, torch.float32], ids=dname
+)
 @pytest.mark.parametrize("op", ["gcd", "lcm"])
 def test_gcd_lcm(op, dtype):
     fn = getattr(torch, op)
@@ -194,5 +198,4 @@ def test_gcd_lcm(op, dtype):
     if dtype.is_floating_point or dtype == torch.bool:
         return
     check(with_out(fn), a, b, torch.empty(0, dtype=dtype), where=f"{op} out=", exact=True)
-    check(lambda s, o: getattr(s, op + "_")(o), a.expand(a.shape[0], b.shape[1]).clone(), b, where=f"{op}_",
-          exact=True)
+    check(lambda s, o: getattr(s, op + "_")(o), a.expand(a.shape[0], b.shape[1]).clone(), b, where=f"{op}_", exact=True)

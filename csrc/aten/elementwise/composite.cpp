@@ -6,6 +6,7 @@
 #include "common/device_check.h"
 #include "common/structured.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/ops/channel_shuffle_native.h>
 #include <ATen/ops/linalg_cross_meta.h>
@@ -20,6 +21,9 @@ namespace {
 // anything is written, since out may be one of the inputs.
 struct LinalgCross : at::meta::structured_linalg_cross {
   void impl(const at::Tensor& self, const at::Tensor& other, int64_t dim, const at::Tensor& out) {
+    // CPU's iterator refuses an out= that overlaps an input.
+    at::assert_no_overlap(out, self);
+    at::assert_no_overlap(out, other);
     if (out.numel() == 0) {
       return;
     }
@@ -39,9 +43,15 @@ struct LinalgCross : at::meta::structured_linalg_cross {
 
 // The sum of the diagonal; integral inputs give int64, as CPU's trace does (sum's promotion).
 at::Tensor trace(const at::Tensor& self) {
-  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
   OXIDE_CHECK_DTYPE(self.scalar_type() != at::kBool, "trace: dtype Bool is not supported on oxide");
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
   return self.diagonal().sum();
+}
+
+// PyTorch's composite reshapes with views, which a permuted input cannot take: it gets
+// a contiguous copy first, as CPU's kernel makes one, and the result CPU's memory format.
+at::Tensor channel_shuffle(const at::Tensor& self, int64_t groups) {
+  return at::native::channel_shuffle(self.contiguous(), groups).contiguous(self.suggest_memory_format());
 }
 
 }  // namespace
@@ -50,11 +60,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   using T = const at::Tensor&;
   OXIDE_STRUCTURED(m, LinalgCross, "linalg_cross", "", "linalg_cross.out", T, int64_t);
   OXIDE_IMPL(m, "trace", TORCH_FN(trace));
-  // CPU's own device-generic functions: rsub is sub with the operands swapped;
-  // channel_shuffle checks its arguments and reshapes through views and one copy.
-  OXIDE_IMPL(m, "rsub.Tensor",
-             TORCH_FN(static_cast<at::Tensor (*)(T, T, const c10::Scalar&)>(&at::native::rsub)));
-  OXIDE_IMPL(m, "channel_shuffle", TORCH_FN(at::native::channel_shuffle));
+  // rsub is CPU's own device-generic function: sub with the operands swapped.
+  OXIDE_IMPL(m, "rsub.Tensor", TORCH_FN(static_cast<at::Tensor (*)(T, T, const c10::Scalar&)>(&at::native::rsub)));
+  OXIDE_IMPL(m, "channel_shuffle", TORCH_FN(channel_shuffle));
 }
 
 }  // namespace oxide

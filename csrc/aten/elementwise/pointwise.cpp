@@ -452,8 +452,8 @@ using OptS = const std::optional<c10::Scalar>&;
 using OptT = const std::optional<at::Tensor>&;
 
 // addr (addr_ is PyTorch's composite over addr.out): CPU's native functions (checks,
-// broadcast, iterator) over addr_stub for real dtypes; bool and complex keep PyTorch's composite of outer products, which is what
-// they ran before and needs no kernel of its own.
+// broadcast, iterator) over addr_stub for real dtypes; bool and complex keep PyTorch's composite of outer products,
+// which is what they ran before and needs no kernel of its own.
 bool addr_composite(T self, T vec1, T vec2) {
   const auto dt = at::promote_types(at::promote_types(self.scalar_type(), vec1.scalar_type()), vec2.scalar_type());
   return dt == at::kBool || at::isComplexType(dt);

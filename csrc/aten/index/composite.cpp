@@ -121,9 +121,9 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
   TORCH_CHECK(self.scalar_type() == source.scalar_type(),
               "put_(): self and source expected to have the same dtype, but got self.dtype = ", self.scalar_type(),
               " and source.dtype = ", source.scalar_type());
-  TORCH_CHECK(source.numel() == index.numel(),
-              "put_(): Expected source and index to have the same number of elements, but got source.numel() = ",
-              source.numel(), ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                    "put_(): Expected source and index to have the same number of elements, but got source.numel() = ",
+                    source.numel(), ", index.numel() = ", index.numel());
   TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0), "put_(): Tried to put elements into an empty tensor");
   at::assert_no_internal_overlap(self);
   at::assert_no_overlap(self, index);
@@ -135,8 +135,8 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
   if (!stream_is_capturing(index.device())) {
     const auto lo = index.min().item<int64_t>();
     const auto hi = index.max().item<int64_t>();
-    TORCH_CHECK_INDEX(lo >= -n && hi < n, "out of range: tried to access index ", lo < -n ? lo : hi,
-                      " on a tensor of ", n, " elements.");
+    TORCH_CHECK_INDEX(lo >= -n && hi < n, "out of range: tried to access index ", lo < -n ? lo : hi, " on a tensor of ",
+                      n, " elements.");
   }
   Indices idx;
   idx.push_back(index.reshape({-1}));
@@ -155,6 +155,8 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
 // include_self mean the same in both.
 void index_reduce_into(const at::Tensor& out, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                        const at::Tensor& source, c10::string_view reduce, bool include_self) {
+  // Bool: CPU runs some reductions and raises for others; the fallback decides.
+  OXIDE_CHECK_DTYPE(self.scalar_type() != at::kBool, "index_reduce: dtype Bool is not supported on oxide");
   if (!out.is_same(self)) {
     out.copy_(self);
   }

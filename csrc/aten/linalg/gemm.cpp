@@ -101,8 +101,8 @@ struct Addmv : at::meta::structured_addmv {
       return;
     }
     if (has_imaginary_part(alpha) || has_imaginary_part(beta)) {
-      add_product_complex_scalars(out.unsqueeze(1), self.dim() == 1 ? self.unsqueeze(1) : self, mat,
-                                  vec.unsqueeze(1), beta, alpha);
+      add_product_complex_scalars(out.unsqueeze(1), self.dim() == 1 ? self.unsqueeze(1) : self, mat, vec.unsqueeze(1),
+                                  beta, alpha);
       return;
     }
     // Not add_product: self may be 0-dim, and the in-place case must see self and out as the same tensor.
