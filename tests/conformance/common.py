@@ -155,6 +155,40 @@ def assert_equal_up_to_ties(test, name: str, sample, actual, expected) -> None:
         test.assertEqual(sorted_idx, torch.arange(x.size(dim)).reshape(shape).expand_as(sorted_idx))
 
 
+# Positional parameters after the input of the order statistics (SELECTION_TIES).
+_SELECTION_PARAMS = {
+    "kthvalue": ("k", "dim", "keepdim"),
+    "median": ("dim", "keepdim"),
+    "nanmedian": ("dim", "keepdim"),
+    "mode": ("dim", "keepdim"),
+}
+
+
+def assert_selected_up_to_ties(test, name: str, sample, actual, expected) -> None:
+    """kthvalue, median, nanmedian and mode against CPU: the values must equal CPU's
+    exactly (NaN where CPU has NaN); the indices must select those values along the
+    dimension. Which of several equal elements is named is implementation-defined
+    (CPU's nth_element and sort pick their own)."""
+    actual = to_cpu(actual)
+    if isinstance(expected, torch.Tensor):  # median() / nanmedian() of all elements: the value only
+        test.assertEqual(actual, expected, exact_device=False)
+        return
+    params = dict(zip(_SELECTION_PARAMS[name], sample.args))
+    params.update(sample.kwargs)
+    dim, keepdim = params.get("dim", -1), bool(params.get("keepdim", False))
+    (values, actual_idx), (expected_values, expected_idx) = actual, expected
+    test.assertEqual(values, expected_values, exact_device=False)
+    test.assertEqual(actual_idx.dtype, torch.int64)
+    test.assertEqual(actual_idx.shape, expected_idx.shape)
+    x = sample.input.detach().cpu()
+    if x.dim() == 0:
+        test.assertEqual(actual_idx, expected_idx)
+        return
+    index = actual_idx if keepdim else actual_idx.unsqueeze(dim)
+    selected = x.gather(dim, index)
+    test.assertEqual(selected if keepdim else selected.squeeze(dim), expected_values, exact_device=False)
+
+
 def to_float64(x):
     """Floating tensors of a sample as float64 (the accuracy reference's inputs)."""
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x

@@ -11,6 +11,7 @@ from common import (
     MODE,
     assert_at_least_as_accurate,
     assert_equal_up_to_ties,
+    assert_selected_up_to_ties,
     cpu_copy,
     expecting,
     fallback_calls,
@@ -20,7 +21,16 @@ from common import (
     to_cpu,
     to_float64,
 )
-from expectations import AT_LEAST_AS_ACCURATE, METADATA_ONLY, SKIP_OPS, SUBSET_DTYPES, SUBSET_OPS, TIE_ORDER, op_key
+from expectations import (
+    AT_LEAST_AS_ACCURATE,
+    METADATA_ONLY,
+    SELECTION_TIES,
+    SKIP_OPS,
+    SUBSET_DTYPES,
+    SUBSET_OPS,
+    TIE_ORDER,
+    op_key,
+)
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -77,6 +87,8 @@ class TestOxideOps(TestCase):
                 self.assertEqual(metadata(to_cpu(actual)), metadata(expected))
             elif key in TIE_ORDER:
                 assert_equal_up_to_ties(self, key, sample, actual, expected)
+            elif key in SELECTION_TIES:
+                assert_selected_up_to_ties(self, key, sample, actual, expected)
             elif key in AT_LEAST_AS_ACCURATE and dtype in (torch.float16, torch.bfloat16):
                 reference = _call(op, cpu_sample.transform(to_float64))
                 assert_at_least_as_accurate(self, actual, expected, reference)

@@ -1,4 +1,5 @@
-// Embedding bags on oxide: _embedding_bag / _embedding_bag_forward_only and
+// Embedding bags on oxide (and embedding_renorm_, max_norm's row scaling, composed
+// from index_select, a norm and index_copy_): _embedding_bag / _embedding_bag_forward_only and
 // the gradients autograd asks for (_embedding_bag_backward, which is PyTorch's
 // own device-generic function, dispatching to _embedding_bag_dense_backward
 // here, and _embedding_bag_per_sample_weights_backward). The loops are Rust
@@ -14,8 +15,14 @@
 #include "common/kernels.h"
 #include "common/launch.h"
 
+#include <ATen/OpMathType.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_embedding_bag_backward_native.h>
+#include <ATen/ops/_unique.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
@@ -149,9 +156,32 @@ at::Tensor per_sample_weights_backward(T grad_, T weight_, T indices_, T /*offse
   return out;
 }
 
+// embedding_renorm_ (max_norm): each distinct indexed row whose norm exceeds
+// max_norm is scaled by max_norm / (norm + 1e-7). As CPU: the norm in the
+// weight's dtype read as a double, the factor formed in double and applied in the
+// weight's opmath type (float for half types).
+at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices, double max_norm, double norm_type) {
+  const at::TensorArg self_arg(self, "self", 1);
+  const at::TensorArg indices_arg(indices, "indices", 2);
+  at::checkDim("embedding_renorm_", self_arg, 2);
+  at::checkScalarTypes("embedding_renorm_", indices_arg, {at::kLong, at::kInt});
+  if (indices.numel() == 0) {
+    return self;
+  }
+  const auto rows = std::get<0>(at::_unique(indices.reshape({-1}), /*sorted=*/true)).to(at::kLong);
+  const auto selected = self.index_select(0, rows);
+  const auto norms = at::linalg_vector_norm(selected, norm_type, at::IntArrayRef{1}, /*keepdim=*/true).to(at::kDouble);
+  const auto max = at::scalar_tensor(max_norm, norms.options());
+  const auto scale = at::where(norms.gt(max), max.div(norms.add(1e-7)), at::scalar_tensor(1.0, norms.options()));
+  const auto opmath = at::toOpMathType(self.scalar_type());
+  self.index_copy_(0, rows, selected.to(opmath).mul(scale.to(opmath)).to(self.scalar_type()));
+  return self;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  OXIDE_IMPL(m, "embedding_renorm_", TORCH_FN(embedding_renorm_));
   OXIDE_IMPL(m, "_embedding_bag", TORCH_FN(embedding_bag));
   OXIDE_IMPL(m, "_embedding_bag_forward_only", TORCH_FN(embedding_bag));
   // PyTorch's device-generic implementation: recomputes an empty offset2bag and picks dense or sparse.

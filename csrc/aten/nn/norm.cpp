@@ -232,9 +232,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_backward(T grad_out, T
   return {dx, dw, db};
 }
 
+// _batch_norm_with_update (the training form nn.BatchNorm exports to) and its
+// backward, as CPU's: native_batch_norm in training mode plus an empty reserve
+// tensor (no cuDNN workspace here), and native_batch_norm_backward.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> batch_norm_with_update(T input, OptT w, OptT b,
+                                                                                  at::Tensor& rm, at::Tensor& rv,
+                                                                                  double momentum, double eps) {
+  auto [y, m, s] = batch_norm(input, w, b, rm, rv, /*training=*/true, momentum, eps);
+  return {y, m, s, at::empty({0}, input.options().dtype(at::kByte))};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> batch_norm_with_update_out(
+    T input, OptT w, OptT b, at::Tensor& rm, at::Tensor& rv, double momentum, double eps, at::Tensor& out,
+    at::Tensor& save_mean, at::Tensor& save_invstd, at::Tensor& reserve) {
+  batch_norm_out(input, w, b, rm, rv, /*training=*/true, momentum, eps, out, save_mean, save_invstd);
+  at::native::resize_output(reserve, {0});
+  return {out, save_mean, save_invstd, reserve};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_backward_with_reserve(T grad_out, T input, T weight, OptT rm,
+                                                                                OptT rv, OptT save_mean, OptT save_var,
+                                                                                bool update, double eps,
+                                                                                std::array<bool, 3> mask,
+                                                                                T /*reserve*/) {
+  return batch_norm_backward(grad_out, input, weight, rm, rv, save_mean, save_var, update, eps, mask);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  OXIDE_IMPL(m, "_batch_norm_with_update", TORCH_FN(batch_norm_with_update));
+  OXIDE_IMPL(m, "_batch_norm_with_update.out", TORCH_FN(batch_norm_with_update_out));
+  OXIDE_IMPL(m, "batch_norm_backward", TORCH_FN(batch_norm_backward_with_reserve));
   OXIDE_IMPL(m, "native_batch_norm", TORCH_FN(batch_norm));
   OXIDE_IMPL(m, "native_batch_norm.out", TORCH_FN(batch_norm_out));
   OXIDE_IMPL(m, "_native_batch_norm_legit", TORCH_FN(batch_norm_legit));

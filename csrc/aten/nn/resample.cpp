@@ -149,8 +149,10 @@ at::Tensor& pad_backward_out(T grad_output, T self, IA padding, at::Tensor& grad
 
 // ---- upsampling ----
 
-// Nearest: PyTorch's nearest_idx (float scale, floor, clamp) per output index.
-std::vector<Axis> nearest_axes(IA input_size, IA output_size, std::initializer_list<OptD> scales) {
+// Nearest: PyTorch's nearest_idx (float scale, floor, clamp) per output index;
+// nearest-exact its nearest_exact_idx (pixel centres, rounding half up).
+std::vector<Axis> nearest_axes(IA input_size, IA output_size, std::initializer_list<OptD> scales,
+                               at::native::nearest_idx_fn_t index = at::native::nearest_idx) {
   std::vector<Axis> axes;
   const int64_t k = static_cast<int64_t>(output_size.size());
   auto sc = scales.begin();
@@ -158,7 +160,7 @@ std::vector<Axis> nearest_axes(IA input_size, IA output_size, std::initializer_l
     const int64_t dim = 2 + j;
     Axis a(dim, input_size[dim], 1, false);
     for (int64_t i = 0; i < output_size[j]; ++i) {
-      a.src[0].push_back(at::native::nearest_idx(i, input_size[dim], output_size[j], *sc));
+      a.src[0].push_back(index(i, input_size[dim], output_size[j], *sc));
     }
     axes.push_back(std::move(a));
   }
@@ -350,6 +352,28 @@ at::Tensor nearest3d(T self, IA output_size, OptD sd, OptD sh, OptD sw) {
 at::Tensor nearest3d_backward(T grad, IA output_size, IA input_size, OptD sd, OptD sh, OptD sw) {
   return resample_backward(grad, input_size, nearest_axes(input_size, output_size, {sd, sh, sw}));
 }
+constexpr auto kExact = at::native::nearest_exact_idx;
+at::Tensor nearest_exact1d(T self, IA output_size, OptD s) {
+  at::native::upsample_1d_common_check(self.sizes(), output_size);
+  return resample_forward(self, nearest_axes(self.sizes(), output_size, {s}, kExact));
+}
+at::Tensor nearest_exact1d_backward(T grad, IA output_size, IA input_size, OptD s) {
+  return resample_backward(grad, input_size, nearest_axes(input_size, output_size, {s}, kExact));
+}
+at::Tensor nearest_exact2d(T self, IA output_size, OptD sh, OptD sw) {
+  at::native::upsample_2d_common_check(self.sizes(), output_size);
+  return resample_forward(self, nearest_axes(self.sizes(), output_size, {sh, sw}, kExact));
+}
+at::Tensor nearest_exact2d_backward(T grad, IA output_size, IA input_size, OptD sh, OptD sw) {
+  return resample_backward(grad, input_size, nearest_axes(input_size, output_size, {sh, sw}, kExact));
+}
+at::Tensor nearest_exact3d(T self, IA output_size, OptD sd, OptD sh, OptD sw) {
+  at::native::upsample_3d_common_check(self.sizes(), output_size);
+  return resample_forward(self, nearest_axes(self.sizes(), output_size, {sd, sh, sw}, kExact));
+}
+at::Tensor nearest_exact3d_backward(T grad, IA output_size, IA input_size, OptD sd, OptD sh, OptD sw) {
+  return resample_backward(grad, input_size, nearest_axes(input_size, output_size, {sd, sh, sw}, kExact));
+}
 
 std::vector<Axis> bilinear_axes(bool dbl, IA input_size, IA output_size, bool align_corners, OptD sh, OptD sw) {
   return {linear_axis(dbl, 2, input_size[2], output_size[0], align_corners, sh),
@@ -401,6 +425,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "upsample_nearest2d_backward.grad_input", TORCH_FN(nearest2d_backward_out));
   OXIDE_IMPL(m, "upsample_nearest3d", TORCH_FN(nearest3d));
   OXIDE_IMPL(m, "upsample_nearest3d_backward", TORCH_FN(nearest3d_backward));
+  OXIDE_IMPL(m, "_upsample_nearest_exact1d", TORCH_FN(nearest_exact1d));
+  OXIDE_IMPL(m, "_upsample_nearest_exact1d_backward", TORCH_FN(nearest_exact1d_backward));
+  OXIDE_IMPL(m, "_upsample_nearest_exact2d", TORCH_FN(nearest_exact2d));
+  OXIDE_IMPL(m, "_upsample_nearest_exact2d_backward", TORCH_FN(nearest_exact2d_backward));
+  OXIDE_IMPL(m, "_upsample_nearest_exact3d", TORCH_FN(nearest_exact3d));
+  OXIDE_IMPL(m, "_upsample_nearest_exact3d_backward", TORCH_FN(nearest_exact3d_backward));
   OXIDE_IMPL(m, "upsample_bilinear2d", TORCH_FN(bilinear2d));
   OXIDE_IMPL(m, "upsample_bilinear2d.out", TORCH_FN(bilinear2d_out));
   OXIDE_IMPL(m, "upsample_bilinear2d_backward", TORCH_FN(bilinear2d_backward));

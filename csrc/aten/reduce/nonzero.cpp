@@ -47,6 +47,34 @@ at::Tensor nonzero_impl(const at::Tensor& self) {
   return nonzero_out(self, out);
 }
 
+// nonzero_static: nonzero's rows, truncated or padded with fill_value to `size`
+// rows (CPU's checks and messages).
+at::Tensor& nonzero_static_out(const at::Tensor& self, int64_t size, int64_t fill_value, at::Tensor& out) {
+  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
+  TORCH_CHECK(out.scalar_type() == at::kLong,
+              "nonzero_static: Expected out tensor to have scalar type Long but got scalar type", out.scalar_type());
+  const int64_t ndim = self.dim();
+  if (out.dim() != 2 || out.size(0) != size || out.size(1) != ndim) {
+    at::native::resize_output(out, {size, ndim});
+  }
+  if (size == 0 || ndim == 0) {
+    return out;
+  }
+  const auto found = nonzero_impl(self);
+  const int64_t copied = std::min(size, found.size(0));
+  out.narrow(0, 0, copied).copy_(found.narrow(0, 0, copied));
+  if (size > copied) {
+    out.narrow(0, copied, size - copied).fill_(fill_value);
+  }
+  return out;
+}
+
+at::Tensor nonzero_static(const at::Tensor& self, int64_t size, int64_t fill_value) {
+  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
+  auto out = at::empty({size, self.dim()}, self.options().dtype(at::kLong));
+  return nonzero_static_out(self, size, fill_value, out);
+}
+
 at::Tensor masked_select_impl(const at::Tensor& self, const at::Tensor& mask) {
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
   TORCH_CHECK(self.device() == mask.device(), "masked_select(): self and mask must be on the same device");
@@ -76,6 +104,8 @@ at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_IMPL(m, "nonzero", TORCH_FN(nonzero_impl));
   OXIDE_IMPL(m, "nonzero.out", TORCH_FN(nonzero_out));
+  OXIDE_IMPL(m, "nonzero_static", TORCH_FN(nonzero_static));
+  OXIDE_IMPL(m, "nonzero_static.out", TORCH_FN(nonzero_static_out));
   OXIDE_IMPL(m, "masked_select", TORCH_FN(masked_select_impl));
   OXIDE_IMPL(m, "masked_select.out", TORCH_FN(masked_select_out));
 }

@@ -26,6 +26,7 @@
 #include <ATen/ops/argmax_native.h>
 #include <ATen/ops/argmin_native.h>
 #include <ATen/ops/linalg_vector_norm_native.h>
+#include <ATen/ops/norm_native.h>
 #include <ATen/ops/max_native.h>
 #include <ATen/ops/mean_native.h>
 #include <ATen/ops/min_native.h>
@@ -263,6 +264,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   OXIDE_STRUCTURED(m, structured_all_all_out, "all", "", "all.all_out");
   OXIDE_STRUCTURED(m, structured_linalg_vector_norm_out, "linalg_vector_norm", "", "linalg_vector_norm.out",
                    const c10::Scalar&, OptDims, bool, OptDtype);
+  // torch.norm with dims: PyTorch's structured norm, whose impl is linalg_vector_norm.
+  using OptP = const std::optional<c10::Scalar>&;
+  OXIDE_STRUCTURED(m, structured_norm_out, "norm.ScalarOpt_dim", "", "norm.out", OptP, at::IntArrayRef, bool);
+  OXIDE_STRUCTURED(m, structured_norm_dtype_out, "norm.ScalarOpt_dim_dtype", "", "norm.dtype_out", OptP,
+                   at::IntArrayRef, bool, at::ScalarType);
   OXIDE_IMPL(m, "max.dim", TORCH_FN(minmax_functional<structured_max_out>));
   OXIDE_IMPL(m, "max.dim_max", TORCH_FN(minmax_out<structured_max_out>));
   OXIDE_IMPL(m, "min.dim", TORCH_FN(minmax_functional<structured_min_out>));
