@@ -29,6 +29,7 @@ from expectations import (
     SUBSET_DTYPES,
     SUBSET_OPS,
     TIE_ORDER,
+    TOLERANCES,
     op_key,
 )
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
@@ -92,6 +93,9 @@ class TestOxideOps(TestCase):
             elif key in AT_LEAST_AS_ACCURATE and dtype in (torch.float16, torch.bfloat16):
                 reference = _call(op, cpu_sample.transform(to_float64))
                 assert_at_least_as_accurate(self, actual, expected, reference)
+            elif key in TOLERANCES:
+                atol, rtol = TOLERANCES[key]
+                self.assertEqual(to_cpu(actual), expected, exact_device=False, atol=atol, rtol=rtol)
             else:
                 self.assertEqual(to_cpu(actual), expected, exact_device=False)
             compared += 1

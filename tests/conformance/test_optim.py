@@ -21,9 +21,16 @@ OPTIMS = optim_db if MODE == "full" else [o for o in optim_db if o.optim_cls.__n
 STEPS = 3
 
 
+# Parameter shapes: a matrix and a vector; Muon (orthogonalised matrix updates) takes
+# only matrices, and refuses anything else on CPU too.
+SHAPES = [(4, 3), (5,)]
+MATRIX_ONLY = {"Muon": [(4, 3), (3, 5)]}
+
+
 def _run(optim_cls, kwargs, device, dtype):
     gen = torch.Generator().manual_seed(0)
-    init = [torch.randn(4, 3, generator=gen, dtype=dtype), torch.randn(5, generator=gen, dtype=dtype)]
+    shapes = MATRIX_ONLY.get(optim_cls.__name__, SHAPES)
+    init = [torch.randn(*shape, generator=gen, dtype=dtype) for shape in shapes]
     grads = [[torch.randn(p.shape, generator=gen, dtype=dtype) for p in init] for _ in range(STEPS)]
     params = [torch.nn.Parameter(p.clone().to(device)) for p in init]
     opt = optim_cls(params, **kwargs)

@@ -174,7 +174,7 @@ at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices, doubl
   const auto max = at::scalar_tensor(max_norm, norms.options());
   const auto scale = at::where(norms.gt(max), max.div(norms.add(1e-7)), at::scalar_tensor(1.0, norms.options()));
   const auto opmath = at::toOpMathType(self.scalar_type());
-  self.index_copy_(0, rows, selected.to(opmath).mul(scale.to(opmath)).to(self.scalar_type()));
+  self.index_copy_(0, rows, selected.to(opmath).mul(scale.to(self.scalar_type()).to(opmath)).to(self.scalar_type()));
   return self;
 }
 
