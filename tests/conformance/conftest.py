@@ -59,6 +59,16 @@ def pytest_runtest_logreport(report):
         RESULTS.append({"test": method, "outcome": outcome, "reason": reason})
 
 
+def _family(record) -> str:
+    """The namespace of a case's OpInfo (linalg, special, fft, nn.functional, ...); a
+    failed case carries only its test name, where the dots are underscores."""
+    name = record.get("name") or record["test"].removeprefix("test_samples_")
+    for prefix in ("nn.functional", "linalg", "special", "fft", "masked", "signal.windows", "sparse"):
+        if name.startswith(prefix + ".") or name.startswith(prefix.replace(".", "_") + "_"):
+            return prefix
+    return "torch"
+
+
 def pytest_sessionfinish(session, exitstatus):
     out_dir = os.environ.get("OXIDE_CONFORMANCE_REPORT")
     if not out_dir or not RESULTS or _is_worker(session.config):
@@ -135,6 +145,33 @@ def pytest_sessionfinish(session, exitstatus):
             kinds[k]["native"] += 1
     for k, c in sorted(kinds.items()):
         lines.append(f"| {k} | {c['passed']} | {c['failed']} | {c['xfailed']} | {c['skipped']} | {c['native']} |")
+    lines += [
+        "",
+        "## Native by family",
+        "",
+        "(op, dtype) pairs with samples compared, by the op's namespace.",
+        "",
+        "| family | pairs | passed | passed natively | native % |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    families = collections.defaultdict(collections.Counter)
+    for r in op_ran:
+        family = families[_family(r)]
+        family["ran"] += 1
+        if r["outcome"] == "passed":
+            family["passed"] += 1
+            family["native"] += bool(r.get("native"))
+    for fam, c in sorted(families.items(), key=lambda kv: -kv[1]["ran"]):
+        lines.append(f"| {fam} | {c['ran']} | {c['passed']} | {c['native']} | {100.0 * c['native'] / c['ran']:.1f} |")
+    fallback_ops = collections.Counter(r.get("name", "") for r in op_pass if not r.get("native"))
+    lines += [
+        "",
+        "## Operators still on the CPU fallback",
+        "",
+        "Passing pairs that ran the fallback, per operator.",
+        "",
+    ]
+    lines.append(", ".join(f"{name} ({n})" for name, n in fallback_ops.most_common()))
     lines += ["", "## Failing (op, dtype) pairs", "", "| test | error |", "|---|---|"]
     for r in RESULTS:
         if r["outcome"] in ("failed", "xfailed"):
