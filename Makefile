@@ -114,20 +114,21 @@ conformance: build
 bench-ops: build
 	$(PY) benchmarks/ops.py --out benchmarks/results
 
-# One training step of each acceptance workload, oxide vs CPU (benchmarks/README.md).
-# Writes benchmarks/results/models.md and models.json.
+# all_reduce bus bandwidth and a DDP step, oxide vs CPU through Gloo (benchmarks/README.md).
 bench-distributed: build
 	$(PY) benchmarks/distributed.py
 
-# Graph replay vs eager (oxide) and CPU eager on launch-bound steps (benchmarks/README.md).
-# Writes benchmarks/results/graphs.md and graphs.json.
 # Writes benchmarks/results/sharing.md and sharing.json.
 bench-sharing: build
 	$(PY) benchmarks/sharing.py --out benchmarks/results
 
+# Graph replay vs eager (oxide) and CPU eager on launch-bound steps (benchmarks/README.md).
+# Writes benchmarks/results/graphs.md and graphs.json.
 bench-graphs: build
 	$(PY) benchmarks/graphs.py --out benchmarks/results
 
+# One training step of each acceptance workload, oxide vs CPU (benchmarks/README.md).
+# Writes benchmarks/results/models.md and models.json.
 bench-models: build
 	$(PY) benchmarks/models.py --out benchmarks/results
 
