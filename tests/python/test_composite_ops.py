@@ -64,10 +64,12 @@ def assert_selects(name, x, dim, keepdim, actual, expected):
 
 
 ORDER_STATS = {
-    "kthvalue": lambda x, dim, keepdim: torch.kthvalue(x, min(3, x.shape[dim] if x.dim() else 1), dim, keepdim),
-    "median": lambda x, dim, keepdim: torch.median(x, dim, keepdim),
-    "nanmedian": lambda x, dim, keepdim: torch.nanmedian(x, dim, keepdim),
-    "mode": lambda x, dim, keepdim: torch.mode(x, dim, keepdim),
+    "kthvalue": lambda x, dim, keepdim, **out: torch.kthvalue(
+        x, min(3, x.shape[dim] if x.dim() else 1), dim, keepdim, **out
+    ),
+    "median": lambda x, dim, keepdim, **out: torch.median(x, dim, keepdim, **out),
+    "nanmedian": lambda x, dim, keepdim, **out: torch.nanmedian(x, dim, keepdim, **out),
+    "mode": lambda x, dim, keepdim, **out: torch.mode(x, dim, keepdim, **out),
 }
 
 
@@ -88,16 +90,9 @@ def test_order_statistics(op, dtype):
                     assert torch.equal(actual[1].cpu(), expected[1]), name
                 # out=, into oxide tensors of the wrong size
                 outs = (torch.empty(0, dtype=dtype, device="oxide"), torch.empty(0, dtype=torch.int64, device="oxide"))
-                result = (
-                    getattr(torch, op)(
-                        x.to("oxide"), *([3] if op == "kthvalue" and x.dim() == 0 else []), dim, keepdim, out=outs
-                    )
-                    if op != "kthvalue"
-                    else None
-                )
-                if result is not None:
-                    assert result[0] is outs[0] and result[1] is outs[1]
-                    assert_selects(name + " out=", x, dim, keepdim, result, expected)
+                result = fn(x.to("oxide"), dim, keepdim, out=outs)
+                assert result[0] is outs[0] and result[1] is outs[1]
+                assert_selects(name + " out=", x, dim, keepdim, result, expected)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS, ids=dname)
