@@ -105,7 +105,75 @@ AT_LEAST_AS_ACCURATE = {
     "sub": "CPU's scalar loop rounds alpha * other to the half type before adding, its vector loop fuses",
     "rsub": "CPU's scalar loop rounds alpha * other to the half type before adding, its vector loop fuses",
     "index_reduce.mean": "CPU rounds the running sums to the half type",
+    "nn.functional.poisson_nll_loss": "CPU rounds the Python scalar 2*pi of the Stirling term to the half type "
+    "before multiplying; CUDA's and oxide's kernels keep scalars in float",
+    "nn.functional.linear_cross_entropy": "its nll_loss: CPU accumulates partial sums in the half type",
+    "nn.functional.linear_cross_entropy.chunked": "its nll_loss: CPU accumulates partial sums in the half type",
+    "nn.functional.linear_cross_entropy.chunked_none": "its nll_loss: CPU accumulates partial sums in the half type",
 }
+
+# Operators for which PyTorch itself picks the algorithm by device type: the CPU
+# reference runs with the choice the oxide call resolved, so both sides compute the
+# same thing (common.cpu_reference_sample).
+_LCE_POLICY = (
+    "options.acc_policy='auto' resolves to 'accurate' (float32 logits) on CPU for half inputs "
+    "and to 'compact' (logits in the input's type) on every other device "
+    "(torch.nn.modules.linear_cross_entropy_options._auto_acc_policy)"
+)
+SAME_ALGORITHM = {
+    "nn.functional.linear_cross_entropy": _LCE_POLICY,
+    "nn.functional.linear_cross_entropy.chunked": _LCE_POLICY,
+    "nn.functional.linear_cross_entropy.chunked_none": _LCE_POLICY,
+}
+
+# (test kind, op key, dtype) -> (factor, reason): results compared by accuracy, not
+# equality. Both devices compute the operator in the same precision but sum in
+# another order (GEMM blocking, a reduction's tree), so neither is "the" answer: the
+# oxide result (or gradient) must be within `factor` times CPU's largest error of the
+# same computation in double precision (common.assert_at_least_as_accurate).
+# Each factor is the largest ratio measured over the suite's samples, rounded up
+# (the measurement is in the reason); a wrong kernel is off by orders of magnitude.
+_GEMM_ORDER = "complex GEMM: oxide sums the real and imaginary products in float32 in another order than MKL's cgemm"
+_GRAD_ORDER = (
+    "the backward's float32 reductions and matmuls sum in another order than CPU's (MKL, ATen's reduction tree)"
+)
+COMPARABLE_ACCURACY = {
+    ("op", "matmul", "complex64"): (2.0, f"{_GEMM_ORDER}; measured 1.22"),
+    ("op", "__rmatmul__", "complex64"): (2.0, f"{_GEMM_ORDER}; measured 1.22"),
+    ("op", "addbmm", "complex64"): (2.0, f"{_GEMM_ORDER}; measured 0.77"),
+    ("op", "baddbmm", "complex64"): (2.0, f"{_GEMM_ORDER}; measured 1.26"),
+    ("op", "nn.functional.conv_transpose2d", "complex64"): (2.0, f"{_GEMM_ORDER} (im2col + GEMM); measured 1.06"),
+    ("op", "nn.functional.conv3d", "complex64"): (2.0, f"{_GEMM_ORDER} (im2col + GEMM); measured 1.0"),
+    ("grad", "linalg.pinv.hermitian", "float32"): (2.0, f"{_GRAD_ORDER}; measured 1.09"),
+    ("grad", "linalg.lstsq", "float32"): (2.0, f"{_GRAD_ORDER}; measured 1.11"),
+    ("grad", "linalg.lstsq.grad_oriented", "float32"): (2.0, f"{_GRAD_ORDER}; measured 1.11"),
+    ("grad", "linalg.householder_product", "float32"): (2.0, f"{_GRAD_ORDER}; measured 1.46"),
+    ("grad", "nn.functional.conv3d", "float32"): (
+        2.0,
+        f"{_GRAD_ORDER} (im2col + GEMM over the 3-d taps); measured 1.59",
+    ),
+    ("grad", "pow", "float32"): (2.0, f"{_GRAD_ORDER}; measured 1.63"),
+    ("grad", "cov", "float32"): (2.0, f"{_GRAD_ORDER}; measured 1.68 (oxide is the closer one where they differ most)"),
+    ("grad", "ldexp", "float32"): (3.0, "pow(2, other) and its log(2) factor round differently; measured 2.0"),
+    ("grad", "nn.functional.linear_cross_entropy.chunked_none", "float32"): (3.0, f"{_GRAD_ORDER}; measured 2.04"),
+    ("grad", "stft", "float32"): (3.0, "rustfft's butterflies against MKL's; measured 2.05"),
+    ("grad", "nn.functional.conv_transpose3d", "float32"): (
+        3.0,
+        f"{_GRAD_ORDER} (im2col + GEMM over the 3-d taps); measured 2.83",
+    ),
+    # A layer over one element has an exact input gradient of 0: CPU's float32
+    # arithmetic leaves 2.4e-4 of rounding there (magnified by rstd = 1/sqrt(eps)),
+    # oxide accumulates the statistics in double and returns 0.
+    ("grad", "native_layer_norm", "float32"): (4.0, f"{_GRAD_ORDER}; measured 3.71"),
+    ("grad", "nn.functional.layer_norm", "float32"): (4.0, f"{_GRAD_ORDER}; measured 3.71"),
+}
+
+
+def comparable_accuracy(kind: str, key: str, dtype) -> float | None:
+    """The accuracy factor for (kind, key, dtype), or None: compare with CPU exactly."""
+    entry = COMPARABLE_ACCURACY.get((kind, key, str(dtype).replace("torch.", "")))
+    return entry[0] if entry else None
+
 
 # Whole OpInfos not run at all.
 SKIP_OPS = {
@@ -224,17 +292,6 @@ _TRANSFORMER_FASTPATH = (
 XFAIL = {
     ("module", "nn.TransformerDecoderLayer.train", "float32"): _TRANSFORMER_FASTPATH,
     ("module", "nn.Transformer.train", "float32"): _TRANSFORMER_FASTPATH,
-    ("grad", "pow", "float32"): "one of 50 vector-Jacobian elements differs by 1.5e-5 relative (tolerance 1.3e-6): "
-    "float32 accumulation order in the backward's reductions differs from CPU's",
-    **{
-        (
-            "grad",
-            f"nn.functional.{op}",
-            "float32",
-        ): "a few vector-Jacobian elements differ by ~5e-6 relative (tolerance "
-        "1.3e-6): oxide's im2col+GEMM sums the 3-d taps in another order than CPU"
-        for op in ("conv3d", "conv_transpose3d")
-    },
     **{
         (
             "module",
@@ -244,11 +301,6 @@ XFAIL = {
         "1.3e-6): float32 accumulation order of the 3-d weight gradient (im2col+GEMM vs CPU)"
         for m in ("Conv3d", "LazyConv3d")
     },
-    ("op", "nn.functional.conv3d", "complex64"): "one element differs by ~2e-5 relative: float32 accumulation order "
-    "(im2col+GEMM vs CPU's kernel) in the real convolutions complex conv is built from",
-    ("grad", "nn.functional.layer_norm", "float32"): "a layer over one element has an exact input gradient of 0; "
-    "CPU's float32 arithmetic leaves 2.4e-4 of rounding (magnified by "
-    "rstd = 1/sqrt(eps)), oxide accumulates in double and returns 0",
 }
 
 
