@@ -321,9 +321,41 @@ def _work_is_completed_follows_its_future() -> None:
     dist.Work.is_completed = is_completed
 
 
+def _work_is_success_follows_its_future() -> None:
+    """Makes ``Work.is_success()`` false once the work's future holds an error.
+
+    The same ``PyWorkHolder`` (see above) answers ``is_success()`` from its own
+    exception slot, which nothing fills: a collective whose peer died raised from
+    ``wait()`` and still reported success. ``is_success`` now also asks the future
+    where it is done: an error there is a failure, as Gloo's own works report it."""
+    original = dist.Work.is_success
+    if getattr(original, "_follows_future", False):
+        return
+
+    def is_success(self: dist.Work) -> bool:
+        if not original(self):
+            return False
+        try:
+            future = self.get_future()
+        except RuntimeError:  # a work without a future: the flag is all there is
+            return True
+        if not future.done():
+            return True
+        try:
+            future.value()
+        except Exception:  # noqa: BLE001  (any error the collective ended with)
+            return False
+        return True
+
+    is_success._follows_future = True  # type: ignore[attr-defined]
+    is_success.__doc__ = original.__doc__
+    dist.Work.is_success = is_success
+
+
 def register() -> None:
     """Registers ``oxgloo`` for ``cpu`` and ``oxide`` (done when torch_oxide loads)."""
     if not dist.is_available() or NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "oxide"])
     _work_is_completed_follows_its_future()
+    _work_is_success_follows_its_future()

@@ -399,10 +399,14 @@ def test_dead_rank_raises_instead_of_hanging():
         if rank == 1:
             os._exit(0)  # dies without a word
         start = time.monotonic()
+        work = None
         try:
             for _ in range(3):
-                dist.all_reduce(torch.ones(4, device=dev))
+                work = dist.all_reduce(torch.ones(4, device=dev), async_op=True)
+                work.wait()
         except Exception as e:
+            # The failed work says so, as Gloo's own works do.
+            assert work.is_completed() and not work.is_success()
             print("raised", type(e).__name__, round(time.monotonic() - start))
         else:
             raise AssertionError("all_reduce with a dead peer returned")
