@@ -15,25 +15,32 @@
 
 #include "oxide_abi.h"
 
-// The dtypes the ABI has a code for, each with its code: kernels compute in them and
-// copies convert between any two of them. The codes are c10::ScalarType values
-// (checked on the Rust side against oxide_kernels::DType, and here below).
-#define OXIDE_FORALL_ABI_DTYPES(_) \
-  _(Byte, UINT8)                   \
-  _(Char, INT8)                    \
-  _(Short, INT16)                  \
-  _(Int, INT32)                    \
-  _(Long, INT64)                   \
-  _(Half, FLOAT16)                 \
-  _(Float, FLOAT32)                \
-  _(Double, FLOAT64)               \
-  _(ComplexFloat, COMPLEX64)       \
-  _(ComplexDouble, COMPLEX128)     \
-  _(Bool, BOOL)                    \
-  _(BFloat16, BFLOAT16)            \
-  _(UInt16, UINT16)                \
-  _(UInt32, UINT32)                \
-  _(UInt64, UINT64)
+// The dtypes the ABI has a code for, each with its code: copies convert between any
+// two of them; kernels compute in all but complex32 and the float8 types, which (as on
+// CPU) only convert. The codes are c10::ScalarType values (checked on the Rust side
+// against oxide_kernels::DType, and here below).
+#define OXIDE_FORALL_ABI_DTYPES(_)    \
+  _(Byte, UINT8)                      \
+  _(Char, INT8)                       \
+  _(Short, INT16)                     \
+  _(Int, INT32)                       \
+  _(Long, INT64)                      \
+  _(Half, FLOAT16)                    \
+  _(Float, FLOAT32)                   \
+  _(Double, FLOAT64)                  \
+  _(ComplexFloat, COMPLEX64)          \
+  _(ComplexDouble, COMPLEX128)        \
+  _(Bool, BOOL)                       \
+  _(BFloat16, BFLOAT16)               \
+  _(UInt16, UINT16)                   \
+  _(UInt32, UINT32)                   \
+  _(UInt64, UINT64)                   \
+  _(ComplexHalf, COMPLEX32)           \
+  _(Float8_e5m2, FLOAT8_E5M2)         \
+  _(Float8_e4m3fn, FLOAT8_E4M3FN)     \
+  _(Float8_e5m2fnuz, FLOAT8_E5M2FNUZ) \
+  _(Float8_e4m3fnuz, FLOAT8_E4M3FNUZ) \
+  _(Float8_e8m0fnu, FLOAT8_E8M0FNU)
 
 #define OXIDE_CHECK_DTYPE_CODE(scalar, code) \
   static_assert(static_cast<int>(c10::ScalarType::scalar) == OXIDE_DTYPE_##code);

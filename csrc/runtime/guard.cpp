@@ -81,7 +81,6 @@ struct OxideGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
   // torch.accelerator.get_device_capability: the dtypes a tensor can have on oxide with
   // conversions among all of them, i.e. the ABI's dtype codes (common/oxide.h).
-  // Complex32 and the float8 types can be allocated but not converted yet (issue 27).
   c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
     const auto index = index_or_current(d);
     TORCH_CHECK(index >= 0 && index < oxide_device_count(), "invalid oxide device index ", index);

@@ -21,14 +21,19 @@ pub enum DType {
     C128 = 10,
     Bool = 11,
     BF16 = 15,
+    F8E5M2 = 23,
+    F8E4M3FN = 24,
+    F8E5M2FNUZ = 25,
+    F8E4M3FNUZ = 26,
     U16 = 27,
     U32 = 28,
     U64 = 29,
+    F8E8M0FNU = 44,
 }
 
 impl DType {
     /// All dtypes the ABI defines.
-    pub const ALL: [DType; 16] = [
+    pub const ALL: [DType; 21] = [
         DType::U8,
         DType::I8,
         DType::I16,
@@ -45,6 +50,11 @@ impl DType {
         DType::U16,
         DType::U32,
         DType::U64,
+        DType::F8E5M2,
+        DType::F8E4M3FN,
+        DType::F8E5M2FNUZ,
+        DType::F8E4M3FNUZ,
+        DType::F8E8M0FNU,
     ];
 
     /// The dtype with ABI code `code`.
@@ -58,6 +68,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::U8 | DType::I8 | DType::Bool => 1,
+            DType::F8E5M2 | DType::F8E4M3FN | DType::F8E5M2FNUZ | DType::F8E4M3FNUZ | DType::F8E8M0FNU => 1,
             DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
             DType::I32 | DType::U32 | DType::F32 | DType::C32 => 4,
             DType::I64 | DType::U64 | DType::F64 | DType::C64 => 8,
@@ -108,6 +119,11 @@ impl DType {
             DType::C128 => "complex128",
             DType::Bool => "bool",
             DType::BF16 => "bfloat16",
+            DType::F8E5M2 => "float8_e5m2",
+            DType::F8E4M3FN => "float8_e4m3fn",
+            DType::F8E5M2FNUZ => "float8_e5m2fnuz",
+            DType::F8E4M3FNUZ => "float8_e4m3fnuz",
+            DType::F8E8M0FNU => "float8_e8m0fnu",
         }
     }
 }
@@ -146,6 +162,11 @@ mod tests {
         assert_eq!(<u8 as Element>::from_f64(300.0), 44);
         assert_eq!(<u8 as Element>::from_f64(-5.0), 251);
         assert_eq!(<u16 as Element>::from_f64(70000.0), 4464);
+        assert_eq!(<u64 as Element>::from_f64(f64::INFINITY), 0);
+        assert_eq!(<u64 as Element>::from_f64(1.8446744073709552e19), 0);
+        assert_eq!(<u64 as Element>::from_f64(1.5e19), 15_000_000_000_000_000_000);
+        assert_eq!(<u64 as Element>::from_f64(f64::NAN), 1 << 63);
+        assert_eq!(<u64 as Element>::from_f64(-1.0), u64::MAX);
     }
 }
 
@@ -224,6 +245,20 @@ fn f64_to_i64_x86(v: f64) -> i64 {
     }
 }
 
+/// Float -> uint64 as CPU PyTorch converts on x86: below 2^63 (and NaN) the int64
+/// conversion; from 2^63 up, the int64 conversion of `v - 2^63` with the top bit
+/// flipped, so values of 2^64 and more (and infinity) give 0 (compilers' unsigned
+/// conversion sequence; measured: CPU gives 0 there, not the int64 indefinite value).
+#[inline]
+fn f64_to_u64_x86(v: f64) -> u64 {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if v >= TWO_63 {
+        (f64_to_i64_x86(v - TWO_63) as u64) ^ (1 << 63)
+    } else {
+        f64_to_i64_x86(v) as u64
+    }
+}
+
 // Types narrower than 64 bits convert through int32 and keep its low bits, as
 // CPU does (300.0 -> uint8 44, 1e20 -> int16 0); 64-bit types through int64.
 macro_rules! int_element {
@@ -239,7 +274,7 @@ macro_rules! int_element {
     )*};
 }
 int_element!(u8 => U8 via f64_to_i32_x86, i8 => I8 via f64_to_i32_x86, i16 => I16 via f64_to_i32_x86, i32 => I32 via f64_to_i32_x86,
-    i64 => I64 via f64_to_i64_x86, u16 => U16 via f64_to_i32_x86, u32 => U32 via f64_to_i64_x86, u64 => U64 via f64_to_i64_x86);
+    i64 => I64 via f64_to_i64_x86, u16 => U16 via f64_to_i32_x86, u32 => U32 via f64_to_i64_x86, u64 => U64 via f64_to_u64_x86);
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
@@ -420,8 +455,8 @@ macro_rules! with_float_dtype {
 }
 
 /// Runs `$body` with `$T` bound to the [`Element`] type of `$dtype`: the real
-/// dtypes of [`with_real_dtype!`] plus complex64 and complex128.
-/// Any other dtype (complex32) returns [`Error::UnsupportedDtype`] naming `$op`.
+/// dtypes of [`with_real_dtype!`], the complex types and the float8 types (these
+/// last and complex32 only convert: see [`crate::float8`]). Every ABI dtype has one.
 #[macro_export]
 macro_rules! with_dtype {
     ($dtype:expr, $op:expr, |$T:ident| $body:expr) => {
@@ -432,6 +467,30 @@ macro_rules! with_dtype {
             }
             $crate::DType::C128 => {
                 type $T = $crate::ops::elementwise::complex::Complex<f64>;
+                $body
+            }
+            $crate::DType::C32 => {
+                type $T = $crate::ops::elementwise::complex::Complex<$crate::half::f16>;
+                $body
+            }
+            $crate::DType::F8E5M2 => {
+                type $T = $crate::float8::Float8E5M2;
+                $body
+            }
+            $crate::DType::F8E4M3FN => {
+                type $T = $crate::float8::Float8E4M3Fn;
+                $body
+            }
+            $crate::DType::F8E5M2FNUZ => {
+                type $T = $crate::float8::Float8E5M2Fnuz;
+                $body
+            }
+            $crate::DType::F8E4M3FNUZ => {
+                type $T = $crate::float8::Float8E4M3Fnuz;
+                $body
+            }
+            $crate::DType::F8E8M0FNU => {
+                type $T = $crate::float8::Float8E8M0Fnu;
                 $body
             }
             d => $crate::with_real_dtype!(d, $op, |$T| $body),

@@ -40,6 +40,7 @@ macro_rules! with_element_bits {
 pub mod dtype;
 pub mod engine;
 pub mod error;
+pub mod float8;
 pub mod ops;
 
 /// The CPU capability this build was compiled for, in PyTorch's terms

@@ -426,8 +426,8 @@ pub unsafe fn store<T: Element>(dtype: DType, dst: *mut u8, stride: isize, src: 
 /// (output aliasing an input element for element) are sound; write it as a
 /// plain indexed loop and LLVM vectorises it.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for an operand dtype the converters do
-/// not handle (complex32), or a complex input to a real compute type `I`.
+/// Errors: [`Error::UnsupportedDtype`] for a complex input to a real compute
+/// type `I`, or a complex32 output of anything but a complex32 `O` (a converting copy).
 ///
 /// # Safety
 /// Every element the iterator addresses must be valid device (or host scalar)
@@ -441,7 +441,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
     // a complex output of a real computation just gets imaginary part 0.
     for k in 0..=N {
         let complex = matches!(it.dtype(k), DType::C32 | DType::C64 | DType::C128);
-        if !complex || (I::COMPLEX && k > 0) || (k == 0 && it.dtype(k) != DType::C32) {
+        if !complex || (I::COMPLEX && k > 0) || (k == 0 && (it.dtype(k) != DType::C32 || O::DTYPE == DType::C32)) {
             continue;
         }
         return Err(Error::UnsupportedDtype { op: "pointwise", dtype: it.dtype(k) });

@@ -159,7 +159,7 @@ pub unsafe extern "C" fn oxide_pointwise(
         }
         // SAFETY: the function's contract.
         let it = unsafe { tensor_iter(o.name(), &*iter, &on) }?;
-        let common = if common < 0 { None } else { Some(dtype(common)?) };
+        let common = if common < 0 { None } else { Some(dtype(o.name(), common)?) };
         let ctx = oxide_kernels::ops::elementwise::pointwise::Ctx {
             f: scalars.f,
             i: scalars.i,

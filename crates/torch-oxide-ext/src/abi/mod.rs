@@ -95,6 +95,8 @@ pub const OXIDE_DTYPE_FLOAT32: i32 = 6;
 
 pub const OXIDE_DTYPE_FLOAT64: i32 = 7;
 
+pub const OXIDE_DTYPE_COMPLEX32: i32 = 8;
+
 pub const OXIDE_DTYPE_COMPLEX64: i32 = 9;
 
 pub const OXIDE_DTYPE_COMPLEX128: i32 = 10;
@@ -109,6 +111,16 @@ pub const OXIDE_DTYPE_UINT32: i32 = 28;
 
 pub const OXIDE_DTYPE_UINT64: i32 = 29;
 
+pub const OXIDE_DTYPE_FLOAT8_E5M2: i32 = 23;
+
+pub const OXIDE_DTYPE_FLOAT8_E4M3FN: i32 = 24;
+
+pub const OXIDE_DTYPE_FLOAT8_E5M2FNUZ: i32 = 25;
+
+pub const OXIDE_DTYPE_FLOAT8_E4M3FNUZ: i32 = 26;
+
+pub const OXIDE_DTYPE_FLOAT8_E8M0FNU: i32 = 44;
+
 const _: () = {
     use oxide_kernels::DType as D;
     assert!(D::U8 as i32 == OXIDE_DTYPE_UINT8 && D::I8 as i32 == OXIDE_DTYPE_INT8);
@@ -122,6 +134,9 @@ const _: () = {
             && D::U32 as i32 == OXIDE_DTYPE_UINT32
             && D::U64 as i32 == OXIDE_DTYPE_UINT64
     );
+    assert!(D::C32 as i32 == OXIDE_DTYPE_COMPLEX32 && D::F8E5M2 as i32 == OXIDE_DTYPE_FLOAT8_E5M2);
+    assert!(D::F8E4M3FN as i32 == OXIDE_DTYPE_FLOAT8_E4M3FN && D::F8E5M2FNUZ as i32 == OXIDE_DTYPE_FLOAT8_E5M2FNUZ);
+    assert!(D::F8E4M3FNUZ as i32 == OXIDE_DTYPE_FLOAT8_E4M3FNUZ && D::F8E8M0FNU as i32 == OXIDE_DTYPE_FLOAT8_E8M0FNU);
 };
 
 /// Errors crossing the ABI.
@@ -255,8 +270,18 @@ unsafe fn dims<'a>(p: *const i64, ndim: usize) -> &'a [i64] {
     }
 }
 
-fn dtype(code: i32) -> Result<oxide_kernels::DType, AbiError> {
-    Ok(oxide_kernels::DType::from_code(code)?)
+/// The dtype of an operand of kernel `op`. The float8 types only convert, as on CPU
+/// where no kernel computes in them: only the converting copy (`copy_`) takes them,
+/// every other kernel refuses them, so those calls go to the CPU fallback (which
+/// raises CPU's error where CPU has no kernel either). The kernels' own dtype
+/// dispatch would otherwise read a float8 type as an integer in its default arm.
+fn dtype(op: &'static str, code: i32) -> Result<oxide_kernels::DType, AbiError> {
+    use oxide_kernels::DType as D;
+    let dt = D::from_code(code)?;
+    if op != "copy_" && matches!(dt, D::F8E5M2 | D::F8E4M3FN | D::F8E5M2FNUZ | D::F8E4M3FNUZ | D::F8E8M0FNU) {
+        return Err(oxide_kernels::Error::UnsupportedDtype { op, dtype: dt }.into());
+    }
+    Ok(dt)
 }
 
 fn check_device_ptr(rt: &oxide_runtime::Runtime, p: *const c_void, numel: usize) -> Result<(), AbiError> {
@@ -461,7 +486,7 @@ pub(crate) unsafe fn operands<const N: usize>(
         // SAFETY: the caller's contract.
         let (sizes, strides, numel) = unsafe { decode(op, rt, t) }?;
         let data = rt.host_address(t.data as usize) as *mut c_void;
-        *slot = Some(Operand { data, dtype: dtype(t.dtype)?, sizes, strides, numel, access: t.access });
+        *slot = Some(Operand { data, dtype: dtype(op, t.dtype)?, sizes, strides, numel, access: t.access });
         CALL_DTYPES.with(|d| d.borrow_mut().push(t.dtype));
     }
     Ok(out)
@@ -811,7 +836,7 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
     let mut host: Vec<[u8; 16]> = Vec::with_capacity(it.ntensors);
     for k in 0..it.ntensors {
         let s = &strides[k * it.ndim..(k + 1) * it.ndim];
-        let dt = dtype(dtypes[k])?;
+        let dt = dtype(op, dtypes[k])?;
         CALL_DTYPES.with(|d| d.borrow_mut().push(dtypes[k]));
         let mut ptr = data[k] as *mut u8;
         if s.iter().any(|&x| x != 0) {

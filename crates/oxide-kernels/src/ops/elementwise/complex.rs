@@ -709,12 +709,13 @@ pub unsafe fn run_pointwise(op: PointwiseOp, it: &TensorIter, compute: DType, ct
 /// takes the real part, complex to bool tests both parts). The value is
 /// converted once, straight into the destination's type.
 ///
-/// Errors: [`Error::UnsupportedDtype`] for complex32 or other unknown dtypes.
+/// Every pair of ABI dtypes converts, complex32 and the float8 types included
+/// ([`crate::float8`]).
 ///
 /// # Safety
 /// As [`map`]; the two operands do not overlap.
 pub unsafe fn cast(it: &TensorIter) -> Result<()> {
-    let from_complex = matches!(it.dtype(1), DType::C64 | DType::C128);
+    let from_complex = matches!(it.dtype(1), DType::C32 | DType::C64 | DType::C128);
     // SAFETY: forwarded contract.
     crate::with_dtype!(it.dtype(0), "copy_", |D| unsafe {
         if from_complex && !D::COMPLEX {

@@ -131,7 +131,13 @@ pub unsafe fn gemm(dtype: DType, s: GemmShape, alpha: f64, a: Matrix, b: Matrix,
             }),
             DType::F16 => widened::<half::f16>(s, alpha, a, b, beta, c),
             DType::BF16 => widened::<half::bf16>(s, alpha, a, b, beta, c),
-            DType::Bool | DType::C32 => return Err(Error::UnsupportedDtype { op: "mm", dtype }),
+            DType::Bool
+            | DType::C32
+            | DType::F8E5M2
+            | DType::F8E4M3FN
+            | DType::F8E5M2FNUZ
+            | DType::F8E4M3FNUZ
+            | DType::F8E8M0FNU => return Err(Error::UnsupportedDtype { op: "mm", dtype }),
             DType::U8 => naive::<u8>(s, alpha, a, b, beta, c),
             DType::I8 => naive::<i8>(s, alpha, a, b, beta, c),
             DType::I16 => naive::<i16>(s, alpha, a, b, beta, c),
