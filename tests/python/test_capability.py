@@ -99,6 +99,26 @@ _CHECK = textwrap.dedent(
                 assert_close(*both(lambda t: F.layer_norm(t, (n,)), x))
     nan = torch.tensor([1.0, float("nan"), 3.0] * 40)
     assert_close(*both(lambda t: t.amax(), nan), equal_nan=True)
+    # float32 <-> float16 / bfloat16 conversions (vectorised per build: engine/convert.rs),
+    # bit for bit: every half bit pattern, and floats at every rounding boundary
+    # (ties to even, overflow to infinity, subnormals), at a length with a tail,
+    # contiguous and strided. A NaN only has to stay a NaN: CPU PyTorch's own payloads
+    # differ between its vectorised loop and its scalar tail.
+    def same_bits(got, want, ints):
+        nan = want.isnan()
+        assert torch.equal(got.isnan(), nan)
+        assert torch.equal(got[~nan].view(ints), want[~nan].view(ints))
+
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    for half in (torch.float16, torch.bfloat16):
+        every = bits.view(half)
+        same_bits(every.to("oxide").float().cpu(), every.float(), torch.int32)
+    base = torch.arange(0, 2**16, 7, dtype=torch.int32) << 16
+    edges = (base.unsqueeze(1) | torch.tensor([0, 0x7FFF, 0x8000, 0x8001, 0x1000, 0xFFFF, 0x2000, 0x3001])).flatten()
+    floats = torch.cat([edges, edges[:-3]]).view(torch.float32)
+    for half in (torch.float16, torch.bfloat16):
+        for make in (lambda t: t, lambda t: t[::3]):
+            same_bits(make(floats.to("oxide")).to(half).cpu(), make(floats).to(half), torch.int16)
     a, b = torch.randn(67, 131), torch.randn(131, 45)
     assert_close(*both(torch.mm, a, b))
     img, w = torch.randn(2, 3, 17, 19), torch.randn(8, 3, 3, 3)
@@ -121,6 +141,17 @@ def test_each_build_the_cpu_runs_matches_cpu(capability):
     proc = subprocess.run([sys.executable, "-c", _CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip().splitlines()[-1] == capability.upper()
+
+
+def test_the_limit_probes_measure_rates_on_the_kernel_threads():
+    # benchmarks/ops.py compares kernels with these; a probe that did no work would
+    # report an infinite or zero rate.
+    bw = _C._probe_memory_bandwidth(1 << 18, 2, 2)
+    assert set(bw) == {"copy", "scale", "add", "triad"}
+    assert all(0 < v < 1e13 for v in bw.values()), bw  # under 10 TB/s
+    flops, isa = _C._probe_fma_peak(100_000, 1, 1)
+    assert 1e8 < flops < 1e13, flops  # between 0.1 and 10000 GFLOP/s for one thread
+    assert isa in {"avx512f", "avx2+fma", "portable mul+add"}
 
 
 def test_an_unknown_capability_fails_the_import_with_the_reason():

@@ -313,6 +313,12 @@ impl Element for f64 {
 }
 
 /// float16 and bfloat16: stored narrow, computed in float (PyTorch's opmath type).
+///
+/// A double or an integer becomes a half type as in C++ `static_cast<c10::Half>`:
+/// through float (c10's constructors take a float), one rounding to float, then
+/// one to the half type. This also avoids the `half` crate's direct double ->
+/// bfloat16 rounding, which truncated float32 subnormals such as 0x002a8001
+/// instead of rounding them up.
 macro_rules! half_element {
     ($($t:ty => $d:ident),*) => {$(
         impl Element for $t {
@@ -323,11 +329,11 @@ macro_rules! half_element {
             }
             #[inline]
             fn from_f64(v: f64) -> Self {
-                <$t>::from_f64(v)
+                <$t>::from_f32(v as f32)
             }
             #[inline]
             fn from_i64(v: i64) -> Self {
-                <$t>::from_f64(v as f64)
+                <$t>::from_f32(v as f32)
             }
             #[inline]
             fn to_f64(self) -> f64 {

@@ -158,6 +158,29 @@ fn kernel_threads() -> usize {
     oxide_kernels::engine::team::size()
 }
 
+/// STREAM-style bandwidth of host memory on `threads` threads of the kernel team
+/// (float32 arrays of `numel` elements, best of `reps` passes), bytes per second per kernel:
+/// `{"copy", "scale", "add", "triad"}`. For `benchmarks/ops.py`, which compares
+/// kernels with it in the same run; runs without the GIL.
+#[pyfunction]
+fn _probe_memory_bandwidth(py: Python<'_>, numel: usize, reps: usize, threads: usize) -> PyResult<Bound<'_, PyDict>> {
+    let bw = py.detach(|| oxide_kernels::engine::limits::stream_bandwidth(numel, reps, threads));
+    let out = PyDict::new(py);
+    for (name, v) in [("copy", bw.copy), ("scale", bw.scale), ("add", bw.add), ("triad", bw.triad)] {
+        out.set_item(name, v)?;
+    }
+    Ok(out)
+}
+
+/// Peak float32 operations per second of `threads` threads of the kernel team
+/// (`iters` rounds of independent FMAs per thread, best of `reps`) and the instruction set used:
+/// `(flops, isa)`. For `benchmarks/ops.py`; runs without the GIL.
+#[pyfunction]
+fn _probe_fma_peak(py: Python<'_>, iters: usize, reps: usize, threads: usize) -> (f64, &'static str) {
+    let peak = py.detach(|| oxide_kernels::engine::limits::fma_peak(iters, reps, threads));
+    (peak.flops, peak.isa)
+}
+
 /// `torch.cuda.set_per_process_memory_fraction`: the caching allocator of device
 /// `index` may reserve at most `fraction` of the device's capacity; past it an
 /// allocation raises out-of-memory (after releasing the cache, as at the capacity).
@@ -346,6 +369,8 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_stream_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_capacity, m)?)?;
     m.add_function(wrap_pyfunction!(kernel_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(_probe_memory_bandwidth, m)?)?;
+    m.add_function(wrap_pyfunction!(_probe_fma_peak, m)?)?;
     m.add_function(wrap_pyfunction!(set_memory_fraction, m)?)?;
     m.add_function(wrap_pyfunction!(record_memory_history, m)?)?;
     m.add_function(wrap_pyfunction!(memory_snapshot_raw, m)?)?;

@@ -34,7 +34,7 @@
 use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
-use crate::engine::SendPtr;
+use crate::engine::{convert, SendPtr};
 use crate::error::{Error, Result};
 use crate::with_dtype;
 
@@ -385,6 +385,14 @@ pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: u
         unsafe { std::ptr::copy_nonoverlapping(src as *const T, dst.as_mut_ptr(), n) };
         return Ok(());
     }
+    // float32 <-> float16/bfloat16 runs convert vectorised (engine::convert).
+    if stride == dtype.size() as isize && n <= dst.len() {
+        // SAFETY: caller contract: n contiguous readable elements at `src`; `dst`
+        // holds at least n elements and is a distinct buffer.
+        if unsafe { convert::contiguous(dtype, src, T::DTYPE, dst.as_mut_ptr() as *mut u8, n) } {
+            return Ok(());
+        }
+    }
     with_dtype!(dtype, "load", |S| {
         for (i, d) in dst[..n].iter_mut().enumerate() {
             // SAFETY: caller contract.
@@ -397,8 +405,8 @@ pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: u
 /// Rounds every value of `v` to the nearest value of the half-precision `dtype` (others: unchanged).
 fn round_to<T: Element>(dtype: DType, v: &mut [T]) {
     match dtype {
-        DType::F16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::f16::from_f64(x.to_f64()).to_f64())),
-        DType::BF16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::bf16::from_f64(x.to_f64()).to_f64())),
+        DType::F16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::f16::from_f32(x.to_f64() as f32).to_f64())),
+        DType::BF16 => v.iter_mut().for_each(|x| *x = T::from_f64(half::bf16::from_f32(x.to_f64() as f32).to_f64())),
         _ => {}
     }
 }
@@ -409,6 +417,13 @@ fn round_to<T: Element>(dtype: DType, v: &mut [T]) {
 /// `dst + i*stride` must be writable elements of `dtype` for `i < n`.
 #[inline]
 pub unsafe fn store<T: Element>(dtype: DType, dst: *mut u8, stride: isize, src: &[T]) -> Result<()> {
+    if stride == dtype.size() as isize {
+        // SAFETY: caller contract: src.len() contiguous writable elements of `dtype`
+        // at `dst`, which is not `src`'s memory (a staging buffer).
+        if unsafe { convert::contiguous(T::DTYPE, src.as_ptr() as *const u8, dtype, dst, src.len()) } {
+            return Ok(());
+        }
+    }
     with_dtype!(dtype, "store", |D| {
         for (i, s) in src.iter().enumerate() {
             // SAFETY: caller contract.

@@ -615,19 +615,19 @@ impl Float for f64 {
     }
 }
 
-/// `erfinv` in double: Giles' approximation as a start, then Newton on `erf`.
 /// `v` rounded to the element type `dt` (float16 or bfloat16; any other dtype leaves
 /// it): for kernels that compute half types in `F` but round each step as CPU's
-/// element-type arithmetic does.
+/// element-type arithmetic does (through float, as c10's half constructors take one).
 #[inline(always)]
 pub fn round_to<F: Float>(dt: DType, v: F) -> F {
     match dt {
-        DType::F16 => F::from_f64c(half::f16::from_f64(v.to_f64()).to_f64()),
-        DType::BF16 => F::from_f64c(half::bf16::from_f64(v.to_f64()).to_f64()),
+        DType::F16 => F::from_f64c(half::f16::from_f32(v.to_f64() as f32).to_f64()),
+        DType::BF16 => F::from_f64c(half::bf16::from_f32(v.to_f64() as f32).to_f64()),
         _ => v,
     }
 }
 
+/// `erfinv` in double: Giles' approximation as a start, then Newton on `erf`.
 pub fn erfinv_f64(y: f64) -> f64 {
     if y.is_nan() || !(-1.0..=1.0).contains(&y) {
         return f64::NAN;
