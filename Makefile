@@ -13,7 +13,7 @@ export OXIDE_PYTHON := $(PY)
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export OXIDE_GLUE_CACHE ?= $(TARGET_DIR)/glue-cache
 
-.PHONY: wheel demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-sharing bench-graphs bench-compiled sanitize profile demo-ddp clean
+.PHONY: wheel demo test build deps format lint cargo-test pytest conformance bench-ops bench-models bench-distributed bench-sharing bench-graphs bench-compiled bench-scaling sanitize profile demo-ddp clean
 
 demo: build
 	$(PY) examples/digits_cnn.py
@@ -136,6 +136,11 @@ bench-models: build
 # Writes benchmarks/results/compiled.md and compiled.json.
 bench-compiled: build
 	$(PY) benchmarks/compiled.py --out benchmarks/results
+
+# Elementwise, GEMM and a model step over a range of sizes, at 1 thread and all,
+# oxide vs CPU (benchmarks/README.md). Writes benchmarks/results/scaling.md, .json, .png.
+bench-scaling: build
+	$(PY) benchmarks/scaling.py --out benchmarks/results
 
 clean:
 	cargo clean

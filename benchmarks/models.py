@@ -32,6 +32,11 @@ stream and its worker runs them while Python goes on) and with launch blocking
 kernel runs at the call), on its own copy of the model; the ``async / blocking``
 column is their ratio (issue 22's target: at most 1.05 on every workload).
 
+A 1-thread column follows: after the timed rounds, ``torch.set_num_threads(1)`` and
+``--one-thread-reps`` more steps per side (one per round, alternating, after a warm-up
+step each), CPU against oxide asynchronous; with one kernel thread the step's work
+cannot hide behind parallelism, so the ratio shows per-kernel cost alone.
+
 Writes ``models.md`` and ``models.json`` into ``--out``.
 """
 
@@ -237,7 +242,23 @@ def _time(step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None
     return times
 
 
-def run(name: str, reps: int) -> dict[str, object]:
+def _one_thread(step, model, opt_c, model_o, opt_o, reps: int) -> tuple[list[float], list[float]]:
+    """CPU and oxide step times at one thread, alternating step by step (module docstring)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cpu, ox = [], []
+        for _ in range(reps):
+            time.sleep(PAUSE)
+            cpu += _time(step, model, opt_c, "cpu", 1, 1)
+            time.sleep(PAUSE)
+            ox += _time(step, model_o, opt_o, "oxide", 1, 1)
+        return cpu, ox
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(name: str, reps: int, one_thread_reps: int = 9) -> dict[str, object]:
     model, step, make_opt, target = WORKLOADS[name]()
     model_o = copy.deepcopy(model).to("oxide")
     model_b = copy.deepcopy(model).to("oxide")
@@ -261,9 +282,20 @@ def run(name: str, reps: int) -> dict[str, object]:
         ox_times += _time(step, model_o, opt_o, "oxide", n, 1, steal_o)
         time.sleep(PAUSE)
         blocking_times += _time(step, model_b, opt_b, "oxide-blocking", n, 1)
+    cpu_1t, ox_1t = _one_thread(step, model, opt_c, model_o, opt_o, one_thread_reps) if one_thread_reps else ([], [])
     after = torch.oxide.fallback_stats()
     fell_back = sorted(op for op, n in after.items() if n != before.get(op, 0))
     cpu, ox = statistics.median(cpu_times), statistics.median(ox_times)
+    one_thread = {}
+    if cpu_1t:
+        c1, o1 = statistics.median(cpu_1t), statistics.median(ox_1t)
+        one_thread = {
+            "cpu_1t_s": c1,
+            "oxide_1t_s": o1,
+            "ratio_1t": o1 / c1,
+            "cpu_1t_times": cpu_1t,
+            "oxide_1t_times": ox_1t,
+        }
     blocking = statistics.median(blocking_times)
     return {
         "name": name,
@@ -282,6 +314,7 @@ def run(name: str, reps: int) -> dict[str, object]:
         "cpu_times": cpu_times,
         "oxide_times": ox_times,
         "oxide_blocking_times": blocking_times,
+        **one_thread,
     }
 
 
@@ -296,15 +329,21 @@ def write(out: str, results: list[dict[str, object]], env: dict[str, object]) ->
         "Median seconds per step; ratio = oxide / CPU (lower is better).",
         "",
         "| workload | CPU s | oxide s | ratio | target | met | oxide peak MiB | CPU peak RSS growth MiB | fallback "
-        "| steal % CPU / oxide | oxide blocking s | async / blocking |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| steal % CPU / oxide | oxide blocking s | async / blocking | CPU s (1 thread) | oxide s (1 thread) "
+        "| ratio (1 thread) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['name']} | {r['cpu_s']:.4f} | {r['oxide_s']:.4f} | {r['ratio']:.2f} | <= {r['target']} | "
             f"{'yes' if r['met'] else 'no'} | {r['oxide_peak_mb']:.1f} | {r['cpu_peak_rss_growth_mb']:.1f} | "
             f"{', '.join(r['fallback_ops']) or 'none'} | {r['steal_pct_cpu']:.0f} / {r['steal_pct_oxide']:.0f} | "
-            f"{r['oxide_blocking_s']:.4f} | {r['async_over_blocking']:.2f} |"
+            f"{r['oxide_blocking_s']:.4f} | {r['async_over_blocking']:.2f} | "
+            + (
+                f"{r['cpu_1t_s']:.4f} | {r['oxide_1t_s']:.4f} | {r['ratio_1t']:.2f} |"
+                if "ratio_1t" in r
+                else "- | - | - |"
+            )
         )
     with open(os.path.join(out, "models.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -318,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     # 36: four steps per round. With one (9), a 9 ms step's median moved by 20%
     # between runs (MLP + host work: 1.13 and 0.90 async / blocking on one machine).
     parser.add_argument("--reps", type=int, default=36, help="timed steps per side, over all rounds")
+    parser.add_argument(
+        "--one-thread-reps", type=int, default=9, help="steps per side at torch.set_num_threads(1) (0: no column)"
+    )
     args = parser.parse_args(argv)
     torch.oxide.set_fallback_mode("silent")
     env = {
@@ -325,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
     }
-    results = [run(name, args.reps) for name in WORKLOADS if args.only.lower() in name.lower()]
+    results = [run(name, args.reps, args.one_thread_reps) for name in WORKLOADS if args.only.lower() in name.lower()]
     write(args.out, results, env)
     return 0
 

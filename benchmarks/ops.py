@@ -19,7 +19,9 @@ case has a target, whether the ratio meets it.
 
 Groups and targets:
 
-- elementwise, 1e7 float32: add, mul, exp, sigmoid; ratio <= 1.1
+- elementwise, 1e7 float32: add, mul, exp, sigmoid; ratio <= 1.1. ``add`` into a
+  preallocated ``out=`` at 1e7 and 1e8 elements (12 bytes moved per element), <= 1.1,
+  with its bandwidth as a share of the machine's (below).
 - reductions over 1e7 float32 (1000x10000): sum, sum(0), sum(1), mean, amax; <= 1.2.
   These warm up for 8 repetitions: on both devices the first 5 to 8 repetitions of a
   40 MB pass run up to twice as slow as the steady state (the L3 cache fills up over
@@ -45,6 +47,15 @@ back, since its ratio then measures the CPU fallback (copies to the host and bac
 not an oxide kernel. Each case also checks once that oxide's result matches the CPU's.
 The fallback mode is ``silent`` for the run, so that fallback cases are measured
 rather than refused or warned about.
+
+The machine's limits are measured in the same run, before and after the cases (the
+better of the two is kept), on ``torch.get_num_threads()`` threads of oxide's kernel
+team: a STREAM-style probe of memory bandwidth (copy, scale, add, triad over float32
+arrays of 1e7 and 1e8 elements, ordinary stores) and an FMA peak probe (independent
+vector FMAs, the widest the CPU has). The ``add out=`` rows report their bandwidth as a
+share of STREAM add at the same size (target >= 90% for oxide at 1e8, beyond the
+caches) and the GEMM rows their GFLOP/s as a share of the FMA peak (target >= 85% at
+2048); CPU PyTorch's shares are printed beside them.
 
 Writes ``ops.md`` (a Markdown table) and ``ops.json`` (every number, plus torch
 version, thread count, CPU model and date) into ``--out``. The whole run takes about
@@ -91,6 +102,7 @@ class Case:
     warmup: int = 2
     calls: int = 1
     flops: float | None = None  # per call, for GFLOP/s
+    bytes: float | None = None  # per call, bytes read and written, for GB/s
     # Timed inside torch.profiler: oxide with its device activities, CPU with CPU's.
     profiled: bool = False
     blocking: bool = False  # oxide side with launch blocking (kernels run at the call)
@@ -116,9 +128,13 @@ class Result:
     cpu_rep_ms: list[float] = field(default_factory=list)
     gflops_oxide: float | None = None
     gflops_cpu: float | None = None
+    gbs_oxide: float | None = None
+    gbs_cpu: float | None = None
+    bytes_per_call: float | None = None
 
 
 N = 10_000_000
+LARGE = 100_000_000  # beyond the last-level cache: the memory-bandwidth case
 OVERHEAD_CALLS = 2000
 
 
@@ -220,10 +236,29 @@ def _torchvision_cases() -> list[Case]:
     ]
 
 
+def _add_out_inputs(n: int) -> Callable[[], Sequence[torch.Tensor]]:
+    return lambda: (torch.randn(n), torch.randn(n), torch.empty(n))
+
+
+def _add_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    return torch.add(a, b, out=out)
+
+
 def cases() -> list[Case]:
     mat = (1000, 10_000)  # 1e7 elements
     out: list[Case] = [
         Case("add", "elementwise", "1e7", _randn2(N), torch.add, target=1.1, reps=15),
+        Case("add out=", "elementwise", "1e7", _add_out_inputs(N), _add_out, target=1.1, reps=15, bytes=12.0 * N),
+        Case(
+            "add out=",
+            "elementwise",
+            "1e8",
+            _add_out_inputs(LARGE),
+            _add_out,
+            target=1.1,
+            reps=6,
+            bytes=12.0 * LARGE,
+        ),
         Case("mul", "elementwise", "1e7", _randn2(N), torch.mul, target=1.1, reps=15),
         Case("exp", "elementwise", "1e7", _randn(N), torch.exp, target=1.1, reps=15),
         Case("sigmoid", "elementwise", "1e7", _randn(N), torch.sigmoid, target=1.1, reps=15),
@@ -424,7 +459,111 @@ def run_case(case: Case) -> Result:
         cpu_rep_ms=[t * 1e3 for t in cpu_s],
         gflops_oxide=case.flops / oxide_t / 1e9 if case.flops else None,
         gflops_cpu=case.flops / cpu_t / 1e9 if case.flops else None,
+        gbs_oxide=case.bytes / oxide_t / 1e9 if case.bytes else None,
+        gbs_cpu=case.bytes / cpu_t / 1e9 if case.bytes else None,
+        bytes_per_call=case.bytes,
     )
+
+
+# The machine's limits (module docstring): STREAM sizes, FMA rounds per thread.
+STREAM_SIZES = (N, LARGE)
+FMA_ITERS = 20_000_000
+BANDWIDTH_TARGET = 0.9  # share of STREAM add reached by oxide's add out= at LARGE
+GEMM_TARGET = 0.85  # share of the FMA peak reached by oxide's mm 2048
+
+
+def probe_limits(threads: int) -> dict[str, object]:
+    """STREAM bandwidth (bytes/s per kernel and size) and FMA peak of ``threads`` threads."""
+    stream = {str(n): torch_oxide._C._probe_memory_bandwidth(n, 5 if n <= N else 3, threads) for n in STREAM_SIZES}
+    flops, isa = torch_oxide._C._probe_fma_peak(FMA_ITERS, 3, threads)
+    return {"stream": stream, "fma_peak_flops": flops, "fma_isa": isa}
+
+
+def best_limits(a: dict[str, object], b: dict[str, object]) -> dict[str, object]:
+    """The better of two probes, kernel by kernel (STREAM reports each kernel's best pass)."""
+    stream = {
+        n: {k: max(v, b["stream"][n][k]) for k, v in kernels.items()}  # type: ignore[index]
+        for n, kernels in a["stream"].items()  # type: ignore[union-attr]
+    }
+    return {
+        "stream": stream,
+        "fma_peak_flops": max(a["fma_peak_flops"], b["fma_peak_flops"]),  # type: ignore[type-var]
+        "fma_isa": a["fma_isa"],
+    }
+
+
+@dataclass
+class LimitRow:
+    case: str
+    measure: str  # "bandwidth" or "flops"
+    limit: float  # the machine's, bytes/s or flop/s
+    oxide: float
+    cpu: float
+    target: float | None
+
+    @property
+    def oxide_share(self) -> float:
+        return self.oxide / self.limit
+
+    @property
+    def cpu_share(self) -> float:
+        return self.cpu / self.limit
+
+    @property
+    def ok(self) -> bool | None:
+        return None if self.target is None else self.oxide_share >= self.target
+
+
+def limit_rows(results: list[Result], limits: dict[str, object]) -> list[LimitRow]:
+    rows = []
+    for r in results:
+        if r.gbs_oxide is not None and r.bytes_per_call:
+            numel = str(int(r.bytes_per_call // 12))
+            if numel in limits["stream"]:  # type: ignore[operator]
+                target = BANDWIDTH_TARGET if numel == str(LARGE) else None
+                add = limits["stream"][numel]["add"]  # type: ignore[index]
+                rows.append(
+                    LimitRow(f"{r.name} {r.shape}", "bandwidth", add, r.gbs_oxide * 1e9, r.gbs_cpu * 1e9, target)
+                )
+        if r.group == "gemm" and r.gflops_oxide is not None:
+            target = GEMM_TARGET if r.name == "mm 2048" else None
+            peak = limits["fma_peak_flops"]
+            rows.append(LimitRow(r.name, "flops", peak, r.gflops_oxide * 1e9, r.gflops_cpu * 1e9, target))  # type: ignore[arg-type]
+    return rows
+
+
+def limits_lines(limits: dict[str, object], rows: list[LimitRow]) -> list[str]:
+    stream = limits["stream"]
+    lines = [
+        "## The machine's limits",
+        "",
+        "Measured in this run on the same threads (best of a probe before and one after the cases).",
+        "",
+        "| STREAM (float32, ordinary stores) | copy GB/s | scale GB/s | add GB/s | triad GB/s |",
+        "|---|---|---|---|---|",
+    ]
+    for n, k in stream.items():  # type: ignore[union-attr]
+        lines.append(
+            f"| {int(n):.0e} elements | {k['copy'] / 1e9:.1f} | {k['scale'] / 1e9:.1f} | "
+            f"{k['add'] / 1e9:.1f} | {k['triad'] / 1e9:.1f} |"
+        )
+    lines += [
+        "",
+        f"FMA peak: {limits['fma_peak_flops'] / 1e9:.1f} GFLOP/s float32 ({limits['fma_isa']}).",  # type: ignore[operator]
+        "",
+        "| case | limit | oxide | share | cpu | share | target (oxide) | ok |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        unit, scale = ("GB/s", 1e9) if r.measure == "bandwidth" else ("GFLOP/s", 1e9)
+        what = "STREAM add" if r.measure == "bandwidth" else "FMA peak"
+        lines.append(
+            f"| {r.case} | {what} {r.limit / scale:.1f} {unit} | {r.oxide / scale:.1f} | {r.oxide_share:.0%} | "
+            f"{r.cpu / scale:.1f} | {r.cpu_share:.0%} | "
+            f"{'-' if r.target is None else f'>= {r.target:.0%}'} | "
+            f"{'-' if r.ok is None else ('yes' if r.ok else 'no')} |"
+        )
+    return lines + [""]
 
 
 def _ms(x: float) -> str:
@@ -437,6 +576,8 @@ def _notes(r: Result) -> str:
         notes.append(f"per call: oxide {r.oxide_ms * 1e3:.3g} us, cpu {r.cpu_ms * 1e3:.3g} us")
     if r.gflops_oxide is not None:
         notes.append(f"GFLOP/s: oxide {r.gflops_oxide:.1f}, cpu {r.gflops_cpu:.1f}")
+    if r.gbs_oxide is not None:
+        notes.append(f"GB/s: oxide {r.gbs_oxide:.1f}, cpu {r.gbs_cpu:.1f}")
     if not r.native:
         notes.append("fell back: " + ", ".join(sorted(r.fallback_ops)))
     if not r.matches_cpu:
@@ -487,7 +628,7 @@ def _summary(results: list[Result]) -> list[str]:
     ]
 
 
-def write_markdown(path: str, env: dict[str, object], results: list[Result]) -> None:
+def write_markdown(path: str, env: dict[str, object], results: list[Result], extra: Sequence[str] = ()) -> None:
     lines = [
         "# oxide vs CPU operator benchmarks",
         "",
@@ -502,7 +643,7 @@ def write_markdown(path: str, env: dict[str, object], results: list[Result]) -> 
         "|" + "|".join("---" for _ in COLUMNS) + "|",
     ]
     lines += ["| " + " | ".join(_row(r)) + " |" for r in results]
-    lines += [""] + [f"- {s}" for s in _summary(results)] + [""]
+    lines += [""] + [f"- {s}" for s in _summary(results)] + [""] + list(extra)
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
@@ -541,10 +682,11 @@ def main(argv: list[str] | None = None) -> int:
         f"torch.get_num_threads() = {env['threads']} (oxide and CPU alike), {env['cpu_model']}"
     )
 
+    start = time.perf_counter()
+    limits_before = probe_limits(env["threads"])  # type: ignore[arg-type]
     previous_mode = torch.oxide.get_fallback_mode()
     torch.oxide.set_fallback_mode("silent")
     results: list[Result] = []
-    start = time.perf_counter()
     try:
         widths = (34, 10, 10, 10, 7, 8, 4, 13)
         print("  ".join(h.ljust(w) for h, w in zip(COLUMNS, widths)) + "  notes")
@@ -556,15 +698,22 @@ def main(argv: list[str] | None = None) -> int:
             print("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[8], flush=True)
     finally:
         torch.oxide.set_fallback_mode(previous_mode)
+    limits = best_limits(limits_before, probe_limits(env["threads"]))  # type: ignore[arg-type]
+    rows = limit_rows(results, limits)
+    extra = limits_lines(limits, rows)
+    print("\n".join(extra))
     for line in _summary(results):
         print(line)
     print(f"ran {len(results)} cases in {time.perf_counter() - start:.0f} s")
 
     os.makedirs(args.out, exist_ok=True)
     md_path, json_path = os.path.join(args.out, "ops.md"), os.path.join(args.out, "ops.json")
-    write_markdown(md_path, env, results)
+    write_markdown(md_path, env, results, extra)
     with open(json_path, "w") as f:
-        json.dump({**env, "cases": [r.__dict__ for r in results]}, f, indent=2)
+        limit_json = [{**r.__dict__, "oxide_share": r.oxide_share, "cpu_share": r.cpu_share, "ok": r.ok} for r in rows]
+        json.dump(
+            {**env, "limits": {**limits, "rows": limit_json}, "cases": [r.__dict__ for r in results]}, f, indent=2
+        )
         f.write("\n")
     print(f"wrote {md_path} and {json_path}")
     return 0

@@ -65,6 +65,16 @@ def demo_model_and_data():
     return demo.DigitsCNN(), x, y
 
 
+def test_demo_reports_the_warm_up_epoch_apart_from_steady_ones():
+    spec = importlib.util.spec_from_file_location("digits_cnn", ROOT / "examples" / "digits_cnn.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    first, steady, warm_up = demo.epoch_summary([0.5, 0.2, 0.4, 0.1])
+    assert (first, steady) == (0.5, 0.2)  # the median of the epochs after the first
+    assert warm_up == pytest.approx(0.3)
+    assert demo.epoch_summary([0.25]) == (0.25, 0.25, 0.0)
+
+
 def test_digits_cnn_demo_model():
     model, x, y = demo_model_and_data()
     train_and_compare(
