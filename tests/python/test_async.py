@@ -6,6 +6,7 @@ milliseconds on the 2-core CI machines), so a host call made right after one
 finds it still running.
 """
 
+import os
 import threading
 import time
 
@@ -404,3 +405,46 @@ def test_interpreter_exit_with_queued_work():
     r = run_python(code)
     assert r.returncode == 0, r.stderr
     assert "queued" in r.stdout
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs for a kernel team of two threads")
+def test_queued_kernels_use_the_thread_count_of_their_call():
+    # A launch carries at::get_num_threads() of its call: a GEMM queued under
+    # torch.set_num_threads(1) runs on one thread, under 2 on two. Observed as the
+    # CPU time each of the process's threads spent on the products (/proc), so it
+    # does not depend on how fast the machine is.
+    proc = run_python(
+        """
+        import os, torch, torch_oxide
+
+        def ticks():
+            out = {}
+            for tid in os.listdir("/proc/self/task"):
+                try:
+                    with open(f"/proc/self/task/{tid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                out[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+            return out
+
+        a, b = (torch.randn(1024, 1024, device="oxide") for _ in range(2))
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            torch.mm(a, b)
+            torch.oxide.synchronize()
+            before = ticks()
+            for _ in range(30):
+                torch.mm(a, b)
+            torch.oxide.synchronize()
+            after = ticks()
+            grew = sorted((after[t] - before.get(t, 0) for t in after), reverse=True)
+            print(threads, grew[0], grew[1])
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {int(t): (int(first), int(second)) for t, first, second in (ln.split() for ln in proc.stdout.split("\n") if ln)}
+    one, two = runs[1], runs[2]
+    assert one[0] >= 10, runs  # at least 0.1 s of products: the figures mean something
+    assert one[1] <= one[0] // 10, f"a second thread worked under set_num_threads(1): {runs}"
+    assert two[1] >= two[0] // 3, f"the products stayed on one thread under set_num_threads(2): {runs}"

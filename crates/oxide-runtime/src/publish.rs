@@ -7,8 +7,12 @@
 //! `python -m torch_oxide` reads every such file.
 //!
 //! Layout (native endianness, 64-bit words): a [`Header`], then one
-//! [`DeviceCounters`] per device. A process killed before exit leaves its file
-//! behind; readers check that the pid still runs and skip (and may remove) it.
+//! [`DeviceCounters`] per device. A process ended by SIGTERM (how
+//! `multiprocessing` and torchrun stop workers) removes its file in a signal
+//! handler, installed where SIGTERM still has its default action, before dying of
+//! the signal as it would have. A process killed outright (SIGKILL) leaves its file
+//! behind: readers skip a file whose pid no longer runs, and every process that
+//! publishes removes such files first.
 
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
@@ -67,8 +71,15 @@ impl Published {
     /// `None` when it cannot (no writable directory): publishing is a
     /// convenience, never a reason for the runtime to fail.
     pub fn create(capacities: &[usize]) -> Option<Published> {
-        let path = directory().join(format!("torch-oxide-{}.mem", std::process::id()));
+        let dir = directory();
+        remove_stale(&dir);
+        let path = dir.join(format!("torch-oxide-{}.mem", std::process::id()));
         let published = Published::create_at(path.clone(), capacities)?;
+        if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+            let _ = PATH_C.set(c);
+            OWNER.store(std::process::id(), Ordering::Relaxed);
+            install_sigterm_handler();
+        }
         let _ = PATH.set(path);
         // SAFETY: registering a plain extern "C" function with no captured state.
         unsafe { libc::atexit(remove_at_exit) };
@@ -135,6 +146,75 @@ impl Published {
     }
 }
 
+/// This process's file as a C string, for the signal handler (set once, before
+/// the handler is installed; never freed).
+static PATH_C: OnceLock<std::ffi::CString> = OnceLock::new();
+/// The pid that created the file: a forked child (another pid) leaves it alone.
+static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Installs [`on_sigterm`] if SIGTERM still has its default action (a handler the
+/// program installed is left in place).
+fn install_sigterm_handler() {
+    // SAFETY: sigaction with a zeroed struct to read the current action, then a
+    // handler that only calls async-signal-safe functions (getpid, unlink,
+    // sigaction, raise).
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTERM, std::ptr::null(), &mut current) != 0 || current.sa_sigaction != libc::SIG_DFL
+        {
+            return;
+        }
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigterm as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        action.sa_flags = libc::SA_RESETHAND;
+        libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut());
+    }
+}
+
+/// Removes the file, then dies of the signal with the default action
+/// (`SA_RESETHAND` restored it), so the exit status is what it would have been.
+extern "C" fn on_sigterm(sig: libc::c_int) {
+    // SAFETY: async-signal-safe calls only; PATH_C is set before the handler is
+    // installed and never changes, so reading it is a plain load.
+    unsafe {
+        if let Some(path) = PATH_C.get() {
+            if OWNER.load(Ordering::Relaxed) == libc::getpid() as u32 {
+                libc::unlink(path.as_ptr());
+            }
+        }
+        libc::raise(sig);
+    }
+}
+
+/// Removes the files of processes that no longer run (killed before they could
+/// remove their own) from `dir`.
+fn remove_stale(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("torch-oxide-"))
+            .and_then(|n| n.strip_suffix(".mem"))
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !is_running(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether a process `pid` exists (kill with signal 0: ESRCH means it does not;
+/// EPERM means it runs under another user).
+pub fn is_running(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks that the pid exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// Removes this process's file; a forked child (another pid) leaves its parent's alone.
 extern "C" fn remove_at_exit() {
     remove_now();
@@ -172,5 +252,25 @@ mod tests {
         assert_eq!(words[8..12], [2000, 512, 4096, 1024]);
         assert_eq!(p.pid(), std::process::id() as u64);
         std::fs::remove_file(p.path()).unwrap();
+    }
+
+    #[test]
+    fn files_of_processes_that_no_longer_run_are_removed() {
+        let dir = std::env::temp_dir().join(format!("oxide-publish-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A child that has exited and been reaped: its pid runs no longer.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let mine = format!("torch-oxide-{}.mem", std::process::id());
+        for name in [format!("torch-oxide-{dead}.mem"), mine.clone(), "torch-oxide-x.mem".into(), "other".into()] {
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        remove_stale(&dir);
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["other".to_string(), mine, "torch-oxide-x.mem".into()]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

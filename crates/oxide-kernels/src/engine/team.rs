@@ -270,6 +270,37 @@ pub fn size() -> usize {
     team().map_or(1, |t| t.workers.len() + 1)
 }
 
+thread_local! {
+    /// The running launch's thread count (0: none set), see [`with_launch_threads`].
+    static LAUNCH_THREADS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` as a launch that may use `threads` threads: PyTorch's
+/// `at::get_num_threads()` when the operator was called, which the ABI sets for
+/// every kernel it runs, so that kernels splitting by [`launch_threads`] (GEMM,
+/// copies) honour `torch.set_num_threads` as the kernels handed a thread count do.
+pub fn with_launch_threads<R>(threads: usize, f: impl FnOnce() -> R) -> R {
+    let previous = LAUNCH_THREADS.with(|c| c.replace(threads));
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LAUNCH_THREADS.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
+/// Threads the running launch may use: its thread count (see
+/// [`with_launch_threads`]), at most rayon's; rayon's outside a launch.
+pub fn launch_threads() -> usize {
+    let all = rayon::current_num_threads();
+    match LAUNCH_THREADS.with(|c| c.get()) {
+        0 => all,
+        n => n.min(all),
+    }
+}
+
 /// True on a team worker, or on a launcher while it runs its own task.
 pub fn in_team() -> bool {
     IN_TEAM.with(|c| c.get())

@@ -24,6 +24,7 @@ use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 
+use oxide_kernels::engine::team::with_launch_threads;
 use oxide_kernels::Layout;
 use oxide_runtime::profiler::{traced, ActivityKind, Launch};
 use oxide_runtime::{runtime, Event, MemcpyKind, PointerKind};
@@ -676,7 +677,10 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
         // reported by the replay, as any kernel error of a queued launch.
         let closure = std::any::type_name::<F>();
         let site = if CALL_CHECKS_VALUES.with(|c| c.get()) { crate::site::capture() } else { None };
-        let node = move || kernel().map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
+        let threads = l.threads();
+        let node = move || {
+            with_launch_threads(threads, &mut kernel).map_err(|e| deferred_message(closure, site.as_ref(), e.into()))
+        };
         streams.capture(l.stream, entry_point(closure), Box::new(node))?;
         crate::sanitize::note_captured(l.device as usize, l.stream);
         return Ok(());
@@ -711,7 +715,11 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
     if let Some(t) = trace.as_mut() {
         t.submitted();
     }
-    let record = move || traced(trace, kernel).map_err(|e| deferred_message(closure, site.as_ref(), e.into()));
+    let threads = l.threads();
+    let record = move || {
+        traced(trace, || with_launch_threads(threads, kernel))
+            .map_err(|e| deferred_message(closure, site.as_ref(), e.into()))
+    };
     streams.enqueue(l.stream, oxide_runtime::Record::Work(Box::new(record)))?;
     Ok(())
 }
@@ -764,7 +772,8 @@ fn launch_now<T, E: Into<AbiError>, F: FnOnce() -> Result<T, E>>(l: &OxideLaunch
     if let Some(t) = trace.as_mut() {
         t.submitted();
     }
-    let (_, r) = streams.launch(l.stream, || traced(trace, kernel))?;
+    let threads = l.threads();
+    let (_, r) = streams.launch(l.stream, || traced(trace, || with_launch_threads(threads, kernel)))?;
     r.map_err(Into::into)
 }
 

@@ -22,7 +22,7 @@ pub unsafe fn copy_strided(elem_size: usize, layout: &Layout<2>, dst: *mut u8, s
     }
     let l = layout.coalesced();
     let numel = l.numel();
-    let tasks = tasks_for(numel, 1, rayon::current_num_threads());
+    let tasks = tasks_for(numel, 1, crate::engine::team::launch_threads());
     let contiguous = l.shape.len() <= 1 && l.strides.iter().all(|s| s.first().is_none_or(|&x| x == 1));
     if contiguous {
         let bytes = numel * elem_size;

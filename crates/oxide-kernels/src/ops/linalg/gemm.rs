@@ -60,7 +60,7 @@ pub const SPLIT_MACS: usize = 1 << 19;
 /// module documentation). Blocks are multiples of 16 columns or rows wide, so
 /// they line up with the micro-kernels' tiles.
 fn schedule(s: GemmShape, part: impl Fn(usize, Range<usize>, Range<usize>) + Sync) {
-    let threads = rayon::current_num_threads();
+    let threads = crate::engine::team::launch_threads();
     let macs = s.m.saturating_mul(s.n).saturating_mul(s.k);
     if threads <= 1 || macs.saturating_mul(s.batch) < SPLIT_MACS {
         (0..s.batch).for_each(|b| part(b, 0..s.m, 0..s.n));

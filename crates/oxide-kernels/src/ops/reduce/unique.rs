@@ -107,7 +107,7 @@ pub unsafe fn unique_bytes(
     };
     // SAFETY: caller contract (an empty tensor's pointer may be null: not read).
     let data = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(data, n) } };
-    let chunk = (2 * GRAIN).max(n.div_ceil(rayon::current_num_threads().max(1)));
+    let chunk = (2 * GRAIN).max(n.div_ceil(crate::engine::team::launch_threads().max(1)));
     let tally = data
         .par_chunks(chunk.max(1))
         .map(|c| {
