@@ -3,6 +3,7 @@
 import gc
 import os
 import pickle
+import signal
 import subprocess
 import sys
 
@@ -307,3 +308,18 @@ def test_live_memory_of_other_processes(tmp_path, monkeypatch):
     assert (tmp_path / f"torch-oxide-{killed.pid}.mem").exists()
     assert killed.pid not in {p.pid for p in processes()}
     assert not (tmp_path / f"torch-oxide-{killed.pid}.mem").exists()
+
+    # A process that publishes removes the files that killed ones left behind.
+    killed = _start_holder(env)
+    killed.kill()
+    killed.wait(timeout=60)
+    assert (tmp_path / f"torch-oxide-{killed.pid}.mem").exists()
+    other = _start_holder(env)
+    assert not (tmp_path / f"torch-oxide-{killed.pid}.mem").exists()
+
+    # SIGTERM (how multiprocessing and torchrun stop workers): the file goes with
+    # the process, which still dies of the signal.
+    other.terminate()
+    other.wait(timeout=60)
+    assert other.returncode == -signal.SIGTERM
+    assert not (tmp_path / f"torch-oxide-{other.pid}.mem").exists()
