@@ -443,7 +443,9 @@ def test_queued_kernels_use_the_thread_count_of_their_call():
         """
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = {int(t): (int(first), int(second)) for t, first, second in (ln.split() for ln in proc.stdout.split("\n") if ln)}
+    runs = {
+        int(t): (int(first), int(second)) for t, first, second in (ln.split() for ln in proc.stdout.split("\n") if ln)
+    }
     one, two = runs[1], runs[2]
     assert one[0] >= 10, runs  # at least 0.1 s of products: the figures mean something
     assert one[1] <= one[0] // 10, f"a second thread worked under set_num_threads(1): {runs}"
