@@ -1,0 +1,75 @@
+"""Where a small all_reduce's time goes on oxide: the oxgloo layers one at a time.
+
+    python benchmarks/oxgloo_layers.py [--bytes 1024] [--calls 1500]
+
+Two processes on loopback, one torch thread each (as ``distributed.py``). Rank 0
+prints the median microseconds per call of a float32 ``all_reduce`` (SUM) through:
+
+- ``cpu``: CPU tensors through plain Gloo (the reference);
+- ``gloo on host views``: Gloo's own ``allreduce`` on ``oxide::_host_view`` of an
+  oxide tensor (what zero-copy costs);
+- ``oxgloo backend``: the Python backend's ``allreduce`` called directly, and its
+  work's ``wait()`` (host views, stream sync, the Python ``Work``);
+- ``dist.all_reduce``: the full path, through c10d's Python-backend trampoline.
+
+Each variant runs its calls twice, the rounds alternating between variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _worker(rank: int, port: int, numel: int, calls: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    torch.set_num_threads(1)
+    import torch_oxide  # noqa: F401
+    from torch_oxide.distributed import host_view
+
+    dist.init_process_group("cpu:gloo,oxide:oxgloo", rank=rank, world_size=2, device_id=torch.device("oxide", rank))
+    backend = dist.group.WORLD._get_backend(torch.device("oxide"))
+    variants = {
+        "cpu": ("cpu", dist.all_reduce),
+        "gloo on host views": ("oxide", lambda t: backend._gloo.allreduce([host_view(t)]).wait()),
+        "oxgloo backend": ("oxide", lambda t: backend.allreduce([t], dist.AllreduceOptions()).wait()),
+        "dist.all_reduce": ("oxide", dist.all_reduce),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(2):
+        for name, (device, fn) in variants.items():
+            t = torch.ones(numel, device=device)
+            for _ in range(50):
+                fn(t)
+            dist.barrier()
+            for _ in range(calls):
+                start = time.perf_counter()
+                fn(t)
+                times[name].append(time.perf_counter() - start)
+    if rank == 0:
+        print(f"all_reduce of {numel * 4} bytes, two processes, median us per call:")
+        for name, ts in times.items():
+            print(f"  {name:20s} {statistics.median(ts) * 1e6:8.1f}")
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=1500)
+    args = parser.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_worker, args=(port, max(1, args.bytes // 4), args.calls), nprocs=2)
+
+
+if __name__ == "__main__":
+    main()
