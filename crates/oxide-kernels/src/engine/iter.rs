@@ -32,6 +32,7 @@
 //! which it accumulates, is the same on every call.
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
 
 use crate::dtype::{DType, Element};
 use crate::engine::{convert, SendPtr};
@@ -45,6 +46,15 @@ pub const GRAIN: usize = 32768;
 /// Most operands a kernel takes (outputs and inputs together).
 pub const MAX_OPERANDS: usize = 8;
 
+/// Dimensions kept inline in a [`TensorIter`]; more spill to the heap.
+pub const INLINE_DIMS: usize = 6;
+/// Operands kept inline in a [`TensorIter`] (binary ops with an output are three).
+pub const INLINE_OPERANDS: usize = 4;
+/// The extents of an iteration space, dimension 0 fastest.
+pub type Shape = SmallVec<[usize; INLINE_DIMS]>;
+/// One operand's byte strides, one per dimension.
+pub type Strides = SmallVec<[isize; INLINE_DIMS]>;
+
 /// One operand: base pointer (at the first element), dtype, byte strides.
 #[derive(Debug, Clone, Copy)]
 pub struct Operand {
@@ -53,14 +63,21 @@ pub struct Operand {
 }
 
 /// An iteration space over strided operands, as the glue describes a `TensorIterator`.
+///
+/// Its arrays are inline up to [`INLINE_DIMS`] dimensions and [`INLINE_OPERANDS`]
+/// operands. Why: one is built on the launching thread for every launch and
+/// dropped on the stream's worker; heap arrays freed on another thread than the
+/// one that allocated them empty the launching thread's malloc cache, so every
+/// launch paid malloc's slow path several times (seen with `perf`: `_int_malloc`
+/// was the hottest symbol of a loop of 1-element adds).
 #[derive(Debug, Clone)]
 pub struct TensorIter {
     /// Extents, dimension 0 fastest.
-    pub shape: Vec<usize>,
+    pub shape: Shape,
     /// Operands, outputs first.
-    pub operands: Vec<Operand>,
+    pub operands: SmallVec<[Operand; INLINE_OPERANDS]>,
     /// `strides[k][d]`: byte stride of operand k along dimension d.
-    pub strides: Vec<Vec<isize>>,
+    pub strides: SmallVec<[Strides; INLINE_OPERANDS]>,
     /// Number of outputs at the front of `operands`.
     pub noutputs: usize,
     /// Threads the caller allows (PyTorch's `at::get_num_threads()`); 1 = serial.
@@ -90,27 +107,22 @@ impl TensorIter {
     /// Errors: [`Error::InvalidLayout`] when a stride array's length differs
     /// from the number of dimensions, an extent is negative, or there are more
     /// than [`MAX_OPERANDS`] operands.
-    pub fn new(
+    pub fn new<'a>(
         op: &'static str,
         shape: &[i64],
-        operands: Vec<(Operand, &[i64])>,
+        operands: impl IntoIterator<Item = (Operand, &'a [i64])>,
         noutputs: usize,
         threads: usize,
     ) -> Result<TensorIter> {
-        if operands.len() > MAX_OPERANDS || noutputs > operands.len() {
-            return Err(Error::InvalidLayout {
-                op,
-                reason: format!("{} operands, {noutputs} outputs", operands.len()),
-            });
-        }
+        let operands = operands.into_iter();
         let shape = shape
             .iter()
             .map(|&d| {
                 usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") })
             })
-            .collect::<Result<Vec<_>>>()?;
-        let mut ops = Vec::with_capacity(operands.len());
-        let mut strides = Vec::with_capacity(operands.len());
+            .collect::<Result<Shape>>()?;
+        let mut ops = SmallVec::new();
+        let mut strides = SmallVec::new();
         for (o, s) in operands {
             if s.len() != shape.len() {
                 return Err(Error::InvalidLayout {
@@ -120,6 +132,9 @@ impl TensorIter {
             }
             ops.push(o);
             strides.push(s.iter().map(|&x| x as isize).collect());
+        }
+        if ops.len() > MAX_OPERANDS || noutputs > ops.len() {
+            return Err(Error::InvalidLayout { op, reason: format!("{} operands, {noutputs} outputs", ops.len()) });
         }
         Ok(TensorIter { shape, operands: ops, strides, noutputs, threads: threads.max(1), round_through: None })
     }
@@ -650,6 +665,49 @@ mod tests {
             want.sort();
             assert_eq!(seen, want, "range {start}..{end}");
         }
+    }
+
+    #[test]
+    fn descriptions_are_inline_up_to_their_limits_and_spill_beyond() {
+        let mut a = [0f32; 256];
+        let mut b = [0f32; 256];
+        let mut c = [0f32; 256];
+        // A binary op with an output over 6 dimensions: nothing on the heap.
+        let dims6 = [2i64; 6];
+        let s6 = [1i64, 2, 4, 8, 16, 32];
+        let it = TensorIter::new(
+            "t",
+            &dims6,
+            vec![
+                (op(&mut a, DType::F32), &s6[..]),
+                (op(&mut b, DType::F32), &s6[..]),
+                (op(&mut c, DType::F32), &s6[..]),
+            ],
+            1,
+            1,
+        )
+        .unwrap();
+        assert!(!it.shape.spilled() && !it.operands.spilled() && !it.strides.spilled());
+        assert!(it.strides.iter().all(|s| !s.spilled()));
+        // 8 dimensions and 5 operands spill to the heap and iterate the same way.
+        let dims8 = [2i64; 8];
+        let s8: Vec<i64> = (0..8).map(|d| 4 << d).collect();
+        let (mut d, mut e) = ([0f32; 256], [0f32; 256]);
+        let operands = vec![
+            (op(&mut a, DType::F32), &s8[..]),
+            (op(&mut b, DType::F32), &s8[..]),
+            (op(&mut c, DType::F32), &s8[..]),
+            (op(&mut d, DType::F32), &s8[..]),
+            (op(&mut e, DType::F32), &s8[..]),
+        ];
+        let it = TensorIter::new("t", &dims8, operands, 1, 1).unwrap();
+        assert!(it.shape.spilled() && it.operands.spilled() && it.strides[0].spilled());
+        assert_eq!((it.numel(), it.ntensors(), it.inner_stride(4)), (256, 5, 4));
+        let mut seen = vec![];
+        it.for_each_row_in(0, 256, |o, len| (0..len as isize).for_each(|i| seen.push((o[4] + i * 4) / 4)));
+        assert_eq!(seen, (0..256).collect::<Vec<isize>>());
+        // Still validated: a stride array of the wrong length.
+        assert!(TensorIter::new("t", &dims8, vec![(op(&mut a, DType::F32), &s6[..])], 1, 1).is_err());
     }
 
     #[test]

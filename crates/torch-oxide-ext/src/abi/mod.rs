@@ -689,7 +689,8 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
         crate::sanitize::check_launch(rt, l.device as usize, l.stream, entry_point(std::any::type_name::<F>()))?;
     }
     let signature = {
-        let mut h = std::hash::DefaultHasher::new();
+        // FxHash, not SipHash: no untrusted input here, and this runs at every launch.
+        let mut h = rustc_hash::FxHasher::default();
         std::any::TypeId::of::<F>().hash(&mut h);
         op.hash(&mut h);
         CALL_DTYPES.with(|d| d.borrow().hash(&mut h));
@@ -841,8 +842,10 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
     };
     let numel: usize = shape.iter().map(|&d| d.max(0) as usize).product();
     let rt = runtime()?;
-    let mut operands = Vec::with_capacity(it.ntensors);
-    let mut host: Vec<[u8; 16]> = Vec::with_capacity(it.ntensors);
+    // Inline, and the host-scalar vector made only when a host scalar comes: a launch
+    // allocates nothing here (see TensorIter for why that matters).
+    let mut operands: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
+    let mut host: Vec<[u8; 16]> = Vec::new();
     for k in 0..it.ntensors {
         let s = &strides[k * it.ndim..(k + 1) * it.ndim];
         let dt = dtype(op, dtypes[k])?;
@@ -863,6 +866,9 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
         } else if numel > 0 {
             if k < it.noutputs {
                 return Err(AbiError::Invalid(format!("{op}: an output is in host memory")));
+            }
+            if host.capacity() == 0 {
+                host.reserve_exact(it.ntensors); // once: `it` keeps addresses into it
             }
             let mut value = [0u8; 16];
             // SAFETY: a scalar operand points to one element of its dtype (at most 16 bytes), per the contract.

@@ -25,8 +25,9 @@
 //! themselves (one [`Reducer`] per op) are in [`super::reducers`].
 
 use crate::dtype::{DType, Element};
-use crate::engine::iter::{for_each_range, load, store, tasks_for, Operand, TensorIter, BLOCK, GRAIN};
+use crate::engine::iter::{for_each_range, load, store, tasks_for, Operand, Shape, Strides, TensorIter, BLOCK, GRAIN};
 use crate::error::{Error, Result};
+use smallvec::smallvec;
 
 use super::reducers::{ArgExtremum, CountNonzero, Extremum, Logical, Norm, Prod, Sum, Welford};
 
@@ -208,17 +209,17 @@ fn split(it: &TensorIter) -> Split {
     let input = it.ntensors() - 1;
     let is_reduced = |d: usize| it.shape[d] != 1 && (0..nout).all(|k| it.strides[k][d] == 0);
     let mut kept = TensorIter {
-        shape: vec![],
+        shape: Shape::new(),
         operands: it.operands.clone(),
-        strides: vec![vec![]; it.ntensors()],
+        strides: smallvec![Strides::new(); it.ntensors()],
         noutputs: nout,
         threads: it.threads,
         round_through: None,
     };
     let mut reduced = TensorIter {
-        shape: vec![],
-        operands: vec![it.operands[input]],
-        strides: vec![vec![]],
+        shape: Shape::new(),
+        operands: smallvec![it.operands[input]],
+        strides: smallvec![Strides::new()],
         noutputs: 0,
         threads: it.threads,
         round_through: None,
