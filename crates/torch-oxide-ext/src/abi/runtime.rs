@@ -100,13 +100,20 @@ pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
         if crate::sanitize::enabled() {
             if let PointerKind::Device(d) = rt.pointer_kind(ptr as usize) {
                 let block = rt.device(d as i64)?.allocator().block_use(ptr as usize);
-                rt.free(ptr as usize)?;
+                // The fill is queued (and the history forgotten) before the block goes
+                // back to the cache: from then on another host thread (Gloo's workers
+                // drop tensors) may allocate it, and a fill queued after that thread's
+                // launches would overwrite the data they wrote.
                 // A block other streams used may still be read there: not filled.
-                match block {
-                    Some((stream, size, false)) => crate::sanitize::poison(rt, d, stream, ptr as usize, size, false)?,
-                    _ => crate::sanitize::forget(ptr as usize),
-                }
-                return Ok(());
+                let filled = match block {
+                    Some((stream, size, false)) => crate::sanitize::poison(rt, d, stream, ptr as usize, size, false),
+                    _ => {
+                        crate::sanitize::forget(ptr as usize);
+                        Ok(())
+                    }
+                };
+                rt.free(ptr as usize)?;
+                return filled;
             }
         }
         Ok(rt.free(ptr as usize)?)
