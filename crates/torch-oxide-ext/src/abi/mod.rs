@@ -844,7 +844,7 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
     let rt = runtime()?;
     // Inline, and the host-scalar vector made only when a host scalar comes: a launch
     // allocates nothing here (see TensorIter for why that matters).
-    let mut operands: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
+    let mut operands: smallvec::SmallVec<[_; oxide_kernels::engine::iter::INLINE_OPERANDS]> = smallvec::SmallVec::new();
     let mut host: Vec<[u8; 16]> = Vec::new();
     for k in 0..it.ntensors {
         let s = &strides[k * it.ndim..(k + 1) * it.ndim];
