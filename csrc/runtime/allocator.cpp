@@ -47,9 +47,10 @@ void fill(c10::CachingAllocator::StatArray& dst, const OxideStat& src) {
 
 struct OxideDeviceAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
-    const c10::DeviceIndex device = current_device();
+    int32_t index = -1;
     void* ptr = nullptr;
-    OXIDE_CHECK(oxide_malloc(device, nbytes, current_stream(device), &ptr));
+    OXIDE_CHECK(oxide_malloc(nbytes, &index, &ptr));
+    const auto device = static_cast<c10::DeviceIndex>(index);
     if (C10_UNLIKELY(c10::memoryProfilingEnabled()) && ptr != nullptr) {
       int32_t owner = -1;
       size_t bytes = 0;

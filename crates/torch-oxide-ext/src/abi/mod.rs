@@ -202,6 +202,16 @@ fn ffi(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
     CALL_DTYPES.with(|d| d.borrow_mut().clear());
     crate::sanitize::begin_call();
     CALL_CHECKS_VALUES.with(|c| c.set(false));
+    ffi_without_launch(f)
+}
+
+/// [`ffi`] for the calls that launch no kernel (the current device and stream,
+/// allocation): they leave the per-launch state alone (dtypes, value checks, the
+/// sanitizer's accesses), which a kernel call resets for itself. Every operator
+/// call makes several of them (its device guard, its output's allocation), and
+/// the resets cost about 30 instructions of each one's 80-150 (three thread-local
+/// accesses, through `__tls_get_addr` in a shared library).
+fn ffi_without_launch(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
     let (status, message) = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => return OXIDE_STATUS_SUCCESS,
         Ok(Err(e)) => (e.status(), e.to_string()),
@@ -846,10 +856,12 @@ unsafe fn tensor_iter(op: &'static str, it: &OxideIter, on: &OxideLaunch) -> Res
     // allocates nothing here (see TensorIter for why that matters).
     let mut operands: smallvec::SmallVec<[_; oxide_kernels::engine::iter::INLINE_OPERANDS]> = smallvec::SmallVec::new();
     let mut host: Vec<[u8; 16]> = Vec::new();
+    // The launch signature's dtypes, in one thread-local access (one per operand cost
+    // about 50 instructions each).
+    CALL_DTYPES.with(|d| d.borrow_mut().extend_from_slice(dtypes));
     for k in 0..it.ntensors {
         let s = &strides[k * it.ndim..(k + 1) * it.ndim];
         let dt = dtype(op, dtypes[k])?;
-        CALL_DTYPES.with(|d| d.borrow_mut().push(dtypes[k]));
         let mut ptr = data[k] as *mut u8;
         if s.iter().any(|&x| x != 0) {
             check_device_ptr(rt, data[k], numel)?;

@@ -42,13 +42,13 @@ pub extern "C" fn oxide_device_count() -> i32 {
 /// Current device of the calling thread.
 #[no_mangle]
 pub extern "C" fn oxide_get_device(out: *mut i32) -> i32 {
-    ffi(|| put(out, runtime()?.current_device() as i32))
+    ffi_without_launch(|| put(out, runtime()?.current_device() as i32))
 }
 
 /// Sets the calling thread's current device.
 #[no_mangle]
 pub extern "C" fn oxide_set_device(device: i32) -> i32 {
-    ffi(|| Ok(runtime()?.set_device(device as i64)?))
+    ffi_without_launch(|| Ok(runtime()?.set_device(device as i64)?))
 }
 
 /// Checks that `device` is a valid index without changing anything.
@@ -57,11 +57,17 @@ pub extern "C" fn oxide_check_device(device: i32) -> i32 {
     ffi(|| runtime()?.device(device as i64).map(|_| ()).map_err(Into::into))
 }
 
-/// Allocates `bytes` on `device` for use on `stream` through the caching allocator (null for 0 bytes).
+/// Allocates `bytes` through the caching allocator (null for 0 bytes) on the calling
+/// thread's current device, for its current stream there (as `cudaMalloc` takes the
+/// current device, and as `c10::Allocator::allocate` is called); `device_out` receives
+/// the device. One call, not three: every operator's output is allocated here.
 #[no_mangle]
-pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut *mut c_void) -> i32 {
-    ffi(|| {
+pub extern "C" fn oxide_malloc(bytes: usize, device_out: *mut i32, out: *mut *mut c_void) -> i32 {
+    ffi_without_launch(|| {
         let rt = runtime()?;
+        let device = rt.current_device();
+        let stream = rt.current_stream(device as i64)?;
+        put(device_out, device as i32)?;
         let p = match rt.malloc(device as i64, bytes, stream) {
             Ok(p) => p,
             Err(e @ oxide_runtime::Error::OutOfMemory { .. }) => {
@@ -87,7 +93,7 @@ pub extern "C" fn oxide_malloc(device: i32, bytes: usize, stream: i64, out: *mut
 /// Returns a block from [`oxide_malloc`] to its device's cache. Null is a no-op.
 #[no_mangle]
 pub extern "C" fn oxide_free(ptr: *mut c_void) -> i32 {
-    ffi(|| {
+    ffi_without_launch(|| {
         if ptr.is_null() {
             return Ok(());
         }
@@ -299,13 +305,13 @@ pub extern "C" fn oxide_memcpy_async(
 /// The calling thread's current stream on `device`.
 #[no_mangle]
 pub extern "C" fn oxide_stream_current(device: i32, out: *mut i64) -> i32 {
-    ffi(|| put(out, runtime()?.current_stream(device as i64)?))
+    ffi_without_launch(|| put(out, runtime()?.current_stream(device as i64)?))
 }
 
 /// Makes `stream` current on `device` for the calling thread; `out` receives the previous one.
 #[no_mangle]
 pub extern "C" fn oxide_stream_exchange(device: i32, stream: i64, out: *mut i64) -> i32 {
-    ffi(|| put(out, runtime()?.exchange_stream(device as i64, stream)?))
+    ffi_without_launch(|| put(out, runtime()?.exchange_stream(device as i64, stream)?))
 }
 
 /// `cudaStreamCreateWithPriority` as PyTorch uses it: the next stream of
