@@ -205,8 +205,8 @@ fn ffi(f: impl FnOnce() -> Result<(), AbiError>) -> i32 {
     ffi_without_launch(f)
 }
 
-/// [`ffi`] for the calls that launch no kernel (the current device and stream,
-/// allocation): they leave the per-launch state alone (dtypes, value checks, the
+/// [`ffi`] for the hot calls that launch no kernel (the current device and stream,
+/// allocation; the rarer ones keep [`ffi`]): they leave the per-launch state alone (dtypes, value checks, the
 /// sanitizer's accesses), which a kernel call resets for itself. Every operator
 /// call makes several of them (its device guard, its output's allocation), and
 /// the resets cost about 30 instructions of each one's 80-150 (three thread-local
