@@ -2,11 +2,13 @@
 
 Two processes on loopback, one per device. In one run, side by side:
 
-- ``all_reduce`` (SUM) bus bandwidth, 1 KiB to 64 MiB of float32 (five alternating
-  rounds per size, median): oxide tensors through
+- ``all_reduce`` (SUM) bus bandwidth, 1 KiB to 64 MiB of float32 (``ROUNDS``
+  alternating rounds per size, median): oxide tensors through
   ``oxgloo`` (Gloo on zero-copy host views) against CPU tensors through plain Gloo.
   Bus bandwidth is ``2 (n - 1) / n * bytes / time`` (NCCL's convention); ratio =
-  oxide / CPU bandwidth, higher is better, target >= 0.9 (no staging copies).
+  oxide / CPU bandwidth, higher is better, target >= 0.9 (no staging copies). Beside
+  it, the host CPU time of one call (the calling thread's ``time.thread_time``, median):
+  what the backend itself adds, which loopback's scheduling noise hides in wall time.
 - one DDP training step of ResNet-18 (8x3x64x64, as in ``models.py``), oxide against
   CPU: median seconds per step, ratio oxide / CPU, lower is better, target <= 1.1.
 
@@ -32,21 +34,27 @@ import torch.multiprocessing as mp
 
 SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 WORLD = 2
+# Alternating rounds per size. Loopback latency on a small VM is bimodal (a call takes
+# 200 or 500+ us depending on how the two processes' threads meet): the median over
+# many short rounds is what a ratio can be read from.
+ROUNDS = 11
 
 
-def _time_all_reduce(t: torch.Tensor, group: dist.ProcessGroup, iters: int) -> float:
+def _time_all_reduce(t: torch.Tensor, group: dist.ProcessGroup, iters: int) -> tuple[float, float]:
+    """Median wall seconds and median host CPU seconds (the calling thread's) per call."""
     for _ in range(3):
         dist.all_reduce(t, group=group)
     dist.barrier(group=group)
-    times = []
+    times, cpu_times = [], []
     for _ in range(iters):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         dist.all_reduce(t, group=group)
+        cpu_times.append(time.thread_time() - cpu_start)
         times.append(time.perf_counter() - start)
-    # Every rank uses rank 0's figure.
-    median = torch.tensor([statistics.median(times)], dtype=torch.float64)
-    dist.broadcast(median, src=0, group=group)
-    return float(median)
+    # Every rank uses rank 0's figures.
+    medians = torch.tensor([statistics.median(times), statistics.median(cpu_times)], dtype=torch.float64)
+    dist.broadcast(medians, src=0, group=group)
+    return float(medians[0]), float(medians[1])
 
 
 def _ddp_step_times(device: torch.device, steps: int) -> list[float]:
@@ -86,10 +94,11 @@ def _worker(rank: int, port: int, steps: int, out: str) -> None:
         iters = max(5, min(100, (64 << 20) // size // 8))
         cpu_t, ox_t = [], []
         cpu_x, ox_x = torch.ones(n), torch.ones(n, device=device)
-        for _ in range(5):  # alternating rounds: a slow phase of the machine falls on both sides
-            cpu_t.append(_time_all_reduce(cpu_x, dist.group.WORLD, iters))
-            ox_t.append(_time_all_reduce(ox_x, dist.group.WORLD, iters))
-        cpu_s, ox_s = statistics.median(cpu_t), statistics.median(ox_t)
+        for r in range(ROUNDS):  # alternating rounds: a slow phase of the machine falls on both sides
+            sides = [(cpu_x, cpu_t), (ox_x, ox_t)]
+            for x, acc in sides if r % 2 == 0 else sides[::-1]:
+                acc.append(_time_all_reduce(x, dist.group.WORLD, iters))
+        cpu_s, ox_s = statistics.median(w for w, _ in cpu_t), statistics.median(w for w, _ in ox_t)
         bus = 2 * (WORLD - 1) / WORLD * size
         rows.append(
             {
@@ -99,6 +108,8 @@ def _worker(rank: int, port: int, steps: int, out: str) -> None:
                 "oxide_GBps": bus / ox_s / 1e9,
                 "cpu_GBps": bus / cpu_s / 1e9,
                 "ratio": (bus / ox_s) / (bus / cpu_s),
+                "oxide_host_cpu_us": statistics.median(c for _, c in ox_t) * 1e6,
+                "cpu_host_cpu_us": statistics.median(c for _, c in cpu_t) * 1e6,
             }
         )
     # Alternate the sides in blocks so a slow phase of the machine falls on both.
@@ -139,12 +150,15 @@ def main() -> None:
         "",
         "all_reduce (SUM, float32), bus bandwidth; ratio = oxide / CPU, higher is better, target >= 0.9.",
         "",
-        "| bytes | oxide GB/s | cpu GB/s | ratio | ok |",
-        "|---|---|---|---|---|",
+        "| bytes | oxide GB/s | cpu GB/s | ratio | ok | host CPU us oxide | host CPU us cpu |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in res["all_reduce"]:
         ok = "yes" if r["ratio"] >= 0.9 else "no"
-        lines.append(f"| {r['bytes']} | {r['oxide_GBps']:.3f} | {r['cpu_GBps']:.3f} | {r['ratio']:.2f} | {ok} |")
+        lines.append(
+            f"| {r['bytes']} | {r['oxide_GBps']:.3f} | {r['cpu_GBps']:.3f} | {r['ratio']:.2f} | {ok} "
+            f"| {r['oxide_host_cpu_us']:.0f} | {r['cpu_host_cpu_us']:.0f} |"
+        )
     d = res["ddp_resnet18"]
     lines += [
         "",

@@ -3,16 +3,18 @@
     python benchmarks/oxgloo_layers.py [--bytes 1024] [--calls 1500]
 
 Two processes on loopback, one torch thread each (as ``distributed.py``). Rank 0
-prints the median microseconds per call of a float32 ``all_reduce`` (SUM) through:
+prints the median microseconds per call of a float32 ``all_reduce`` (SUM), wall time
+and the calling thread's CPU time (``time.thread_time``: the host work of the call,
+which the machine's scheduling noise affects less), through:
 
 - ``cpu``: CPU tensors through plain Gloo (the reference);
-- ``gloo on host views``: Gloo's own ``allreduce`` on ``oxide::_host_view`` of an
+- ``gloo on host views``: the group's CPU Gloo backend on ``oxide::_host_view`` of an
   oxide tensor (what zero-copy costs);
-- ``oxgloo backend``: the Python backend's ``allreduce`` called directly, and its
-  work's ``wait()`` (host views, stream sync, the Python ``Work``);
-- ``dist.all_reduce``: the full path, through c10d's Python-backend trampoline.
+- ``oxgloo backend``: the oxide backend's ``allreduce`` called directly, and its work's
+  ``wait()`` (host views, stream sync, the work wrapper);
+- ``dist.all_reduce``: the full path, through c10d's ProcessGroup.
 
-Each variant runs its calls twice, the rounds alternating between variants.
+Each variant runs its calls in rounds, the rounds alternating between variants.
 """
 
 from __future__ import annotations
@@ -36,27 +38,32 @@ def _worker(rank: int, port: int, numel: int, calls: int) -> None:
 
     dist.init_process_group("cpu:gloo,oxide:oxgloo", rank=rank, world_size=2, device_id=torch.device("oxide", rank))
     backend = dist.group.WORLD._get_backend(torch.device("oxide"))
+    gloo = dist.group.WORLD._get_backend(torch.device("cpu"))
     variants = {
         "cpu": ("cpu", dist.all_reduce),
-        "gloo on host views": ("oxide", lambda t: backend._gloo.allreduce([host_view(t)]).wait()),
+        "gloo on host views": ("oxide", lambda t: gloo.allreduce([host_view(t)]).wait()),
         "oxgloo backend": ("oxide", lambda t: backend.allreduce([t], dist.AllreduceOptions()).wait()),
         "dist.all_reduce": ("oxide", dist.all_reduce),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(2):
+    cpu_times: dict[str, list[float]] = {name: [] for name in variants}
+    rounds = 6
+    for _ in range(rounds):
         for name, (device, fn) in variants.items():
             t = torch.ones(numel, device=device)
-            for _ in range(50):
+            for _ in range(20):
                 fn(t)
             dist.barrier()
-            for _ in range(calls):
-                start = time.perf_counter()
+            for _ in range(max(1, calls // rounds)):
+                start, cpu_start = time.perf_counter(), time.thread_time()
                 fn(t)
+                cpu_times[name].append(time.thread_time() - cpu_start)
                 times[name].append(time.perf_counter() - start)
     if rank == 0:
         print(f"all_reduce of {numel * 4} bytes, two processes, median us per call:")
+        print(f"  {'':20s} {'wall':>8s} {'host CPU':>9s}")
         for name, ts in times.items():
-            print(f"  {name:20s} {statistics.median(ts) * 1e6:8.1f}")
+            print(f"  {name:20s} {statistics.median(ts) * 1e6:8.1f} {statistics.median(cpu_times[name]) * 1e6:9.1f}")
     dist.destroy_process_group()
 
 

@@ -47,6 +47,10 @@
 OXIDE_FORALL_ABI_DTYPES(OXIDE_CHECK_DTYPE_CODE)
 #undef OXIDE_CHECK_DTYPE_CODE
 
+namespace at {
+class Tensor;
+}
+
 namespace oxide {
 
 // True for the dtypes of OXIDE_FORALL_ABI_DTYPES.
@@ -131,6 +135,10 @@ inline bool stream_is_capturing(c10::Device device) {
 
 // The registered device allocator (runtime/allocator.cpp).
 c10::Allocator* device_allocator();
+
+// A CPU tensor over an oxide tensor's memory at its host address, keeping the oxide
+// storage alive (runtime/host_view.cpp; oxide::_host_view). It does not wait for the device.
+at::Tensor host_view(const at::Tensor& self);
 
 // Grows or shrinks a storage to `nbytes`, keeping min(old, new) bytes
 // (shared by resize_, set_ and untyped_storage().resize_()).

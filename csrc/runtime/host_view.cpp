@@ -1,6 +1,6 @@
 // oxide::_host_view: a CPU tensor over an oxide tensor's memory (device memory
 // is host memory here), so host libraries can work on it in place without a
-// copy: the collectives hand Gloo these views (python/torch_oxide/distributed.py)
+// copy: the collectives hand Gloo these views (runtime/oxgloo.cpp)
 // and, under the sanitizer, Inductor's C++ kernels get them (_inductor.py).
 // The view is at the memory's host address (oxide_host_address): with guarded
 // device memory (OXIDE_SANITIZE=1) the device address itself is not readable.
@@ -13,7 +13,6 @@
 #include <torch/library.h>
 
 namespace oxide {
-namespace {
 
 at::Tensor host_view(const at::Tensor& self) {
   TORCH_CHECK(self.is_privateuseone(), "oxide::_host_view expects an oxide tensor, got one on ", self.device());
@@ -26,8 +25,6 @@ at::Tensor host_view(const at::Tensor& self) {
       .options(self.options().device(at::kCPU))
       .make_tensor();
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(oxide, PrivateUse1, m) { OXIDE_IMPL(m, "_host_view", TORCH_FN(host_view)); }
 

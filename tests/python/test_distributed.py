@@ -251,8 +251,9 @@ def test_collective_sees_queued_kernels():
 
 
 def test_async_work_reports_completion():
-    # c10d wraps a Python backend's work in a holder whose is_completed() never turns
-    # true by itself; a loop polling it (as users of async_op=True write) must end.
+    # A loop polling is_completed() (as users of async_op=True write) must end, and
+    # is_success() must say so. (c10d's holder for a Python backend's work never turned
+    # is_completed() true by itself; the backend is C++ now, and this stays checked.)
     run_ranks(
         """
         import time
@@ -277,11 +278,13 @@ def test_async_work_reports_completion():
 
 
 def test_subgroups_and_monitored_barrier_after_device_binding():
-    # torch 2.15 refuses new_group(backend="gloo") and monitored_barrier() on the default
-    # group once device_id binds it to oxide; the README's alternatives work.
+    # torch 2.15 refuses new_group(backend="gloo") once device_id binds the default group
+    # to oxide; the README's alternatives work. monitored_barrier() works on the default
+    # group too (oxgloo passes it to Gloo; the Python backend before could not).
     run_ranks(
         """
         dist.init_process_group(device_id=dev)
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
         for backend in ("cpu:gloo,oxide:oxgloo", None, "oxgloo"):
             g = dist.new_group(backend=backend)
             y, x = torch.ones(2), torch.ones(2, device=dev)
@@ -385,6 +388,27 @@ def test_fsdp2_and_dtensor_match_cpu():
         z = torch.ones(2, device=dev)
         dist.all_reduce(z, group=mesh2.get_group("tp"))
         assert z.cpu().tolist() == [2.0, 2.0]
+        dist.destroy_process_group()
+        """
+    )
+
+
+def test_flight_recorder_records_each_collective_once():
+    # Gloo inside oxgloo records every collective in c10d's flight recorder under the
+    # group's name, so torch attaches no recording hook of its own (which recorded each
+    # collective a second time, with a Python traceback, at every call).
+    run_ranks(
+        """
+        import json
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+        from torch.distributed.distributed_c10d import _world
+        dist.init_process_group("cpu:gloo,oxide:oxgloo")
+        assert dist.group.WORLD not in _world.pg_flight_recorder_hooks
+        name = dist.group.WORLD.group_name
+        before = len(json.loads(_dump_fr_trace_json()).get("entries", []))
+        dist.all_reduce(torch.ones(3, device=dev))
+        entries = json.loads(_dump_fr_trace_json())["entries"][before:]
+        assert [(e["process_group"][0], e["profiling_name"]) for e in entries] == [(name, "gloo:all_reduce")], entries
         dist.destroy_process_group()
         """
     )
@@ -534,7 +558,7 @@ def test_dtensor_rng_tracker_on_oxide():
         # The device mesh (cached by torch) keeps the group's CPU Gloo backend alive past
         # destroy_process_group, and a Gloo worker still releasing its last work during
         # interpreter finalization aborts the process (a torch/Gloo teardown race, see
-        # ProcessGroupOxGloo.shutdown): leave without finalizing.
+        # OxGloo::shutdown in csrc/runtime/oxgloo.cpp): leave without finalizing.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
