@@ -2,13 +2,17 @@
 
 Two processes on loopback, one per device. In one run, side by side:
 
-- ``all_reduce`` (SUM) bus bandwidth, 1 KiB to 64 MiB of float32 (``ROUNDS``
-  alternating rounds per size, median): oxide tensors through
-  ``oxgloo`` (Gloo on zero-copy host views) against CPU tensors through plain Gloo.
-  Bus bandwidth is ``2 (n - 1) / n * bytes / time`` (NCCL's convention); ratio =
-  oxide / CPU bandwidth, higher is better, target >= 0.9 (no staging copies). Beside
-  it, the host CPU time of one call (the calling thread's ``time.thread_time``, median):
-  what the backend itself adds, which loopback's scheduling noise hides in wall time.
+- ``all_reduce`` (SUM) bus bandwidth, 1 KiB to 64 MiB of float32: oxide tensors
+  through ``oxgloo`` (Gloo on zero-copy host views) against CPU tensors through plain
+  Gloo, their calls interleaved one by one (``CALLS`` each per size, the order swapped
+  every other turn). Bus bandwidth is ``2 (n - 1) / n * bytes / time`` (NCCL's
+  convention); ratio = oxide / CPU bandwidth, higher is better, target >= 0.9 (no
+  staging copies). The ratio is read from the lower quartile of each side's call
+  times; the medians are printed beside it. Why: on a small VM a call waits, at
+  random, for a scheduler tick (loopback wake-ups: a 1 MiB call takes 0.4 or 4 ms),
+  and which of the two modes a median falls in decides it, on either side; the
+  quartile measures the path itself. Beside it, the host CPU time of one call (the
+  calling thread's ``time.thread_time``, median): what the backend itself adds.
 - one DDP training step of ResNet-18 (8x3x64x64, as in ``models.py``), oxide against
   CPU: median seconds per step, ratio oxide / CPU, lower is better, target <= 1.1.
 
@@ -34,27 +38,38 @@ import torch.multiprocessing as mp
 
 SIZES = [2**k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 WORLD = 2
-# Alternating rounds per size. Loopback latency on a small VM is bimodal (a call takes
-# 200 or 500+ us depending on how the two processes' threads meet): the median over
-# many short rounds is what a ratio can be read from.
-ROUNDS = 11
+# Calls per side and size (fewer for the large sizes, see `_calls`).
+CALLS = 400
 
 
-def _time_all_reduce(t: torch.Tensor, group: dist.ProcessGroup, iters: int) -> tuple[float, float]:
-    """Median wall seconds and median host CPU seconds (the calling thread's) per call."""
+def _calls(size: int) -> int:
+    return max(40, min(CALLS, (1 << 31) // size))
+
+
+def _time_all_reduce_interleaved(xs: list[torch.Tensor], group: dist.ProcessGroup, calls: int) -> list[list[float]]:
+    """Per tensor of ``xs``: [median, lower quartile] wall seconds and median host CPU
+    seconds (the calling thread's) per call. The tensors' calls interleave, one call
+    each in turn, the order reversed every other turn, so a slow phase of the machine
+    or of loopback falls on each."""
     for _ in range(3):
-        dist.all_reduce(t, group=group)
+        for x in xs:
+            dist.all_reduce(x, group=group)
     dist.barrier(group=group)
-    times, cpu_times = [], []
-    for _ in range(iters):
-        start, cpu_start = time.perf_counter(), time.thread_time()
-        dist.all_reduce(t, group=group)
-        cpu_times.append(time.thread_time() - cpu_start)
-        times.append(time.perf_counter() - start)
+    times: list[list[float]] = [[] for _ in xs]
+    cpu_times: list[list[float]] = [[] for _ in xs]
+    for i in range(calls):
+        for k in range(len(xs)) if i % 2 == 0 else reversed(range(len(xs))):
+            start, cpu_start = time.perf_counter(), time.thread_time()
+            dist.all_reduce(xs[k], group=group)
+            cpu_times[k].append(time.thread_time() - cpu_start)
+            times[k].append(time.perf_counter() - start)
+    stats = [
+        [statistics.median(w), statistics.quantiles(w, n=4)[0], statistics.median(c)] for w, c in zip(times, cpu_times)
+    ]
     # Every rank uses rank 0's figures.
-    medians = torch.tensor([statistics.median(times), statistics.median(cpu_times)], dtype=torch.float64)
-    dist.broadcast(medians, src=0, group=group)
-    return float(medians[0]), float(medians[1])
+    t = torch.tensor(stats, dtype=torch.float64)
+    dist.broadcast(t, src=0, group=group)
+    return t.tolist()
 
 
 def _ddp_step_times(device: torch.device, steps: int) -> list[float]:
@@ -91,25 +106,23 @@ def _worker(rank: int, port: int, steps: int, out: str) -> None:
     rows = []
     for size in SIZES:
         n = size // 4
-        iters = max(5, min(100, (64 << 20) // size // 8))
-        cpu_t, ox_t = [], []
         cpu_x, ox_x = torch.ones(n), torch.ones(n, device=device)
-        for r in range(ROUNDS):  # alternating rounds: a slow phase of the machine falls on both sides
-            sides = [(cpu_x, cpu_t), (ox_x, ox_t)]
-            for x, acc in sides if r % 2 == 0 else sides[::-1]:
-                acc.append(_time_all_reduce(x, dist.group.WORLD, iters))
-        cpu_s, ox_s = statistics.median(w for w, _ in cpu_t), statistics.median(w for w, _ in ox_t)
+        cpu, ox = _time_all_reduce_interleaved([cpu_x, ox_x], dist.group.WORLD, _calls(size))
         bus = 2 * (WORLD - 1) / WORLD * size
         rows.append(
             {
                 "bytes": size,
-                "oxide_s": ox_s,
-                "cpu_s": cpu_s,
-                "oxide_GBps": bus / ox_s / 1e9,
-                "cpu_GBps": bus / cpu_s / 1e9,
-                "ratio": (bus / ox_s) / (bus / cpu_s),
-                "oxide_host_cpu_us": statistics.median(c for _, c in ox_t) * 1e6,
-                "cpu_host_cpu_us": statistics.median(c for _, c in cpu_t) * 1e6,
+                "calls": _calls(size),
+                "oxide_median_s": ox[0],
+                "cpu_median_s": cpu[0],
+                "oxide_q25_s": ox[1],
+                "cpu_q25_s": cpu[1],
+                "oxide_GBps": bus / ox[1] / 1e9,
+                "cpu_GBps": bus / cpu[1] / 1e9,
+                "ratio": cpu[1] / ox[1],
+                "median_ratio": cpu[0] / ox[0],
+                "oxide_host_cpu_us": ox[2] * 1e6,
+                "cpu_host_cpu_us": cpu[2] * 1e6,
             }
         )
     # Alternate the sides in blocks so a slow phase of the machine falls on both.
@@ -148,16 +161,18 @@ def main() -> None:
         f"Generated by `benchmarks/distributed.py` on {res['date']}: torch {torch.__version__}, "
         f"{WORLD} processes on loopback, 1 torch thread each, {os.cpu_count()} CPUs.",
         "",
-        "all_reduce (SUM, float32), bus bandwidth; ratio = oxide / CPU, higher is better, target >= 0.9.",
+        "all_reduce (SUM, float32), bus bandwidth from the lower quartile of each side's call times "
+        "(the calls interleaved); ratio = oxide / CPU, higher is better, target >= 0.9. "
+        "The medians' ratio and each call's host CPU time (median) beside it.",
         "",
-        "| bytes | oxide GB/s | cpu GB/s | ratio | ok | host CPU us oxide | host CPU us cpu |",
-        "|---|---|---|---|---|---|---|",
+        "| bytes | calls | oxide GB/s | cpu GB/s | ratio | ok | median ratio | host CPU us oxide | host CPU us cpu |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in res["all_reduce"]:
         ok = "yes" if r["ratio"] >= 0.9 else "no"
         lines.append(
-            f"| {r['bytes']} | {r['oxide_GBps']:.3f} | {r['cpu_GBps']:.3f} | {r['ratio']:.2f} | {ok} "
-            f"| {r['oxide_host_cpu_us']:.0f} | {r['cpu_host_cpu_us']:.0f} |"
+            f"| {r['bytes']} | {r['calls']} | {r['oxide_GBps']:.3f} | {r['cpu_GBps']:.3f} | {r['ratio']:.2f} | {ok} "
+            f"| {r['median_ratio']:.2f} | {r['oxide_host_cpu_us']:.0f} | {r['cpu_host_cpu_us']:.0f} |"
         )
     d = res["ddp_resnet18"]
     lines += [

@@ -34,14 +34,13 @@ def _worker(rank: int, port: int, numel: int, calls: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(1)
     import torch_oxide  # noqa: F401
-    from torch_oxide.distributed import host_view
 
     dist.init_process_group("cpu:gloo,oxide:oxgloo", rank=rank, world_size=2, device_id=torch.device("oxide", rank))
     backend = dist.group.WORLD._get_backend(torch.device("oxide"))
     gloo = dist.group.WORLD._get_backend(torch.device("cpu"))
     variants = {
         "cpu": ("cpu", dist.all_reduce),
-        "gloo on host views": ("oxide", lambda t: gloo.allreduce([host_view(t)]).wait()),
+        "gloo on host views": ("oxide", lambda t: gloo.allreduce([torch.ops.oxide._host_view(t)]).wait()),
         "oxgloo backend": ("oxide", lambda t: backend.allreduce([t], dist.AllreduceOptions()).wait()),
         "dist.all_reduce": ("oxide", dist.all_reduce),
     }

@@ -213,31 +213,32 @@ class OxWork final : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// PREMUL_SUM as SUM over inputs scaled by the factor (Gloo has no PREMUL_SUM).
+// Gloo has no PREMUL_SUM: it is SUM over the inputs scaled by the factor.
 bool is_premul_sum(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
 
-// The factor as a CPU scalar tensor or a double (the inputs are host views).
-c10::Scalar premul_factor_scalar(const c10d::ReduceOp& op, at::Tensor* tensor) {
+// `t` times the PREMUL_SUM factor of `op`, a double or a tensor (brought to the host:
+// the inputs are host views). In place where the reduction overwrites `t` anyway.
+at::Tensor scaled(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
   auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(s != nullptr, "oxgloo: ReduceOp.PREMUL_SUM without its factor");
   if (s->tensor_factor.defined()) {
-    *tensor = s->tensor_factor.is_cpu() ? s->tensor_factor : s->tensor_factor.cpu();
-    return {};
+    const at::Tensor factor = s->tensor_factor.cpu();
+    return in_place ? t.mul_(factor) : at::mul(t, factor);
   }
-  return s->double_factor;
+  return in_place ? t.mul_(s->double_factor) : at::mul(t, s->double_factor);
 }
 
-at::Tensor scaled(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
-  at::Tensor factor;
-  const c10::Scalar value = premul_factor_scalar(op, &factor);
-  if (in_place) {
-    return factor.defined() ? t.mul_(factor) : t.mul_(value);
-  }
-  return factor.defined() ? at::mul(t, factor) : at::mul(t, value);
-}
-
+// The options Gloo is given for `opts`: a PREMUL_SUM first scales `inputs` (in place
+// for all_reduce and reduce, whose inputs are their outputs; copies for the
+// reduce_scatter family, whose inputs are the caller's) and becomes a SUM.
 template <typename Opts>
-Opts as_sum(const Opts& opts) {
+Opts premul_as_sum(TensorList& inputs, const Opts& opts, bool in_place) {
+  if (!is_premul_sum(opts.reduceOp)) {
+    return opts;
+  }
+  for (auto& t : inputs) {
+    t = scaled(t, opts.reduceOp, in_place);
+  }
   Opts sum = opts;
   sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
   return sum;
@@ -303,39 +304,24 @@ class OxGloo final : public c10d::Backend {
   WorkPtr allreduce(TensorList& tensors, const c10d::AllreduceOptions& opts) override {
     return run(tensors, [&](Views& v) {
       TensorList h = v.host(tensors);
-      if (is_premul_sum(opts.reduceOp)) {
-        for (auto& t : h) {
-          scaled(t, opts.reduceOp, /*in_place=*/true);  // in place, as the reduction itself is
-        }
-        return gloo()->allreduce(h, as_sum(opts));
-      }
-      return gloo()->allreduce(h, opts);
+      const auto gloo_opts = premul_as_sum(h, opts, /*in_place=*/true);
+      return gloo()->allreduce(h, gloo_opts);
     });
   }
 
   WorkPtr allreduce_coalesced(TensorList& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
     return run(tensors, [&](Views& v) {
       TensorList h = v.host(tensors);
-      if (is_premul_sum(opts.reduceOp)) {
-        for (auto& t : h) {
-          scaled(t, opts.reduceOp, /*in_place=*/true);
-        }
-        return gloo()->allreduce_coalesced(h, as_sum(opts));
-      }
-      return gloo()->allreduce_coalesced(h, opts);
+      const auto gloo_opts = premul_as_sum(h, opts, /*in_place=*/true);
+      return gloo()->allreduce_coalesced(h, gloo_opts);
     });
   }
 
   WorkPtr reduce(TensorList& tensors, const c10d::ReduceOptions& opts) override {
     return run(tensors, [&](Views& v) {
       TensorList h = v.host(tensors);
-      if (is_premul_sum(opts.reduceOp)) {
-        for (auto& t : h) {
-          scaled(t, opts.reduceOp, /*in_place=*/true);
-        }
-        return gloo()->reduce(h, as_sum(opts));
-      }
-      return gloo()->reduce(h, opts);
+      const auto gloo_opts = premul_as_sum(h, opts, /*in_place=*/true);
+      return gloo()->reduce(h, gloo_opts);
     });
   }
 
@@ -394,15 +380,11 @@ class OxGloo final : public c10d::Backend {
     return run(outputs, [&](Views& v) {
       TensorList o = v.host(outputs);
       auto i = v.host(inputs);
-      if (is_premul_sum(opts.reduceOp)) {
-        for (auto& list : i) {
-          for (auto& t : list) {
-            t = scaled(t, opts.reduceOp, /*in_place=*/false);  // the inputs are the caller's
-          }
-        }
-        return gloo()->reduce_scatter(o, i, as_sum(opts));
+      c10d::ReduceScatterOptions gloo_opts = opts;
+      for (auto& list : i) {
+        gloo_opts = premul_as_sum(list, opts, /*in_place=*/false);
       }
-      return gloo()->reduce_scatter(o, i, opts);
+      return gloo()->reduce_scatter(o, i, gloo_opts);
     });
   }
 
@@ -410,12 +392,9 @@ class OxGloo final : public c10d::Backend {
                                 const c10d::ReduceScatterOptions& opts) override {
     return run({output}, [&](Views& v) {
       at::Tensor o = v.host(output);
-      at::Tensor i = v.host(input);
-      if (is_premul_sum(opts.reduceOp)) {
-        i = scaled(i, opts.reduceOp, /*in_place=*/false);
-        return gloo()->reduce_scatter_single(o, i, as_sum(opts));
-      }
-      return gloo()->reduce_scatter_single(o, i, opts);
+      TensorList i = {v.host(input)};
+      const auto gloo_opts = premul_as_sum(i, opts, /*in_place=*/false);
+      return gloo()->reduce_scatter_single(o, i[0], gloo_opts);
     });
   }
 
@@ -424,13 +403,8 @@ class OxGloo final : public c10d::Backend {
     return run(outputs, [&](Views& v) {
       TensorList o = v.host(outputs);
       TensorList i = v.host(inputs);
-      if (is_premul_sum(opts.reduceOp)) {
-        for (auto& t : i) {
-          t = scaled(t, opts.reduceOp, /*in_place=*/false);
-        }
-        return gloo()->reduce_scatter_single_coalesced(o, i, as_sum(opts));
-      }
-      return gloo()->reduce_scatter_single_coalesced(o, i, opts);
+      const auto gloo_opts = premul_as_sum(i, opts, /*in_place=*/false);
+      return gloo()->reduce_scatter_single_coalesced(o, i, gloo_opts);
     });
   }
 

@@ -36,11 +36,6 @@ from torch._C._distributed_c10d import ProcessGroupGloo
 NAME = "oxgloo"
 
 
-def host_view(t: torch.Tensor) -> torch.Tensor:
-    """A CPU tensor over ``t``'s memory (``oxide::_host_view``)."""
-    return torch.ops.oxide._host_view(t)
-
-
 def _create(dist_opts: Any, backend_options: Any) -> dist.Backend:
     """The c10d creator: Gloo's backend, and around it oxgloo's C++ backend for oxide."""
     gloo = ProcessGroupGloo(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout)

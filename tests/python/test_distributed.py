@@ -84,9 +84,15 @@ def test_init_without_arguments_and_collectives():
         out = torch.empty(2, device=dev)
         dist.reduce_scatter_tensor(out, torch.arange(4.0, device=dev) + rank)
         assert out.cpu().tolist() == ([1.0, 3.0] if rank == 0 else [5.0, 7.0])
-        out = torch.empty(2, device=dev)
-        dist.reduce_scatter_tensor(out, torch.ones(4, device=dev), op=dist._make_nccl_premul_sum(0.5))
-        assert out.cpu().tolist() == [1.0, 1.0]
+        out, ones = torch.empty(2, device=dev), torch.ones(4, device=dev)
+        dist.reduce_scatter_tensor(out, ones, op=dist._make_nccl_premul_sum(0.5))
+        assert out.cpu().tolist() == [1.0, 1.0] and ones.cpu().tolist() == [1.0] * 4  # the input is not scaled
+        ins = [torch.full((2,), 2.0, device=dev) for _ in range(world)]
+        dist.reduce_scatter(out, ins, op=dist._make_nccl_premul_sum(0.25))
+        assert out.cpu().tolist() == [1.0, 1.0] and all(i.cpu().tolist() == [2.0, 2.0] for i in ins), (out, ins)
+        r = torch.full((2,), float(rank + 1), device=dev)
+        dist.reduce(r, dst=0, op=dist._make_nccl_premul_sum(2.0))
+        assert rank != 0 or r.cpu().tolist() == [6.0, 6.0], r
         a2a = torch.empty(4, device=dev)
         dist.all_to_all_single(a2a, torch.arange(4.0, device=dev) + 10 * rank)
         assert a2a.cpu().tolist() == ([0.0, 1.0, 10.0, 11.0] if rank == 0 else [2.0, 3.0, 12.0, 13.0])

@@ -62,6 +62,21 @@ pub struct Operand {
     pub dtype: DType,
 }
 
+/// `s` as [`Strides`]: a copy of the slice where `isize` is `i64`.
+#[inline]
+fn strides_from_i64(s: &[i64]) -> Strides {
+    #[cfg(target_pointer_width = "64")]
+    {
+        // SAFETY: isize and i64 have the same size, alignment and representation on
+        // 64-bit targets, so the slice reads as isize.
+        Strides::from_slice(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<isize>(), s.len()) })
+    }
+    #[cfg(not(target_pointer_width = "64"))]
+    {
+        s.iter().map(|&x| x as isize).collect()
+    }
+}
+
 /// An iteration space over strided operands, as the glue describes a `TensorIterator`.
 ///
 /// Its arrays are inline up to [`INLINE_DIMS`] dimensions and [`INLINE_OPERANDS`]
@@ -114,15 +129,23 @@ impl TensorIter {
         noutputs: usize,
         threads: usize,
     ) -> Result<TensorIter> {
-        let operands = operands.into_iter();
-        let shape = shape
-            .iter()
-            .map(|&d| {
-                usize::try_from(d).map_err(|_| Error::InvalidLayout { op, reason: format!("negative extent {d}") })
-            })
-            .collect::<Result<Shape>>()?;
-        let mut ops = SmallVec::new();
-        let mut strides = SmallVec::new();
+        // Built in place, without iterator adapters: this runs at every launch, and
+        // collecting through `Result` adapters cost about 400 instructions.
+        let mut it = TensorIter {
+            shape: Shape::new(),
+            operands: SmallVec::new(),
+            strides: SmallVec::new(),
+            noutputs,
+            threads: threads.max(1),
+            round_through: None,
+        };
+        for &d in shape {
+            let Ok(d) = usize::try_from(d) else {
+                return Err(Error::InvalidLayout { op, reason: format!("negative extent {d}") });
+            };
+            it.shape.push(d);
+        }
+        let mut n = 0;
         for (o, s) in operands {
             if s.len() != shape.len() {
                 return Err(Error::InvalidLayout {
@@ -130,13 +153,17 @@ impl TensorIter {
                     reason: format!("{} strides for {} dimensions", s.len(), shape.len()),
                 });
             }
-            ops.push(o);
-            strides.push(s.iter().map(|&x| x as isize).collect());
+            n += 1;
+            if n > MAX_OPERANDS {
+                continue; // refused below, with the count
+            }
+            it.operands.push(o);
+            it.strides.push(strides_from_i64(s));
         }
-        if ops.len() > MAX_OPERANDS || noutputs > ops.len() {
-            return Err(Error::InvalidLayout { op, reason: format!("{} operands, {noutputs} outputs", ops.len()) });
+        if n > MAX_OPERANDS || noutputs > n {
+            return Err(Error::InvalidLayout { op, reason: format!("{n} operands, {noutputs} outputs") });
         }
-        Ok(TensorIter { shape, operands: ops, strides, noutputs, threads: threads.max(1), round_through: None })
+        Ok(it)
     }
 
     /// Number of elements in the iteration space.

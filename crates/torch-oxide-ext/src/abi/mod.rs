@@ -706,10 +706,12 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
         CALL_DTYPES.with(|d| d.borrow().hash(&mut h));
         h.finish()
     };
-    let known = || KNOWN_SIGNATURES.read().unwrap_or_else(|e| e.into_inner()).binary_search(&signature).is_ok();
-    if rt.launch_blocking() || !known() {
+    let known = KNOWN_SIGNATURES.read().unwrap_or_else(|e| e.into_inner()).binary_search(&signature).is_ok();
+    if rt.launch_blocking() || !known {
         let r = launch_now(l, kernel);
-        if !matches!(r, Err(AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }))) {
+        // The write lock only for a signature not yet recorded (launch blocking runs
+        // every launch here).
+        if !known && !matches!(r, Err(AbiError::Kernel(oxide_kernels::Error::UnsupportedDtype { .. }))) {
             let mut set = KNOWN_SIGNATURES.write().unwrap_or_else(|e| e.into_inner());
             if let Err(at) = set.binary_search(&signature) {
                 set.insert(at, signature);
