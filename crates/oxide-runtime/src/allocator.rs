@@ -202,7 +202,16 @@ impl CachingAllocator {
         let size = round_up(bytes);
         let limit = size + size / 4;
         let pool = self.routes.iter().find(|r| r.0 == stream).map_or(GENERAL_POOL, |r| r.1);
-        let hit = self.cached.range((pool, stream, size, 0)..=(pool, stream, limit, usize::MAX)).next().copied();
+        // The smallest cached block of the pool and stream that is large enough,
+        // taken if it is at most 25% larger. An open-ended range: a bounded one
+        // descends the tree a second time for its upper end (about 180
+        // instructions of every allocation, callgrind).
+        let hit = self
+            .cached
+            .range((pool, stream, size, 0)..)
+            .next()
+            .copied()
+            .filter(|&(p, s, block, _)| p == pool && s == stream && block <= limit);
         let (ptr, block_size) = match hit {
             Some(key) => {
                 self.cached.remove(&key);
