@@ -204,8 +204,8 @@ impl CachingAllocator {
         let pool = self.routes.iter().find(|r| r.0 == stream).map_or(GENERAL_POOL, |r| r.1);
         // The smallest cached block of the pool and stream that is large enough,
         // taken if it is at most 25% larger. An open-ended range: a bounded one
-        // descends the tree a second time for its upper end (about 180
-        // instructions of every allocation, callgrind).
+        // descends the tree a second time for its upper end (callgrind: 555 to 507
+        // instructions per allocation).
         let hit = self
             .cached
             .range((pool, stream, size, 0)..)

@@ -130,7 +130,8 @@ impl TensorIter {
         threads: usize,
     ) -> Result<TensorIter> {
         // Built in place, without iterator adapters: this runs at every launch, and
-        // collecting through `Result` adapters cost about 400 instructions.
+        // collecting through `Result` adapters cost about 240 more instructions
+        // (callgrind: 636 to 394 per launch).
         let mut it = TensorIter {
             shape: Shape::new(),
             operands: SmallVec::new(),
