@@ -4,7 +4,8 @@
 
 NAME is any part of a workload name in ``models.py`` (``digits``, ``ResNet``, ``GPT``,
 ``LSTM``). Each device runs two warm-up steps, then ``--steps`` steps under
-``torch.profiler``; the table lists operators by oxide self time (milliseconds, summed
+``torch.profiler``, oxide's launches blocking (so that an operator's self time is its
+kernel's, not its launch's); the table lists operators by oxide self time (milliseconds, summed
 over the profiled steps) beside the CPU's. Operators each device implements differently
 (CPU's flash attention, oxide's overrideable attention) appear on separate rows.
 
@@ -15,10 +16,12 @@ the standard library's `profile`, which torch.profiler imports.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import pathlib
 import sys
 
+import torch
 from torch.profiler import ProfilerActivity, profile
 
 import torch_oxide  # noqa: F401
@@ -43,7 +46,12 @@ def main() -> int:
         opt = make_opt(m.parameters())
         for _ in range(2):
             step(m, opt, dev)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.oxide.synchronize()  # else the first profiled operator waits for the warm-up's queue
+        # Oxide launches blocking: with asynchronous streams an operator's self time is
+        # its launch, and a synchronising call (.item(), a copy to the host) would carry
+        # the queued kernels' time.
+        blocking = torch.oxide._LaunchBlocking() if dev == "oxide" else contextlib.nullcontext()
+        with blocking, profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.steps):
                 step(m, opt, dev)
         self_ms[dev] = {e.key: e.self_cpu_time_total / 1e3 for e in prof.key_averages()}

@@ -21,7 +21,9 @@ Groups and targets:
 
 - elementwise, 1e7 float32: add, mul, exp, sigmoid; ratio <= 1.1. ``add`` into a
   preallocated ``out=`` at 1e7 and 1e8 elements (12 bytes moved per element), <= 1.1,
-  with its bandwidth as a share of the machine's (below).
+  with its bandwidth as a share of the machine's (below). The in-place forms an
+  optimizer step is made of, <= 1.1: ``mul_`` by a Python scalar (-1, so that the
+  values do not drift over the repetitions) and ``add_`` of a tensor with ``alpha``.
 - reductions over 1e7 float32 (1000x10000): sum, sum(0), sum(1), mean, amax; <= 1.2.
   These warm up for 8 repetitions: on both devices the first 5 to 8 repetitions of a
   40 MB pass run up to twice as slow as the steady state (the L3 cache fills up over
@@ -244,6 +246,14 @@ def _add_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tenso
     return torch.add(a, b, out=out)
 
 
+def _mul_inplace(x: torch.Tensor) -> torch.Tensor:
+    return x.mul_(-1.0)
+
+
+def _add_inplace(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a.add_(b, alpha=-1e-3)
+
+
 def cases() -> list[Case]:
     mat = (1000, 10_000)  # 1e7 elements
     out: list[Case] = [
@@ -260,6 +270,8 @@ def cases() -> list[Case]:
             bytes=12.0 * LARGE,
         ),
         Case("mul", "elementwise", "1e7", _randn2(N), torch.mul, target=1.1, reps=15),
+        Case("mul_ scalar", "elementwise", "1e7", _randn(N), _mul_inplace, target=1.1, reps=15, bytes=8.0 * N),
+        Case("add_", "elementwise", "1e7", _randn2(N), _add_inplace, target=1.1, reps=15, bytes=12.0 * N),
         Case("exp", "elementwise", "1e7", _randn(N), torch.exp, target=1.1, reps=15),
         Case("sigmoid", "elementwise", "1e7", _randn(N), torch.sigmoid, target=1.1, reps=15),
         Case("sum", "reduction", "1000x10000", _randn(*mat), torch.sum, target=1.2, reps=15, warmup=8),

@@ -425,7 +425,7 @@ pub fn for_each_chunk_mut<T: Send>(data: &mut [T], size: usize, tasks: usize, f:
 pub unsafe fn load<T: Element>(dtype: DType, src: *const u8, stride: isize, n: usize, dst: &mut [T]) -> Result<()> {
     if dtype == T::DTYPE && stride == std::mem::size_of::<T>() as isize {
         // SAFETY: caller contract; same type, contiguous.
-        unsafe { std::ptr::copy_nonoverlapping(src as *const T, dst.as_mut_ptr(), n) };
+        unsafe { convert::copy_elements(src as *const T, dst.as_mut_ptr(), n) };
         return Ok(());
     }
     // float32 <-> float16/bfloat16 runs convert vectorised (engine::convert).
@@ -563,7 +563,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                                 bufs[k] = vec![I::from_i64(0); cap];
                             }
                             // SAFETY: `n` elements of I at ins[k] (checked contiguous above).
-                            unsafe { std::ptr::copy_nonoverlapping(ins[k], bufs[k].as_mut_ptr(), n) };
+                            unsafe { convert::copy_elements(ins[k], bufs[k].as_mut_ptr(), n) };
                             ins[k] = bufs[k].as_ptr();
                             filled_from[k] = std::ptr::null();
                         }

@@ -59,49 +59,103 @@ unsafe fn offsets(
     Ok(())
 }
 
-/// The shared loop of [`index`] and [`index_put`]: `f(dst_element, src_element)`
-/// for every element, where the operand on the restrided side (`put`: the
-/// destination, else the source) is displaced by the element's index offset.
+/// The shared loop of [`index`] and [`index_put`]: `f(dst, src, n, dst_stride, src_stride)`
+/// over runs of `n` elements, where the operand on the restrided side (`put`: the
+/// destination, else the source) is displaced by the run's index offset.
+///
+/// A row along which every index operand is constant (inner stride 0: the indices are
+/// broadcast along it, as for `index_select`, `embedding` and `x[idx]` on a leading
+/// dimension of a matrix) is one run, its offset computed once; any other row gives
+/// runs of one element with their own offsets.
 unsafe fn for_each_indexed(
     it: &TensorIter,
     ix: &Indexed,
     put: bool,
-    f: impl Fn(*mut u8, *const u8) -> Result<()> + Sync,
+    f: impl Fn(*mut u8, *const u8, usize, isize, isize) -> Result<()> + Sync,
 ) -> Result<()> {
     let errors = std::sync::Mutex::new(Ok(()));
+    // Set with the first error: the remaining rows are skipped, as the remaining
+    // elements were when the loop returned at it.
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let nidx = ix.sizes.len();
+    let rows_share_offset = (0..nidx).all(|k| it.inner_stride(2 + k) == 0);
     it.parallel_ranges(it.numel(), |start, end| {
         let (dst, src) = (it.operands[0], it.operands[1]);
-        let mut off = vec![0isize; BLOCK];
-        let mut buf = vec![0i64; BLOCK];
+        let (sd, ss) = (it.inner_stride(0), it.inner_stride(1));
+        let block = if rows_share_offset { 1 } else { BLOCK };
+        let mut off = vec![0isize; block];
+        let mut buf = vec![0i64; block];
         it.for_each_row_in(start, end, |offs, len| {
-            let (sd, ss) = (it.inner_stride(0), it.inner_stride(1));
-            let mut b = 0;
-            while b < len {
-                let n = BLOCK.min(len - b);
-                // SAFETY: forwarded contract.
-                let r = unsafe { offsets(it, ix, offs, b, n, &mut off, &mut buf) }.and_then(|_| {
-                    for (j, &o) in off[..n].iter().enumerate() {
-                        let (od, os) = if put { (o, 0) } else { (0, o) };
-                        // SAFETY: in-bounds by the checks above and the caller contract.
-                        let (d, s) = unsafe {
-                            (
-                                dst.ptr.offset(offs[0] + (b + j) as isize * sd + od),
-                                src.ptr.offset(offs[1] + (b + j) as isize * ss + os),
-                            )
-                        };
-                        f(d, s)?;
-                    }
-                    Ok(())
-                });
-                if let Err(e) = r {
-                    *errors.lock().unwrap() = Err(e);
-                    return;
+            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            let at = |b: usize, o: isize| {
+                let (od, os) = if put { (o, 0) } else { (0, o) };
+                // SAFETY: in-bounds by the index checks and the caller contract.
+                unsafe {
+                    (dst.ptr.offset(offs[0] + b as isize * sd + od), src.ptr.offset(offs[1] + b as isize * ss + os))
                 }
-                b += n;
+            };
+            let r = if rows_share_offset {
+                // SAFETY: forwarded contract.
+                unsafe { offsets(it, ix, offs, 0, 1, &mut off, &mut buf) }.and_then(|_| {
+                    let (d, s) = at(0, off[0]);
+                    f(d, s, len, sd, ss)
+                })
+            } else {
+                let mut r = Ok(());
+                let mut b = 0;
+                while b < len && r.is_ok() {
+                    let n = block.min(len - b);
+                    // SAFETY: forwarded contract.
+                    r = unsafe { offsets(it, ix, offs, b, n, &mut off, &mut buf) }.and_then(|_| {
+                        off[..n].iter().enumerate().try_for_each(|(j, &o)| {
+                            let (d, s) = at(b + j, o);
+                            f(d, s, 1, 0, 0)
+                        })
+                    });
+                    b += n;
+                }
+                r
+            };
+            if let Err(e) = r {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                *errors.lock().unwrap() = Err(e);
             }
         });
     });
     errors.into_inner().unwrap()
+}
+
+/// Copies `n` elements of `elem_size` bytes from `s` (byte stride `ss`) to `d` (`sd`):
+/// one `memcpy` when both runs are dense, else a copy per element of a fixed width.
+///
+/// # Safety
+/// Both runs address `n` elements of live memory that do not overlap.
+unsafe fn copy_run(d: *mut u8, s: *const u8, n: usize, sd: isize, ss: isize, elem_size: usize) {
+    unsafe fn strided<T: Copy>(d: *mut u8, s: *const u8, n: usize, sd: isize, ss: isize) {
+        for j in 0..n as isize {
+            // SAFETY: caller contract.
+            unsafe { (d.offset(j * sd) as *mut T).write_unaligned((s.offset(j * ss) as *const T).read_unaligned()) };
+        }
+    }
+    let es = elem_size as isize;
+    // SAFETY: caller contract.
+    unsafe {
+        if n == 1 || (sd == es && ss == es) {
+            crate::engine::convert::copy_elements(s, d, n * elem_size);
+            return;
+        }
+        match elem_size {
+            1 => strided::<u8>(d, s, n, sd, ss),
+            2 => strided::<u16>(d, s, n, sd, ss),
+            4 => strided::<u32>(d, s, n, sd, ss),
+            8 => strided::<u64>(d, s, n, sd, ss),
+            16 => strided::<u128>(d, s, n, sd, ss),
+            _ => (0..n as isize)
+                .for_each(|j| std::ptr::copy_nonoverlapping(s.offset(j * ss), d.offset(j * sd), elem_size)),
+        }
+    }
 }
 
 /// `dst[i] = src[offset(i)]` (gather through the indices), for elements of `elem_size` bytes.
@@ -113,8 +167,8 @@ unsafe fn for_each_indexed(
 pub unsafe fn index(it: &TensorIter, ix: &Indexed, elem_size: usize) -> Result<()> {
     // SAFETY: forwarded contract; elements do not overlap.
     unsafe {
-        for_each_indexed(it, ix, false, |d, s| {
-            std::ptr::copy_nonoverlapping(s, d, elem_size);
+        for_each_indexed(it, ix, false, |d, s, n, sd, ss| {
+            copy_run(d, s, n, sd, ss, elem_size);
             Ok(())
         })
     }
@@ -135,11 +189,11 @@ pub unsafe fn index_put(it: &TensorIter, ix: &Indexed, elem_size: usize, accumul
     }
     // SAFETY: forwarded contract.
     unsafe {
-        for_each_indexed(&it, ix, true, |d, s| {
+        for_each_indexed(&it, ix, true, |d, s, n, sd, ss| {
             if accumulate {
-                add_into(dtype, d, s)
+                (0..n as isize).try_for_each(|j| add_into(dtype, d.offset(j * sd), s.offset(j * ss)))
             } else {
-                std::ptr::copy_nonoverlapping(s, d, elem_size);
+                copy_run(d, s, n, sd, ss, elem_size);
                 Ok(())
             }
         })
@@ -229,5 +283,65 @@ mod tests {
         // SAFETY: the pointers address live local buffers sized for the call.
         let e = unsafe { index(&it, &ix, 4) }.unwrap_err();
         assert_eq!(e.to_string(), "index 4 is out of bounds for dimension 0 with size 4");
+    }
+
+    #[test]
+    fn rows_with_a_broadcast_index_move_as_runs() {
+        // table[3, 2] (row stride 8 bytes), out[i, :] = table[idx[i], :] with idx broadcast
+        // along the row (inner stride 0): the row-run path, dense and strided.
+        let mut table = [0f32, 1.0, 10.0, 11.0, 20.0, 21.0];
+        let mut idx = [2i64, 0, 2];
+        let ix = Indexed { sizes: &[3], strides: &[8], wrap_negative: false };
+        let mut out = [0f32; 6];
+        let it = TensorIter::new(
+            "t",
+            &[2, 3],
+            vec![(op(&mut out), &[4, 8][..]), (op(&mut table), &[4, 0][..]), (op(&mut idx), &[0, 8][..])],
+            1,
+            1,
+        )
+        .unwrap();
+        // SAFETY: the pointers address live local buffers sized for the call.
+        unsafe { index(&it, &ix, 4) }.unwrap();
+        assert_eq!(out, [20.0, 21.0, 0.0, 1.0, 20.0, 21.0]);
+        // A transposed destination (element stride 12 bytes): runs copied element by element.
+        let mut out_t = [0f32; 6];
+        let it = TensorIter::new(
+            "t",
+            &[2, 3],
+            vec![(op(&mut out_t), &[12, 4][..]), (op(&mut table), &[4, 0][..]), (op(&mut idx), &[0, 8][..])],
+            1,
+            1,
+        )
+        .unwrap();
+        // SAFETY: as above.
+        unsafe { index(&it, &ix, 4) }.unwrap();
+        assert_eq!(out_t, [20.0, 0.0, 20.0, 21.0, 1.0, 21.0]);
+        // Accumulating rows with a repeated index: row 2 receives two rows.
+        let mut vals = [1f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let it = TensorIter::new(
+            "t",
+            &[2, 3],
+            vec![(op(&mut table), &[4, 0][..]), (op(&mut vals), &[4, 8][..]), (op(&mut idx), &[0, 8][..])],
+            1,
+            1,
+        )
+        .unwrap();
+        // SAFETY: as above.
+        unsafe { index_put(&it, &ix, 4, true) }.unwrap();
+        assert_eq!(table, [3.0, 5.0, 10.0, 11.0, 26.0, 29.0]);
+        // An out-of-range row index is an error, not a read past the table.
+        let mut bad = [0i64, 3, 0];
+        let it = TensorIter::new(
+            "t",
+            &[2, 3],
+            vec![(op(&mut out), &[4, 8][..]), (op(&mut table), &[4, 0][..]), (op(&mut bad), &[0, 8][..])],
+            1,
+            1,
+        )
+        .unwrap();
+        // SAFETY: as above.
+        let e = unsafe { index(&it, &ix, 4) }.unwrap_err();
+        assert_eq!(e.to_string(), "index out of range in self");
     }
 }

@@ -35,7 +35,7 @@ unsafe fn write<T: Element>(dt: DType, p: SendPtr<u8>, off: usize, src: &[T]) {
     unsafe {
         let dst = p.get().add(off * dt.size());
         if dt == T::DTYPE {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut T, src.len());
+            crate::engine::convert::copy_elements(src.as_ptr(), dst as *mut T, src.len());
         } else {
             store(dt, dst, dt.size() as isize, src).expect("checked dtype");
         }
@@ -269,46 +269,61 @@ unsafe fn group_norm_backward_in<F: Float + Element>(
     let per = (CHUNK / len.max(1)).max(1);
     let chunks = count.div_ceil(per);
     // Per-chunk parameter gradients over all channels, combined in chunk order.
+    // A float32/float64 input is read and its gradient written in place, as in the forward.
+    let direct = dt == F::DTYPE;
+    // Per-chunk parameter gradients over all channels, combined in chunk order.
     let run = |k: usize| -> (Vec<f64>, Vec<f64>) {
         let np = if want_params { sh.c } else { 0 };
         let (mut dw, mut db) = (vec![0.0; np], vec![0.0; np]);
-        let (mut g, mut v, mut d) = (vec![F::ZERO; len], vec![F::ZERO; len], vec![F::ZERO; len]);
+        let staged = if direct && sh.s == 1 { 0 } else { len };
+        let (mut g, mut v, mut d) = (vec![F::ZERO; staged], vec![F::ZERO; len], vec![F::ZERO; len]);
+        let mut xs_buf = vec![F::ZERO; if direct || sh.s != 1 { 0 } else { len }];
+        let mut out_buf = vec![F::ZERO; if direct || sh.s != 1 { 0 } else { len }];
         for grp in k * per..((k + 1) * per).min(count) {
+            let (mf, rf) = (F::from_f64(means[grp]), F::from_f64(rstds[grp]));
+            let c0 = (grp % sh.g) * cpg;
+            if sh.s == 1 {
+                // One weight per element: see `row_backward`.
+                // SAFETY: group `grp` spans [grp*len, (grp+1)*len) of dy, x and dx; `direct`
+                // means they hold `F`, and dx (an output) overlaps neither input.
+                let (gs, xs, out): (&[F], &[F], Option<&mut [F]>) = unsafe {
+                    if direct {
+                        (
+                            std::slice::from_raw_parts((dy.get() as *const F).add(grp * len), len),
+                            std::slice::from_raw_parts((x.get() as *const F).add(grp * len), len),
+                            (!dx.is_null())
+                                .then(|| std::slice::from_raw_parts_mut((dx.get() as *mut F).add(grp * len), len)),
+                        )
+                    } else {
+                        read(dt, dy, grp * len, &mut g);
+                        read(dt, x, grp * len, &mut xs_buf);
+                        (&g, &xs_buf, (!dx.is_null()).then_some(&mut out_buf[..]))
+                    }
+                };
+                let params = want_params.then(|| (&mut dw[c0..c0 + len], &mut db[c0..c0 + len]));
+                row_backward(gs, xs, &w[c0..c0 + len], (mf, rf), params, out, &mut v, &mut d);
+                if !direct && !dx.is_null() {
+                    // SAFETY: as above.
+                    unsafe { write(dt, dx, grp * len, &out_buf) };
+                }
+                continue;
+            }
             // SAFETY: group `grp` spans [grp*len, (grp+1)*len) of dy, x, dx.
             unsafe {
                 read(dt, dy, grp * len, &mut g);
                 read(dt, x, grp * len, &mut v);
             }
-            let (mf, rf) = (F::from_f64(means[grp]), F::from_f64(rstds[grp]));
-            let c0 = (grp % sh.g) * cpg;
             v.iter_mut().for_each(|e| *e = (*e - mf) * rf);
             if want_params {
-                if sh.s == 1 {
-                    for (((pw, pb), &gj), &vj) in dw[c0..c0 + len].iter_mut().zip(&mut db[c0..c0 + len]).zip(&g).zip(&v)
-                    {
-                        *pw += (gj * vj).to_f64();
-                        *pb += gj.to_f64();
-                    }
-                } else {
-                    for (kc, (gr, vr)) in g.chunks_exact(sh.s).zip(v.chunks_exact(sh.s)).enumerate() {
-                        dw[c0 + kc] += dot_f64(gr, vr);
-                        db[c0 + kc] += sum_f64(gr);
-                    }
+                for (kc, (gr, vr)) in g.chunks_exact(sh.s).zip(v.chunks_exact(sh.s)).enumerate() {
+                    dw[c0 + kc] += dot_f64(gr, vr);
+                    db[c0 + kc] += sum_f64(gr);
                 }
             }
             if !dx.is_null() && len > 0 {
-                if sh.s == 1 {
-                    // Zipped slices, not indices: indexing `w[c0 + j]` kept a bounds check and a
-                    // reload of `w`'s pointer in the loop, which then ran one float at a time
-                    // (perf: a quarter of layer_norm's backward).
-                    for ((o, &e), &wk) in d.iter_mut().zip(&g).zip(&w[c0..c0 + len]) {
-                        *o = e * wk;
-                    }
-                } else {
-                    for (kc, (dr, gr)) in d.chunks_exact_mut(sh.s).zip(g.chunks_exact(sh.s)).enumerate() {
-                        let wk = w[c0 + kc];
-                        dr.iter_mut().zip(gr).for_each(|(o, &e)| *o = e * wk);
-                    }
+                for (kc, (dr, gr)) in d.chunks_exact_mut(sh.s).zip(g.chunks_exact(sh.s)).enumerate() {
+                    let wk = w[c0 + kc];
+                    dr.iter_mut().zip(gr).for_each(|(o, &e)| *o = e * wk);
                 }
                 let a = F::from_f64(sum_f64(&d) / len as f64);
                 let bsum = F::from_f64(dot_f64(&d, &v) / len as f64);
@@ -341,6 +356,46 @@ unsafe fn group_norm_backward_in<F: Float + Element>(
                 write(param_dt, dbias, 0, &db);
             }
         }
+    }
+}
+
+/// The backward of one row whose elements each have their own weight (layer norm,
+/// and group norm without spatial extent): with `xhat = (x - mean) * rstd` and
+/// `d = dy * w`, adds `dy * xhat` and `dy` into `params` (`dweight`, `dbias`) and writes
+/// `dx = rstd * (d - mean(d) - xhat * mean(d * xhat))` into `dx`. The row is read where
+/// it lies; `xhat` and `d` go to the scratch rows `v` and `d` (each loop a plain zip that
+/// LLVM vectorises, the sums over [`crate::engine::lanes`]).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn row_backward<F: Float + Element>(
+    g: &[F],
+    x: &[F],
+    w: &[F],
+    (mf, rf): (F, F),
+    params: Option<(&mut [f64], &mut [f64])>,
+    dx: Option<&mut [F]>,
+    v: &mut [F],
+    d: &mut [F],
+) {
+    let len = g.len();
+    let (x, w, v, d) = (&x[..len], &w[..len], &mut v[..len], &mut d[..len]);
+    for (o, &xj) in v.iter_mut().zip(x) {
+        *o = (xj - mf) * rf;
+    }
+    if let Some((dw, db)) = params {
+        for (((pw, pb), &gj), &vj) in dw[..len].iter_mut().zip(&mut db[..len]).zip(g).zip(v.iter()) {
+            *pw += (gj * vj).to_f64();
+            *pb += gj.to_f64();
+        }
+    }
+    let Some(dx) = dx else { return };
+    for ((o, &gj), &wj) in d.iter_mut().zip(g).zip(w) {
+        *o = gj * wj;
+    }
+    let a = F::from_f64(sum_f64(d) / len as f64);
+    let b = F::from_f64(dot_f64(d, v) / len as f64);
+    for ((o, &dj), &vj) in dx[..len].iter_mut().zip(d.iter()).zip(v.iter()) {
+        *o = rf * (dj - a - vj * b);
     }
 }
 
@@ -666,17 +721,29 @@ mod tests {
         }
     }
 
-    /// Finite-difference check of every gradient of `sum(y * r)` for a fixed `r`.
+    /// Finite-difference check of every gradient of `sum(y * r)` for a fixed `r`: group
+    /// norm with spatial extent, layer norm (rows longer than the fused pass's lanes, with
+    /// a tail) and group norm without spatial extent.
     #[test]
     fn group_norm_backward_matches_finite_differences() {
-        let sh = GroupShape { n: 2, c: 2, s: 3, g: 1 };
-        let x: Vec<f64> = (0..12).map(|k| (k as f64 * 0.61).sin()).collect();
-        let w = [1.3, -0.7];
-        let b = [0.1, 0.2];
-        let r: Vec<f64> = (0..12).map(|k| (k as f64 * 1.7).cos()).collect();
+        for sh in [
+            GroupShape { n: 2, c: 2, s: 3, g: 1 },
+            GroupShape { n: 3, c: 37, s: 1, g: 1 },
+            GroupShape { n: 2, c: 40, s: 1, g: 2 },
+        ] {
+            check_backward(sh);
+        }
+    }
+
+    fn check_backward(sh: GroupShape) {
+        let (total, stats) = (sh.n * sh.c * sh.s, sh.n * sh.g);
+        let x: Vec<f64> = (0..total).map(|k| (k as f64 * 0.61).sin()).collect();
+        let w: Vec<f64> = (0..sh.c).map(|k| 1.3 - 0.37 * k as f64).collect();
+        let b: Vec<f64> = (0..sh.c).map(|k| 0.1 * k as f64).collect();
+        let r: Vec<f64> = (0..total).map(|k| (k as f64 * 1.7).cos()).collect();
         let f = |x: &[f64], w: &[f64]| -> f64 {
-            let mut y = vec![0.0; 12];
-            let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
+            let mut y = vec![0.0; total];
+            let (mut m, mut s) = (vec![0.0; stats], vec![0.0; stats]);
             // SAFETY: the pointers address live local buffers sized for the call.
             unsafe {
                 group_norm(
@@ -699,9 +766,9 @@ mod tests {
             .unwrap();
             y.iter().zip(&r).map(|(a, b)| a * b).sum()
         };
-        let mut y = vec![0.0; 12];
-        let (mut m, mut s) = (vec![0.0; 2], vec![0.0; 2]);
-        let (mut dx, mut dw, mut db) = (vec![0.0; 12], vec![0.0; 2], vec![0.0; 2]);
+        let mut y = vec![0.0; total];
+        let (mut m, mut s) = (vec![0.0; stats], vec![0.0; stats]);
+        let (mut dx, mut dw, mut db) = (vec![0.0; total], vec![0.0; sh.c], vec![0.0; sh.c]);
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe {
             group_norm(
@@ -740,23 +807,25 @@ mod tests {
             )
             .unwrap();
         }
-        for k in 0..12 {
+        for k in 0..total {
             let (mut xp, mut xm) = (x.clone(), x.clone());
             xp[k] += 1e-6;
             xm[k] -= 1e-6;
             let fd = (f(&xp, &w) - f(&xm, &w)) / 2e-6;
-            assert!((fd - dx[k]).abs() < 1e-5, "dx[{k}]: {fd} vs {}", dx[k]);
+            assert!((fd - dx[k]).abs() < 1e-5, "{sh:?} dx[{k}]: {fd} vs {}", dx[k]);
         }
-        for k in 0..2 {
+        for k in 0..sh.c {
             let (mut wp, mut wm) = (w.to_vec(), w.to_vec());
             wp[k] += 1e-6;
             wm[k] -= 1e-6;
             let fd = (f(&x, &wp) - f(&x, &wm)) / 2e-6;
-            assert!((fd - dw[k]).abs() < 1e-5, "dw[{k}]: {fd} vs {}", dw[k]);
+            assert!((fd - dw[k]).abs() < 1e-5, "{sh:?} dw[{k}]: {fd} vs {}", dw[k]);
         }
-        let want_db: Vec<f64> =
-            (0..2).map(|c| (0..2).flat_map(|i| (0..3).map(move |j| (i * 2 + c) * 3 + j)).map(|k| r[k]).sum()).collect();
-        assert!((db[0] - want_db[0]).abs() < 1e-12 && (db[1] - want_db[1]).abs() < 1e-12);
+        for (ch, &got) in db.iter().enumerate() {
+            let want: f64 =
+                (0..sh.n).flat_map(|i| (0..sh.s).map(move |j| (i * sh.c + ch) * sh.s + j)).map(|k| r[k]).sum();
+            assert!((got - want).abs() < 1e-12, "{sh:?} db[{ch}]: {got} vs {want}");
+        }
     }
 
     #[test]

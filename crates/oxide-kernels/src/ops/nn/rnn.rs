@@ -156,7 +156,7 @@ unsafe fn put<F: Element>(dt: DType, p: SendPtr<u8>, off: usize, src: &[F]) {
     unsafe {
         let dst = p.get().add(off * dt.size());
         if dt == F::DTYPE {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut F, src.len());
+            crate::engine::convert::copy_elements(src.as_ptr(), dst as *mut F, src.len());
         } else {
             store(dt, dst, dt.size() as isize, src).expect("checked dtype");
         }

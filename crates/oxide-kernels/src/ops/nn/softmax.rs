@@ -43,7 +43,7 @@ unsafe fn store_row<F: Element>(dt: DType, p: SendPtr<u8>, r: usize, inner: usiz
     unsafe {
         let dst = p.get().offset(at(r, 0, src.len(), inner, sz));
         if dt == F::DTYPE && inner == 1 {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut F, src.len());
+            crate::engine::convert::copy_elements(src.as_ptr(), dst as *mut F, src.len());
         } else {
             store(dt, dst, (inner * sz) as isize, src).expect("checked dtype");
         }
