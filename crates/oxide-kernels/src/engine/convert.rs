@@ -31,6 +31,9 @@ use crate::DType;
 #[inline]
 pub unsafe fn copy_elements<T: Copy>(src: *const T, dst: *mut T, n: usize) {
     let bytes = n * std::mem::size_of::<T>();
+    if bytes == 0 {
+        return; // an empty tensor's pointer may be null, which even a 0-byte copy may not take
+    }
     let (src, dst) = (src as *const u8, dst as *mut u8);
     #[cfg(target_arch = "x86_64")]
     let done = {

@@ -268,7 +268,6 @@ unsafe fn group_norm_backward_in<F: Float + Element>(
     let count = sh.n * sh.g;
     let per = (CHUNK / len.max(1)).max(1);
     let chunks = count.div_ceil(per);
-    // Per-chunk parameter gradients over all channels, combined in chunk order.
     // A float32/float64 input is read and its gradient written in place, as in the forward.
     let direct = dt == F::DTYPE;
     // Per-chunk parameter gradients over all channels, combined in chunk order.
@@ -283,6 +282,9 @@ unsafe fn group_norm_backward_in<F: Float + Element>(
             let (mf, rf) = (F::from_f64(means[grp]), F::from_f64(rstds[grp]));
             let c0 = (grp % sh.g) * cpg;
             if sh.s == 1 {
+                if len == 0 {
+                    continue; // nothing to read (an empty tensor's pointer may be null)
+                }
                 // One weight per element: see `row_backward`.
                 // SAFETY: group `grp` spans [grp*len, (grp+1)*len) of dy, x and dx; `direct`
                 // means they hold `F`, and dx (an output) overlaps neither input.
