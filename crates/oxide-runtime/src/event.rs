@@ -144,7 +144,7 @@ mod tests {
         let (mut a, mut b) = (Event::new(true), Event::new(true));
         // A queued record keeps the stream busy: the events become markers.
         let sleep = |ms| {
-            Record::Work(Box::new(move || {
+            Record::Work(crate::stream::Work::new(move || {
                 std::thread::sleep(Duration::from_millis(ms));
                 Ok(())
             }))

@@ -154,7 +154,7 @@ mod tests {
         streams
             .enqueue(
                 1,
-                Record::Work(Box::new(move || {
+                Record::Work(crate::stream::Work::new(move || {
                     while !g.load(std::sync::atomic::Ordering::Acquire) {
                         std::thread::yield_now();
                     }

@@ -35,7 +35,7 @@ pub use graph::{Graph, Node};
 pub use host::HostMemory;
 pub use philox::Philox4x32;
 pub use stream::{
-    host_waiting, on_stream_worker, set_wait_hook, Fence, Priority, Record, StreamId, Streams, DEFAULT_STREAM,
+    host_waiting, on_stream_worker, set_wait_hook, Fence, Priority, Record, StreamId, Streams, Work, DEFAULT_STREAM,
 };
 
 /// One device: its caching allocator (owning its memory) and its streams.
@@ -610,7 +610,7 @@ impl Runtime {
                 }
                 streams.enqueue(
                     stream,
-                    Record::Work(Box::new(move || {
+                    Record::Work(crate::stream::Work::new(move || {
                         profiler::traced(trace, copy);
                         Ok(())
                     })),

@@ -90,6 +90,8 @@ const HOST_SPIN: Duration = Duration::from_micros(200);
 thread_local! {
     /// True on stream worker threads (they wait for other streams' work, never for the host).
     static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Run work this thread took from a queue to free (see [`Work`]).
+    static SPENT: std::cell::RefCell<Vec<Work>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Host threads (any thread but a stream worker) waiting for a stream right now.
@@ -122,7 +124,45 @@ pub fn set_wait_hook(hook: fn()) {
 pub const QUEUE_DEPTH: u64 = 1024;
 
 /// A kernel or copy queued on a stream: `Ok` or a message for the caller.
-pub type Work = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
+///
+/// The worker runs it and hands the emptied allocation back to the queue, where the
+/// next launching thread frees it ([`Streams::enqueue`]). Why: a launch allocated on
+/// the host and freed on the worker moved one heap chunk across threads per kernel.
+/// glibc's per-thread caches then never balanced (the host's ran dry, the worker's
+/// overflowed), and both sides took the main arena's lock at every launch: a
+/// `perf` trace of 1-element `add`s found a futex call every seven launches, every
+/// one of them that lock (`free` on the worker, `malloc` in `Box::new` on the host).
+pub struct Work(Box<dyn Launch>);
+
+/// The closure of a [`Work`], run once; `None` once run (its captures dropped then).
+trait Launch: Send {
+    fn run(&mut self) -> std::result::Result<(), String>;
+}
+
+impl<F: FnOnce() -> std::result::Result<(), String> + Send> Launch for Option<F> {
+    fn run(&mut self) -> std::result::Result<(), String> {
+        self.take().map_or(Ok(()), |f| f())
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Work")
+    }
+}
+
+impl Work {
+    /// Work that runs `f` (once).
+    pub fn new(f: impl FnOnce() -> std::result::Result<(), String> + Send + 'static) -> Work {
+        Work(Box::new(Some(f)))
+    }
+
+    /// Runs the closure; its captures are dropped here, on the running thread. A
+    /// second call does nothing.
+    pub fn run(&mut self) -> std::result::Result<(), String> {
+        self.0.run()
+    }
+}
 
 /// One entry of a stream's queue.
 pub enum Record {
@@ -150,6 +190,8 @@ impl std::fmt::Debug for Record {
 struct Queue {
     records: VecDeque<(u64, Record)>,
     error: Option<String>,
+    /// Work the worker has run, for the next launching thread to free (see [`Work`]).
+    spent: Vec<Work>,
 }
 
 /// Progress counters of one stream (work items enqueued and finished), its
@@ -277,10 +319,12 @@ impl StreamState {
     fn run_worker(self: Arc<Self>) {
         ON_WORKER.with(|w| w.set(true));
         let mut last = 0;
+        let mut spent = None;
         loop {
             self.poll_for_work(last);
             let (seq, record) = {
                 let mut q = self.lock();
+                q.spent.extend(spent.take());
                 loop {
                     if let Some(front) = q.records.pop_front() {
                         break front;
@@ -291,8 +335,8 @@ impl StreamState {
                 }
             };
             match record {
-                Record::Work(work) => {
-                    let failed = match catch_unwind(AssertUnwindSafe(work)) {
+                Record::Work(mut work) => {
+                    let failed = match catch_unwind(AssertUnwindSafe(|| work.run())) {
                         Ok(Ok(())) => None,
                         Ok(Err(message)) => Some(message),
                         Err(panic) => Some(panic_message(&panic)),
@@ -300,6 +344,7 @@ impl StreamState {
                     if let Some(message) = failed {
                         self.lock().error.get_or_insert(message);
                     }
+                    spent = Some(work);
                 }
                 Record::Wait { state, seq } => state.wait_for(seq),
                 Record::Marker(at) => {
@@ -514,6 +559,15 @@ impl Streams {
         if state.worker_sleeping.load(Ordering::Relaxed) {
             state.queued.notify_one();
         }
+        // Work the worker has run moves to this thread's list and is freed once the
+        // lock is released; the two lists trade buffers, so neither allocates for them.
+        // (During thread exit the list is gone: the work waits for the next launch.)
+        let with_spent = |f: &mut dyn FnMut(&mut Vec<Work>)| {
+            let _ = SPENT.try_with(|s| s.try_borrow_mut().map(|mut s| f(&mut s)));
+        };
+        with_spent(&mut |spent| std::mem::swap(&mut q.spent, spent));
+        drop(q);
+        with_spent(&mut |spent| spent.clear());
         Ok(seq)
     }
 
@@ -695,7 +749,7 @@ mod tests {
         assert!(!s.is_capturing(7) && g.len() == 3);
         for _ in 0..2 {
             let g = g.clone();
-            s.enqueue(7, Record::Work(Box::new(move || g.run()))).unwrap();
+            s.enqueue(7, Record::Work(Work::new(move || g.run()))).unwrap();
         }
         s.synchronize(7).unwrap();
         assert_eq!(*log.lock().unwrap(), [0, 1, 2, 0, 1, 2]);
@@ -737,7 +791,7 @@ mod tests {
         )
         .unwrap();
         let g = s.end_capture(2).unwrap();
-        s.enqueue(2, Record::Work(Box::new(move || g.run()))).unwrap();
+        s.enqueue(2, Record::Work(Work::new(move || g.run()))).unwrap();
         let e = s.synchronize(2).unwrap_err().to_string();
         assert!(e.contains("launch 1 of 2: index 9 is out of bounds"), "{e}");
         assert_eq!(ran.load(Ordering::SeqCst), 0);
@@ -797,7 +851,7 @@ mod tests {
     use std::time::Duration;
 
     fn work(f: impl FnOnce() + Send + 'static) -> Record {
-        Record::Work(Box::new(move || {
+        Record::Work(Work::new(move || {
             f();
             Ok(())
         }))
@@ -902,10 +956,35 @@ mod tests {
     }
 
     #[test]
+    fn run_work_drops_its_captures_at_once_and_its_allocation_at_the_next_launch() {
+        let s = Streams::new(0);
+        let held = Arc::new(());
+        let h = Arc::clone(&held);
+        s.enqueue(6, work(move || assert!(Arc::strong_count(&h) == 2))).unwrap();
+        s.synchronize(6).unwrap();
+        // What a kernel captured (a tensor's storage, say) is released when it runs,
+        // not when its emptied allocation is freed.
+        assert_eq!(Arc::strong_count(&held), 1);
+        let state = s.state(6).unwrap();
+        // The worker hands it back when it next takes the lock (after its poll).
+        let start = Instant::now();
+        while state.lock().spent.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(state.lock().spent.len(), 1, "the worker hands the run work back");
+        s.enqueue(6, work(|| {})).unwrap();
+        assert!(state.lock().spent.is_empty(), "the next launch takes it");
+        s.synchronize(6).unwrap();
+        let mut w = Work::new(|| Err("once".into()));
+        assert!(w.run().is_err());
+        assert!(w.run().is_ok(), "a second run does nothing");
+    }
+
+    #[test]
     fn errors_are_reported_at_the_next_synchronisation_once() {
         let s = Streams::new(0);
-        s.enqueue(5, Record::Work(Box::new(|| Err("index 9 is out of bounds for size 3".into())))).unwrap();
-        s.enqueue(5, Record::Work(Box::new(|| panic!("kernel bug")))).unwrap();
+        s.enqueue(5, Record::Work(Work::new(|| Err("index 9 is out of bounds for size 3".into())))).unwrap();
+        s.enqueue(5, Record::Work(Work::new(|| panic!("kernel bug")))).unwrap();
         let ran = Arc::new(AtomicBool::new(false));
         let r = Arc::clone(&ran);
         s.enqueue(5, work(move || r.store(true, Ordering::Release))).unwrap();

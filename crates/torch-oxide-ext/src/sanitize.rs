@@ -309,7 +309,7 @@ pub(crate) fn poison(
     let _ = if rt.launch_blocking() {
         streams.launch(stream, fill).map(|_| ())
     } else {
-        streams.enqueue(stream, Record::Work(Box::new(fill))).map(|_| ())
+        streams.enqueue(stream, Record::Work(oxide_runtime::Work::new(fill))).map(|_| ())
     };
     Ok(())
 }

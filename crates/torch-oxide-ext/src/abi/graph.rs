@@ -109,7 +109,7 @@ pub unsafe extern "C" fn oxide_graph_replay(
                 .map_err(|message| oxide_runtime::Error::Deferred { device: device as usize, stream, message }.into());
         }
         streams.throttle(stream)?;
-        streams.enqueue(stream, oxide_runtime::Record::Work(Box::new(move || traced(trace, run))))?;
+        streams.enqueue(stream, oxide_runtime::Record::Work(oxide_runtime::Work::new(move || traced(trace, run))))?;
         Ok(())
     })
 }

@@ -733,7 +733,7 @@ fn launch_op<K: Hash, E: Into<AbiError>, F: FnMut() -> Result<(), E> + Send + 's
         traced(trace, || with_launch_threads(threads, kernel))
             .map_err(|e| deferred_message(closure, site.as_ref(), e.into()))
     };
-    streams.enqueue(l.stream, oxide_runtime::Record::Work(Box::new(record)))?;
+    streams.enqueue(l.stream, oxide_runtime::Record::Work(oxide_runtime::Work::new(record)))?;
     Ok(())
 }
 
