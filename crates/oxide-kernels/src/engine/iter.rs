@@ -494,6 +494,77 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
     it: &TensorIter,
     f: impl Fn(*mut O, [*const I; N], usize) + Sync,
 ) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { drive(it, |o, ins, n, _| f(o, ins, n), false) }
+}
+
+/// [`map`] for a block function that, with `chunks`, handles in-place calls itself:
+/// where the output block is also one of the input blocks, `f` then gets `aliased`
+/// true and that input unstaged, and must load each chunk of its inputs before it
+/// stores the chunk's results ([`in_place_chunks`]). That saves [`map`]'s copy of
+/// the aliased block. Without `chunks` this is [`map`] (`aliased` is always false).
+///
+/// # Safety
+/// As [`map`].
+pub unsafe fn map_in_place<I: Element, O: Element, const N: usize>(
+    it: &TensorIter,
+    chunks: bool,
+    f: impl Fn(*mut O, [*const I; N], usize, bool) + Sync,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { drive(it, f, chunks) }
+}
+
+/// `out[i] = g([in_1[i], .., in_N[i]])` for `i < len`, where `out` may be one of
+/// the inputs (exactly, element for element), vectorised all the same: each chunk
+/// of [`IN_PLACE_CHUNK`] elements is loaded into registers before its results are
+/// stored, so no store can reach a load still to come and LLVM needs no runtime
+/// alias check (its check sends exact aliasing to the scalar loop).
+///
+/// Measured (`examples/alias_probe.rs`, one thread, float32 `a += alpha * b` in
+/// place, two runs): 0.71-0.87x the time of [`map`] with its staged copy, from
+/// 65,536 to 1e7 elements, about what a plain slice loop takes.
+///
+/// # Safety
+/// `len` elements are readable at every input and writable at `out`; `out` equals
+/// an input or overlaps none.
+#[inline(always)]
+pub unsafe fn in_place_chunks<I: Copy, O, const N: usize>(
+    out: *mut O,
+    ins: [*const I; N],
+    len: usize,
+    g: impl Fn([I; N]) -> O,
+) {
+    const W: usize = IN_PLACE_CHUNK;
+    let full = len / W * W;
+    let mut j = 0;
+    while j < full {
+        // SAFETY: j + W <= len elements of every operand (caller contract).
+        unsafe {
+            let x: [[I; W]; N] = std::array::from_fn(|k| std::array::from_fn(|l| *ins[k].add(j + l)));
+            let y: [O; W] = std::array::from_fn(|l| g(std::array::from_fn(|k| x[k][l])));
+            for (l, v) in y.into_iter().enumerate() {
+                *out.add(j + l) = v;
+            }
+        }
+        j += W;
+    }
+    for j in full..len {
+        // SAFETY: j < len (caller contract).
+        unsafe { *out.add(j) = g(std::array::from_fn(|k| *ins[k].add(j))) };
+    }
+}
+
+/// Elements [`in_place_chunks`] loads before it stores: one 512-bit vector of float32.
+pub const IN_PLACE_CHUNK: usize = 16;
+
+/// The body of [`map`] and [`map_in_place`]: `in_place` says whether `f` handles an
+/// aliased block itself (see [`map_in_place`]) or gets a staged copy.
+unsafe fn drive<I: Element, O: Element, const N: usize>(
+    it: &TensorIter,
+    f: impl Fn(*mut O, [*const I; N], usize, bool) + Sync,
+    in_place: bool,
+) -> Result<()> {
     assert!(it.ntensors() == N + 1, "map: {} operands for arity {N}", it.ntensors());
     // A complex input would lose its imaginary part in a real compute type;
     // a complex output of a real computation just gets imaginary part 0.
@@ -555,10 +626,16 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                 let p = unsafe { out.ptr.offset(offs[0] + b as isize * s) };
                 if out.dtype == O::DTYPE && s == std::mem::size_of::<O>() as isize {
                     // In-place ops pass the output as an input. LLVM's runtime alias check
-                    // treats exact aliasing as overlap and would run the scalar loop, so the
-                    // aliased input is read from a copy of the block instead (L1-resident).
+                    // treats exact aliasing as overlap and would run the scalar loop, so
+                    // unless `f` loads before it stores (`in_place`), the aliased input is
+                    // read from a copy of the block instead (L1-resident).
+                    let mut aliased = false;
                     for k in 0..N {
                         if std::ptr::eq(ins[k] as *const u8, p) && I::DTYPE == O::DTYPE {
+                            aliased = true;
+                            if in_place {
+                                continue;
+                            }
                             if bufs[k].is_empty() {
                                 bufs[k] = vec![I::from_i64(0); cap];
                             }
@@ -568,7 +645,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                             filled_from[k] = std::ptr::null();
                         }
                     }
-                    f(p as *mut O, ins, n);
+                    f(p as *mut O, ins, n, aliased && in_place);
                     if let Some(h) = it.round_through.filter(|&h| h != out.dtype) {
                         // SAFETY: the `n` output elements just written (contiguous, of O).
                         round_to(h, unsafe { std::slice::from_raw_parts_mut(p as *mut O, n) });
@@ -577,7 +654,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
                     if obuf.is_empty() {
                         obuf = vec![O::from_i64(0); cap];
                     }
-                    f(obuf.as_mut_ptr(), ins, n);
+                    f(obuf.as_mut_ptr(), ins, n, false);
                     // CPU computes into a temporary of the half-precision common dtype and
                     // copies that into an output of another dtype: round through it.
                     if let Some(h) = it.round_through.filter(|&h| h != out.dtype) {
@@ -602,6 +679,7 @@ pub unsafe fn map<I: Element, O: Element, const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn chunk_and_run_helpers_cover_every_index_once_in_order() {
@@ -787,6 +865,52 @@ mod tests {
         .unwrap();
         // SAFETY: the pointers address live local buffers sized for the call.
         unsafe { map::<i64, i64, 1>(&it, |_, _, _| panic!("no elements")) }.unwrap();
+    }
+
+    #[test]
+    fn map_in_place_hands_aliased_blocks_to_the_chunked_loop() {
+        // a = a * b + c in place over lengths around the chunk and block sizes (tails
+        // included), against the same expression computed out of place.
+        for n in [1, IN_PLACE_CHUNK - 1, IN_PLACE_CHUNK + 3, BLOCK + 5, 3 * BLOCK + IN_PLACE_CHUNK + 7] {
+            let mut a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let mut b: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.0).collect();
+            let mut c: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * 0.25).collect();
+            let want: Vec<f32> = (0..n).map(|i| a[i] * b[i] + c[i]).collect();
+            let ap = op(&mut a, DType::F32);
+            let operands = vec![
+                (ap, &[4][..]),
+                (ap, &[4][..]),
+                (op(&mut b, DType::F32), &[4][..]),
+                (op(&mut c, DType::F32), &[4][..]),
+            ];
+            let it = TensorIter::new("t", &[n as i64], operands, 1, 2).unwrap();
+            let (aliased_blocks, plain_blocks) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            // SAFETY: the pointers address live local buffers sized for the call; the output is exactly input 0.
+            unsafe {
+                map_in_place::<f32, f32, 3>(&it, true, |o, ins, len, aliased| {
+                    if aliased {
+                        aliased_blocks.fetch_add(1, Ordering::Relaxed);
+                        in_place_chunks(o, ins, len, |x: [f32; 3]| x[0] * x[1] + x[2]);
+                    } else {
+                        plain_blocks.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            }
+            .unwrap();
+            assert_eq!(a, want, "n = {n}");
+            assert!(aliased_blocks.load(Ordering::Relaxed) >= 1 && plain_blocks.load(Ordering::Relaxed) == 0);
+            // Without `chunks` the block function sees a staged copy, never `aliased`.
+            let it = TensorIter::new("t", &[n as i64], vec![(ap, &[4][..]), (ap, &[4][..])], 1, 1).unwrap();
+            // SAFETY: as above.
+            unsafe {
+                map_in_place::<f32, f32, 1>(&it, false, |o, [x], len, aliased| {
+                    assert!(!aliased && !std::ptr::eq(o as *const f32, x));
+                    (0..len).for_each(|i| *o.add(i) = -*x.add(i));
+                })
+            }
+            .unwrap();
+            assert!(a.iter().zip(&want).all(|(x, y)| *x == -*y), "n = {n}");
+        }
     }
 
     #[test]

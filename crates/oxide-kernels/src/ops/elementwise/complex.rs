@@ -20,7 +20,7 @@
 //! for log/sqrt/asin/acos/atan), division is Smith's algorithm.
 
 use crate::dtype::{DType, Element};
-use crate::engine::iter::{map, TensorIter};
+use crate::engine::iter::{in_place_chunks, map, map_in_place, TensorIter};
 use crate::engine::math::{Float, Num};
 use crate::error::{Error, Result};
 use crate::ops::elementwise::pointwise::{family, Ctx, PointwiseOp};

@@ -22,7 +22,7 @@ use std::hint::select_unpredictable;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::dtype::{DType, Element};
-use crate::engine::iter::{map, TensorIter};
+use crate::engine::iter::{in_place_chunks, map_in_place, TensorIter};
 use crate::engine::math::{Float, Num};
 use crate::error::{Error, Result};
 use crate::ops::elementwise::special;
@@ -185,7 +185,7 @@ fn hard<F: Float>(x: F) -> F {
 
 macro_rules! family {
     (
-        $(#[$doc:meta])* $fam:ident: arity $n:literal, $C:ident: $bound:ident => $O:ty;
+        $(#[$doc:meta])* $fam:ident: arity $n:literal, $C:ident: $bound:ident => $O:ty $(, in_place_chunks $chunks:literal)?;
         $( $name:ident = |$x:ident, $s:ident, $ctx:ident| $body:expr; )*
     ) => {
         $(#[$doc])*
@@ -194,6 +194,10 @@ macro_rules! family {
         pub enum $fam { $( $name ),* }
 
         impl $fam {
+            /// Whether an in-place call computes its blocks where they lie ([`in_place_chunks`],
+            /// families marked `in_place_chunks`) instead of from a staged copy ([`crate::engine::iter::map`]).
+            const IN_PLACE_CHUNKS: bool = false $(|| $chunks)?;
+
             /// Every op of the family.
             pub const ALL: &'static [$fam] = &[$( $fam::$name ),*];
 
@@ -213,7 +217,11 @@ macro_rules! family {
                     $fam::$name => unsafe {
                         let $s: [$C; 4] = ctx.scalars::<$C>();
                         let $ctx = ctx;
-                        map::<$C, $O, $n>(it, |o, ins, len| {
+                        map_in_place::<$C, $O, $n>(it, Self::IN_PLACE_CHUNKS, |o, ins, len, aliased| {
+                            if aliased {
+                                in_place_chunks(o, ins, len, |$x: [$C; $n]| -> $O { $body });
+                                return;
+                            }
                             for i in 0..len {
                                 let $x: [$C; $n] = std::array::from_fn(|k| *ins[k].add(i));
                                 *o.add(i) = $body;
@@ -399,7 +407,7 @@ family! {
 
 family! {
     /// Binary arithmetic on any real dtype, same-type result.
-    RealBinary: arity 2, C: Num => C;
+    RealBinary: arity 2, C: Num => C, in_place_chunks true;
     // a + alpha * b with s[0] = alpha (sub passes -alpha, as PyTorch's sub does).
     add = |x, s, c| if s[0] == C::ONE { x[0].add(x[1]) } else { x[0].add(s[0].mul(x[1])) };
     mul = |x, s, c| x[0].mul(x[1]);
@@ -531,7 +539,7 @@ family! {
 
 family! {
     /// Ternary ops on any real dtype.
-    RealTernary: arity 3, C: Num => C;
+    RealTernary: arity 3, C: Num => C, in_place_chunks true;
     // (condition, self, other); the condition arrives converted to C (0 or 1).
     r#where = |x, s, c| if x[0] != C::ZERO { x[1] } else { x[2] };
     // (self, min, max) with tensor bounds: NaN in any operand propagates.
@@ -550,7 +558,7 @@ family! {
 
 family! {
     /// Ternary floating ops.
-    FloatTernary: arity 3, F: Float => F;
+    FloatTernary: arity 3, F: Float => F, in_place_chunks true;
     // self + value * t1 / t2, s[0] = value
     addcdiv = |x, s, c| x[0] + s[0] * x[1] / x[2];
     // addr: (self, vec1 as a column, vec2) -> beta * self + (alpha * vec1) * vec2 in CPU's
