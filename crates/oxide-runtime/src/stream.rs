@@ -972,8 +972,21 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(state.lock().spent.len(), 1, "the worker hands the run work back");
-        s.enqueue(6, work(|| {})).unwrap();
+        // The next launch waits on a gate, so the worker cannot run it and hand it
+        // back before the assert looks, however long this thread is descheduled.
+        let gate = Arc::new(AtomicBool::new(false));
+        let g = Arc::clone(&gate);
+        s.enqueue(
+            6,
+            work(move || {
+                while !g.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+            }),
+        )
+        .unwrap();
         assert!(state.lock().spent.is_empty(), "the next launch takes it");
+        gate.store(true, Ordering::Release);
         s.synchronize(6).unwrap();
         let mut w = Work::new(|| Err("once".into()));
         assert!(w.run().is_err());

@@ -218,7 +218,7 @@ macro_rules! family {
                         let $s: [$C; 4] = ctx.scalars::<$C>();
                         let $ctx = ctx;
                         map_in_place::<$C, $O, $n>(it, Self::IN_PLACE_CHUNKS, |o, ins, len, aliased| {
-                            if aliased {
+                            if Self::IN_PLACE_CHUNKS && aliased {
                                 in_place_chunks(o, ins, len, |$x: [$C; $n]| -> $O { $body });
                                 return;
                             }
