@@ -20,11 +20,13 @@ the hypervisor ran something else) during each side's timed steps is reported to
 the CI machine the slow phases that put one side at up to twice its usual time were
 phases of 10-25% steal (measured per epoch of the digits CNN: 0% in normal epochs).
 Reported: median
-seconds per step on each device, the ratio oxide/CPU (lower is better; target <= 1.3,
-<= 1.0 for the demo epoch), the peak oxide memory allocated during the steps
+seconds per step on each device, the ratio oxide/CPU (lower is better; target <= 0.9,
+issue 28's), the peak oxide memory allocated during the steps
 (``torch.oxide.max_memory_allocated``; CPU PyTorch keeps no allocator statistics, so
 the CPU column is the growth of the process's peak resident set size, a coarse upper
-bound), and whether any operator fell back to the CPU during the oxide steps.
+bound), whether any operator fell back to the CPU during the oxide steps, and whether
+oxide's losses agree with the CPU's (``_compare_losses``): the script exits with status 1
+when they do not, since a fast step that computes the wrong loss is a defect.
 
 oxide runs twice per round: asynchronously (the default: kernels are queued on the
 stream and its worker runs them while Python goes on) and with launch blocking
@@ -78,10 +80,12 @@ def _digits():
         xd, yd = data[dev]
         for i in range(0, len(yd), 64):
             opt.zero_grad()
-            F.cross_entropy(m(xd[i : i + 64]), yd[i : i + 64]).backward()
+            loss = F.cross_entropy(m(xd[i : i + 64]), yd[i : i + 64])
+            loss.backward()
             opt.step()
+        return loss.detach()  # the epoch's last batch
 
-    return model, epoch, lambda p: torch.optim.Adam(p, lr=3e-3), 1.0
+    return model, epoch, lambda p: torch.optim.Adam(p, lr=3e-3), 0.9
 
 
 def _step_fn(loss_fn, batch):
@@ -91,8 +95,10 @@ def _step_fn(loss_fn, batch):
         if dev not in cache:
             cache[dev] = [t.to(dev) for t in batch]
         opt.zero_grad()
-        loss_fn(m, *cache[dev]).backward()
+        loss = loss_fn(m, *cache[dev])
+        loss.backward()
         opt.step()
+        return loss.detach()
 
     return step
 
@@ -107,7 +113,7 @@ def _resnet():
         torchvision.models.resnet18(num_classes=10),
         _step_fn(lambda m, xb, yb: F.cross_entropy(m(xb), yb), batch),
         lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
-        1.3,
+        0.9,
     )
 
 
@@ -133,7 +139,7 @@ def _gpt2():
         transformers.GPT2LMHeadModel(cfg),
         _step_fn(lambda m, ids: m(ids, labels=ids).loss, batch),
         lambda p: torch.optim.AdamW(p, lr=1e-3, fused=True),
-        1.3,
+        0.9,
     )
 
 
@@ -147,7 +153,7 @@ def _sequence():
         SequenceModel(vocab=1000, dim=128),
         _step_fn(lambda m, ids, yb: F.cross_entropy(m(ids), yb), batch),
         lambda p: torch.optim.Adam(p, lr=1e-3),
-        1.3,
+        0.9,
     )
 
 
@@ -176,11 +182,13 @@ def _host_work():
         xb = state.pop(dev, None)
         xb = prepare().to(dev) if xb is None else xb
         opt.zero_grad()
-        F.cross_entropy(m(xb), labels.to(dev)).backward()
+        loss = F.cross_entropy(m(xb), labels.to(dev))
+        loss.backward()
         opt.step()
         state[dev] = prepare().to(dev)  # the next batch, while the kernels run
+        return loss.detach()
 
-    return model, step, lambda p: torch.optim.SGD(p, lr=0.01), 1.3
+    return model, step, lambda p: torch.optim.SGD(p, lr=0.01), 0.9
 
 
 WORKLOADS: dict[str, Callable] = {
@@ -217,24 +225,31 @@ def _cpu_jiffies() -> list[int]:
         return [0, 0]
 
 
-def _time(step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None = None) -> list[float]:
+def _time(
+    step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None = None, losses: list | None = None
+) -> list[float]:
     """Seconds of each of `reps` steps after `warmup` untimed ones; adds the host's steal
-    and total ticks during the timed steps to `steal`."""
+    and total ticks during the timed steps to `steal`, and every step's loss (a tensor
+    on the device, read only after the timing) to `losses`."""
     blocking = dev == "oxide-blocking"
     dev = "oxide" if blocking else dev
     sync = torch.oxide.synchronize if dev == "oxide" else (lambda: None)
     mode = torch.oxide._LaunchBlocking() if blocking else contextlib.nullcontext()
     with mode:
         for _ in range(warmup):
-            step(model, opt, dev)
+            loss = step(model, opt, dev)
+            if losses is not None:
+                losses.append(loss)
         sync()
         times = []
         j0 = _cpu_jiffies()
         for _ in range(reps):
             t0 = time.perf_counter()
-            step(model, opt, dev)
+            loss = step(model, opt, dev)
             sync()
             times.append(time.perf_counter() - t0)
+            if losses is not None:
+                losses.append(loss)
     if steal is not None:
         j1 = _cpu_jiffies()
         steal[0] += j1[0] - j0[0]
@@ -242,7 +257,7 @@ def _time(step, model, opt, dev, reps: int, warmup: int, steal: list[int] | None
     return times
 
 
-def _one_thread(step, model, opt_c, model_o, opt_o, reps: int) -> tuple[list[float], list[float]]:
+def _one_thread(step, model, opt_c, model_o, opt_o, reps: int, losses: dict) -> tuple[list[float], list[float]]:
     """CPU and oxide step times at one thread, alternating step by step (module docstring)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -250,12 +265,43 @@ def _one_thread(step, model, opt_c, model_o, opt_o, reps: int) -> tuple[list[flo
         cpu, ox = [], []
         for _ in range(reps):
             time.sleep(PAUSE)
-            cpu += _time(step, model, opt_c, "cpu", 1, 1)
+            cpu += _time(step, model, opt_c, "cpu", 1, 1, losses=losses["cpu"])
             time.sleep(PAUSE)
-            ox += _time(step, model_o, opt_o, "oxide", 1, 1)
+            ox += _time(step, model_o, opt_o, "oxide", 1, 1, losses=losses["oxide"])
         return cpu, ox
     finally:
         torch.set_num_threads(threads)
+
+
+# Losses are compared step by step with the CPU's; the first ``JUDGED_STEPS`` must agree
+# within ``LOSS_RTOL``. Every side starts from the same weights on the same batches, so
+# the first step's loss checks the forward and the second the backward and the optimizer
+# step too. Later steps are reported, not judged: training amplifies float32 rounding.
+# In ResNet-18's second backward one ReLU input of 131,072, 3.9e-6 in float64, rounded to
+# the other sign on oxide (CPU's float32 kept it); its gradient took another path, and
+# the third step's loss differed from the CPU's by 5.6e-4 (relative), where the CPU
+# itself was 4.7e-6 from float64. The CPU's own float32 run strays by 6.3e-4 by the fifth
+# step. A wrong kernel moves the first two losses by far more than 1e-4.
+JUDGED_STEPS = 2
+LOSS_RTOL = 1e-4
+
+
+def _compare_losses(losses: dict[str, list]) -> dict[str, object]:
+    """Each oxide side's losses against the CPU's, step by step: the largest relative
+    difference over the judged steps (``JUDGED_STEPS``, against ``LOSS_RTOL``) and over all steps."""
+    cpu = torch.stack(losses["cpu"]).double().cpu()
+    out: dict[str, object] = {"loss_steps": len(cpu), "loss_cpu_first": cpu[0].item(), "loss_cpu_last": cpu[-1].item()}
+    ok = True
+    for side in ("oxide", "oxide-blocking"):
+        got = torch.stack(losses[side]).double().cpu()
+        n = min(len(got), len(cpu))
+        rel = (got[:n] - cpu[:n]).abs() / cpu[:n].abs().clamp_min(1e-12)
+        first = rel[:JUDGED_STEPS].max().item()
+        out[f"loss_rel_diff_first_{side}"] = first
+        out[f"loss_rel_diff_all_{side}"] = rel.max().item()
+        ok = ok and n >= JUDGED_STEPS and first <= LOSS_RTOL  # NaN compares False
+    out["losses_agree"] = ok
+    return out
 
 
 def run(name: str, reps: int, one_thread_reps: int = 9) -> dict[str, object]:
@@ -264,25 +310,28 @@ def run(name: str, reps: int, one_thread_reps: int = 9) -> dict[str, object]:
     model_b = copy.deepcopy(model).to("oxide")
     opt_c, opt_o = make_opt(model.parameters()), make_opt(model_o.parameters())
     opt_b = make_opt(model_b.parameters())
+    losses: dict[str, list] = {"cpu": [], "oxide": [], "oxide-blocking": []}
     rss0 = _peak_rss_mb()
-    cpu_times = _time(step, model, opt_c, "cpu", 0, WARMUP)
+    cpu_times = _time(step, model, opt_c, "cpu", 0, WARMUP, losses=losses["cpu"])
     rss1 = _peak_rss_mb()
     torch.oxide.reset_peak_memory_stats()
     before = dict(torch.oxide.fallback_stats())
-    ox_times = _time(step, model_o, opt_o, "oxide", 0, WARMUP)
-    blocking_times = _time(step, model_b, opt_b, "oxide-blocking", 0, WARMUP)
+    ox_times = _time(step, model_o, opt_o, "oxide", 0, WARMUP, losses=losses["oxide"])
+    blocking_times = _time(step, model_b, opt_b, "oxide-blocking", 0, WARMUP, losses=losses["oxide-blocking"])
     steal_c, steal_o = [0, 0], [0, 0]
     for r in range(ROUNDS):
         n = reps // ROUNDS + (r < reps % ROUNDS)
         if n == 0:
             continue
         time.sleep(PAUSE)
-        cpu_times += _time(step, model, opt_c, "cpu", n, 1, steal_c)
+        cpu_times += _time(step, model, opt_c, "cpu", n, 1, steal_c, losses["cpu"])
         time.sleep(PAUSE)
-        ox_times += _time(step, model_o, opt_o, "oxide", n, 1, steal_o)
+        ox_times += _time(step, model_o, opt_o, "oxide", n, 1, steal_o, losses["oxide"])
         time.sleep(PAUSE)
-        blocking_times += _time(step, model_b, opt_b, "oxide-blocking", n, 1)
-    cpu_1t, ox_1t = _one_thread(step, model, opt_c, model_o, opt_o, one_thread_reps) if one_thread_reps else ([], [])
+        blocking_times += _time(step, model_b, opt_b, "oxide-blocking", n, 1, losses=losses["oxide-blocking"])
+    cpu_1t, ox_1t = (
+        _one_thread(step, model, opt_c, model_o, opt_o, one_thread_reps, losses) if one_thread_reps else ([], [])
+    )
     after = torch.oxide.fallback_stats()
     fell_back = sorted(op for op, n in after.items() if n != before.get(op, 0))
     cpu, ox = statistics.median(cpu_times), statistics.median(ox_times)
@@ -309,6 +358,7 @@ def run(name: str, reps: int, one_thread_reps: int = 9) -> dict[str, object]:
         "oxide_peak_mb": torch.oxide.max_memory_allocated() / 2**20,
         "cpu_peak_rss_growth_mb": rss1 - rss0,
         "fallback_ops": fell_back,
+        **_compare_losses(losses),
         "steal_pct_cpu": 100 * steal_c[0] / max(1, steal_c[1]),
         "steal_pct_oxide": 100 * steal_o[0] / max(1, steal_o[1]),
         "cpu_times": cpu_times,
@@ -330,8 +380,8 @@ def write(out: str, results: list[dict[str, object]], env: dict[str, object]) ->
         "",
         "| workload | CPU s | oxide s | ratio | target | met | oxide peak MiB | CPU peak RSS growth MiB | fallback "
         "| steal % CPU / oxide | oxide blocking s | async / blocking | CPU s (1 thread) | oxide s (1 thread) "
-        "| ratio (1 thread) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| ratio (1 thread) | losses agree (largest relative difference, first {JUDGED_STEPS} / all steps) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
@@ -344,6 +394,8 @@ def write(out: str, results: list[dict[str, object]], env: dict[str, object]) ->
                 if "ratio_1t" in r
                 else "- | - | - |"
             )
+            + f" {'yes' if r['losses_agree'] else '**NO**'} ({r['loss_rel_diff_first_oxide']:.1e} / "
+            f"{r['loss_rel_diff_all_oxide']:.1e} over {r['loss_steps']} steps) |"
         )
     with open(os.path.join(out, "models.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -369,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     results = [run(name, args.reps, args.one_thread_reps) for name in WORKLOADS if args.only.lower() in name.lower()]
     write(args.out, results, env)
+    wrong = [r["name"] for r in results if not r["losses_agree"]]
+    if wrong:
+        # A fast step that computes the wrong loss is a defect, not a result.
+        print(f"oxide's losses differ from the CPU's beyond {LOSS_RTOL}: {', '.join(wrong)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,7 +7,7 @@ the same data on an oxide device and on the CPU, with the same
 ``torch.get_num_threads()``. After a warm-up, each timed repetition runs the operator
 ``calls`` times and ends with ``torch.oxide.synchronize()`` (a no-op for the CPU);
 each side runs its repetitions in ``ROUNDS`` blocks that alternate with the other
-side's, each block after its own warm-up and a 50 ms pause. Blocks rather than single
+side's, each block after a 50 ms pause and then its own warm-up. Blocks rather than single
 alternating repetitions: PyTorch's OpenMP workers and oxide's team workers keep
 spinning briefly after work, so interleaving single repetitions makes each side pay
 for the other's busy threads on these 2-core machines. Rounds rather than one block
@@ -27,8 +27,10 @@ Groups and targets:
 - reductions over 1e7 float32 (1000x10000): sum, sum(0), sum(1), mean, amax; <= 1.2.
   These warm up for 8 repetitions: on both devices the first 5 to 8 repetitions of a
   40 MB pass run up to twice as slow as the steady state (the L3 cache fills up over
-  several passes), which with 2 warm-ups put a different mix of cold repetitions
-  into each side's median.
+  several passes, and the machine comes back slowly from the pause between blocks),
+  which with 2 warm-ups put a different mix of cold repetitions into each side's
+  median. The warm-up runs after the pause, not before it: before, every block's
+  first four repetitions still ran slow on both sides.
 - float32 GEMM ``torch.mm``, square 512/1024/2048, with GFLOP/s; <= 1.25
 - per-call overhead on 1-element tensors: add, mul, sum, 1x1 mm, timed over many
   calls; <= 1.5. Once in the default (asynchronous) mode, where each call queues a
@@ -443,10 +445,15 @@ def run_case(case: Case) -> Result:
                     activities.append(torch.profiler.ProfilerActivity.PrivateUse1)
                 profiler = torch.profiler.profile(activities=activities)
             with torch.oxide._LaunchBlocking() if blocking else contextlib.nullcontext(), profiler:
+                # Let the other side's worker threads go idle, then warm this side up:
+                # after the pause both devices' first repetitions of a 1 ms reduction
+                # ran up to twice as slow, settling only by the fifth (per-repetition
+                # data, 2026-12-07), so warming up before the pause put that ramp
+                # inside the timed repetitions.
+                time.sleep(0.05)
                 for _ in range(case.warmup):
                     run()
                 sync()
-                time.sleep(0.05)  # let the other side's worker threads go idle
                 for _ in range(per_round):
                     times.append(_time_rep(run, case.calls, sync))
     after = torch.oxide.fallback_stats()
