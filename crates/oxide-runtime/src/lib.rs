@@ -35,7 +35,7 @@ pub use graph::{Graph, Node};
 pub use host::HostMemory;
 pub use philox::Philox4x32;
 pub use stream::{
-    host_waiting, on_stream_worker, set_wait_hook, Fence, Priority, Record, StreamId, Streams, Work, DEFAULT_STREAM,
+    host_waiting, on_stream_worker, set_wait_hooks, Fence, Priority, Record, StreamId, Streams, Work, DEFAULT_STREAM,
 };
 
 /// One device: its caching allocator (owning its memory) and its streams.

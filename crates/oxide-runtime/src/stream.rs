@@ -84,7 +84,10 @@ const WORKER_SPIN: Duration = Duration::from_micros(50);
 /// wait) polls for the completion before it sleeps. Woken from sleep, it waited for
 /// the scheduler: on the 2-vCPU VMs a synchronize after one 20 us launch took a median
 /// 360 us (`layer_norm` on [512, 256], ARCHITECTURE.md). Polling yields the core, so
-/// the kernel it waits for keeps running on it.
+/// the kernel it waits for keeps running on it; but it still competes for that core,
+/// so a host that shares its CPU with a kernel thread running a task sleeps at once
+/// (the `crowding` hook of [`set_wait_hooks`]): on 2 vCPUs, a host polling on the team
+/// worker's CPU made a 1 ms 40 MB `mean` take 2.4x as long.
 const HOST_SPIN: Duration = Duration::from_micros(200);
 
 thread_local! {
@@ -97,8 +100,14 @@ thread_local! {
 /// Host threads (any thread but a stream worker) waiting for a stream right now.
 static HOST_WAITERS: AtomicUsize = AtomicUsize::new(0);
 
-/// Called by a host thread that is about to wait for a stream (see [`set_wait_hook`]).
-static WAIT_HOOK: OnceLock<fn()> = OnceLock::new();
+/// What a host thread calls while it waits for a stream (see [`set_wait_hooks`]).
+#[derive(Clone, Copy)]
+struct WaitHooks {
+    help: fn(),
+    crowding: fn() -> bool,
+}
+
+static WAIT_HOOKS: OnceLock<WaitHooks> = OnceLock::new();
 
 /// True when the calling thread is a stream worker.
 pub fn on_stream_worker() -> bool {
@@ -111,12 +120,15 @@ pub fn host_waiting() -> bool {
     HOST_WAITERS.load(Ordering::SeqCst) > 0
 }
 
-/// Installs `hook`, which a host thread calls each time before it sleeps waiting
-/// for a stream (once per process; later calls are ignored). The extension
-/// installs the kernel team's helper here, so a waiting host runs the remaining
-/// parts of the kernel a stream worker is running instead of idling.
-pub fn set_wait_hook(hook: fn()) {
-    let _ = WAIT_HOOK.set(hook);
+/// Installs what a host thread calls while it waits for a stream (once per process;
+/// later calls are ignored): `help` once before it polls, and `crowding` at each poll,
+/// which ends the poll when it returns true. The extension installs the kernel team's
+/// helper as `help`, so a waiting host runs the remaining parts of the kernel a stream
+/// worker is running instead of idling, and as `crowding` the team's test of whether
+/// the host shares its CPU with a kernel thread running a task (polling there would
+/// take the CPU from that kernel).
+pub fn set_wait_hooks(help: fn(), crowding: fn() -> bool) {
+    let _ = WAIT_HOOKS.set(WaitHooks { help, crowding });
 }
 
 /// Records a stream holds before a launching thread waits for it to run some
@@ -253,7 +265,7 @@ impl StreamState {
     /// waiter whose record has not completed registers again.
     ///
     /// A host thread counts in [`host_waiting`] while it waits and first runs the
-    /// wait hook (helping with the kernel running now), then sleeps.
+    /// wait hooks (helping with the kernel running now), polls, then sleeps.
     pub fn wait_for(&self, seq: u64) {
         let host = !on_stream_worker();
         if host {
@@ -265,11 +277,15 @@ impl StreamState {
         }
         if host {
             HOST_WAITERS.fetch_add(1, Ordering::SeqCst);
-            if let Some(hook) = WAIT_HOOK.get() {
-                hook();
+            let hooks = WAIT_HOOKS.get().copied();
+            if let Some(h) = hooks {
+                (h.help)();
             }
             let start = Instant::now();
             while !self.is_complete(seq) && start.elapsed() < HOST_SPIN {
+                if hooks.is_some_and(|h| (h.crowding)()) {
+                    break;
+                }
                 std::thread::yield_now();
             }
         }

@@ -352,7 +352,7 @@ fn oxide_c(m: &Bound<'_, PyModule>) -> PyResult<()> {
     oxide_kernels::engine::team::set_narrow_policy(|| {
         oxide_runtime::on_stream_worker() && !oxide_runtime::host_waiting()
     });
-    oxide_runtime::set_wait_hook(oxide_kernels::engine::team::help);
+    oxide_runtime::set_wait_hooks(oxide_kernels::engine::team::help, oxide_kernels::engine::team::crowding_a_worker);
     ipc::register(m)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
