@@ -87,7 +87,8 @@ const WORKER_SPIN: Duration = Duration::from_micros(50);
 /// the kernel it waits for keeps running on it; but it still competes for that core,
 /// so a host that shares its CPU with a kernel thread running a task sleeps at once
 /// (the `crowding` hook of [`set_wait_hooks`]): on 2 vCPUs, a host polling on the team
-/// worker's CPU made a 1 ms 40 MB `mean` take 2.4x as long.
+/// worker's CPU made a 1 ms 40 MB `mean` take about twice as long
+/// (`benchmarks/placement.py`, ARCHITECTURE.md).
 const HOST_SPIN: Duration = Duration::from_micros(200);
 
 thread_local! {

@@ -523,10 +523,8 @@ pub fn help() {
 /// Whether the calling thread shares its CPU with a team worker that has a task of
 /// the launch running now (the CPU its last task ran on). A host thread waiting for
 /// the device asks this at each poll and sleeps instead when it is true: polling
-/// there takes the CPU from the kernel it waits for. Measured on the 2-vCPU VMs,
-/// with the stream worker, the team worker and the host pinned: a 1 ms 40 MB
-/// `mean` synchronised after each call took 2.4-2.5x CPU's time with the host on
-/// the team worker's CPU, 1.1-1.4x with it on the stream worker's.
+/// there takes the CPU from the kernel it waits for (`benchmarks/placement.py`;
+/// figures in ARCHITECTURE.md).
 pub fn crowding_a_worker() -> bool {
     let Some(team) = TEAM.get().copied().flatten() else { return false };
     if team.pending.load(Acquire) == 0 {
