@@ -1,6 +1,6 @@
 """ResNet-18's 3x3 convolution layers one by one, oxide against CPU PyTorch (oneDNN).
 
-    python benchmarks/convlayers.py [--batch 8] [--threads 2] [--rounds 4]
+    python benchmarks/convlayers.py [--batch 8] [--threads 2] [--rounds 4] [--layers 64:16,128:8]
 
 `make bench-models` times whole ResNet-18 steps (8x3x64x64 images); this splits
 out the layers that decide them: the stride-1 3x3 convolutions of each stage, at
@@ -9,7 +9,8 @@ For each it times the forward alone and forward + backward (input and weight
 gradients), median milliseconds per call with a synchronize after each, the two
 devices alternating in blocks (``--rounds`` of them) so that a slow phase of the
 machine lands on both. Prints one table row per layer and the ratio oxide / CPU
-(lower is better). Numbers from it are quoted in ARCHITECTURE.md (Measurements).
+(lower is better). ``--layers`` times other 3x3 "same" layers instead, as
+``channels:size`` pairs (``64:56`` is ImageNet ResNet's first stage). Numbers from it are quoted in ARCHITECTURE.md (Measurements).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4, help="alternating blocks per device")
     parser.add_argument("--reps", type=int, default=10, help="timed calls per block")
+    parser.add_argument(
+        "--layers",
+        type=lambda v: tuple(tuple(int(n) for n in p.split(":")) for p in v.split(",")),
+        default=LAYERS,
+        help="channels:size pairs, comma-separated (default: ResNet-18's on 64x64 images)",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     print("| layer | fwd cpu ms | fwd oxide ms | ratio | fwd+bwd cpu ms | fwd+bwd oxide ms | ratio |")
     print("|---|---|---|---|---|---|---|")
-    for channels, size in LAYERS:
+    for channels, size in args.layers:
         shape = (args.batch, channels, size, size)
         gen = torch.Generator().manual_seed(0)
         x0 = torch.randn(shape, generator=gen)

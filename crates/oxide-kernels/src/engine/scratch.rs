@@ -28,6 +28,16 @@ pub(crate) unsafe trait Plain: Copy {}
 unsafe impl Plain for f32 {}
 // SAFETY: as above.
 unsafe impl Plain for f64 {}
+// SAFETY: as above (integers: every bit pattern is a value too).
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
+unsafe impl Plain for i8 {}
+// SAFETY: as above.
+unsafe impl Plain for i16 {}
+// SAFETY: as above.
+unsafe impl Plain for i32 {}
+// SAFETY: as above.
+unsafe impl Plain for i64 {}
 
 /// Runs `f` on a buffer of `len` elements of `C` whose contents are unspecified
 /// (values left by an earlier use on this thread, or zeros): callers write

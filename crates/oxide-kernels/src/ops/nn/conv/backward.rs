@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use super::columns::{
     col2im_scratch, columns, for_each_channel, gather, im2col, product_to_samples, ColumnBlock, Planes,
 };
+use super::mec::Mec;
 use super::{block_columns, product, Acc, Conv, Out, Plan, Scratch, Storage, MIN_DEPTH_COLUMNS};
 
 /// What the backward reads, as compute-type slices: the output gradient `gy`, the
@@ -116,7 +117,7 @@ fn backward_chunk<C: Acc>(
 fn backward<C: Acc>(
     cv: &Conv,
     ins: Inputs<C>,
-    gx: Option<&mut [C]>,
+    mut gx: Option<&mut [C]>,
     mut gw: Option<&mut [C]>,
     gb: Option<&mut [C]>,
     threads: usize,
@@ -140,6 +141,12 @@ fn backward<C: Acc>(
             gx.fill(C::ZERO);
         }
         return Ok(());
+    }
+    // The input gradient through the MEC lowering where it applies (see `mec`);
+    // im2col below for the rest.
+    if let (Some(mec), Some(g)) = (Mec::flipped(cv).as_ref().and_then(Mec::new), gx.as_deref_mut()) {
+        mec.forward(gy, &Mec::flip_weight(cv, ins.w), None, g, threads)?;
+        gx = None;
     }
     if gx.is_none() && gw.is_none() {
         return Ok(());

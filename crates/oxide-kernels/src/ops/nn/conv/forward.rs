@@ -7,6 +7,7 @@ use crate::engine::iter::try_for_each_chunk_mut;
 use crate::error::{Error, Result};
 
 use super::columns::{add_bias, col2im_scratch, columns, gather, im2col, product_to_samples, ColumnBlock, Planes};
+use super::mec::Mec;
 use super::{block_columns, product, Acc, Conv, Out, Plan, Scratch, Storage};
 
 /// Output of `nb` consecutive samples: `x` `(nb, C_in, *input)` into `y` `(nb, C_out, *output)`.
@@ -80,6 +81,9 @@ fn forward_chunk<C: Acc>(
 fn forward<C: Acc>(cv: &Conv, x: &[C], w: &[C], bias: Option<&[C]>, y: &mut [C], threads: usize) -> Result<()> {
     if cv.batch == 0 || y.is_empty() {
         return Ok(());
+    }
+    if let Some(mec) = Mec::new(cv) {
+        return mec.forward(x, w, bias, y, threads);
     }
     let (xs, ys) = (x.len() / cv.batch, y.len() / cv.batch);
     let plan = Plan::new(cv, threads, true);

@@ -38,6 +38,12 @@
 //! in their own type with wrapping arithmetic (CPU PyTorch convolves integers too;
 //! `linalg::gemm`'s plain loop, nothing fast). Other dtypes: [`Error::UnsupportedDtype`].
 //!
+//! 2-d convolutions with unit height stride and enough channels and output
+//! positions take another lowering for the forward and (unit strides) the input
+//! gradient: `mec`'s, which unfolds along the kernel's width only and turns the
+//! height taps into shifted views of that matrix (three copies of the input for 3x3
+//! instead of nine).
+//!
 //! Batching and parallelism: consecutive samples share one GEMM, their columns
 //! side by side (`(C * K, nb * L)`), about [`TARGET_COLUMNS`] columns per product
 //! (in the forward, fewer where they fit [`FORWARD_CACHE_COLUMNS`]) and at most
@@ -62,6 +68,7 @@ use crate::ops::linalg::gemm::{gemm, GemmShape, Matrix, SPLIT_MACS};
 mod backward;
 mod columns;
 mod forward;
+mod mec;
 #[cfg(test)]
 mod tests;
 mod unfold;
@@ -393,7 +400,7 @@ impl FlatTap {
 }
 
 /// The compute types: float32, float64 and the integers (wrapping, as C++).
-trait Acc: Num + Send + Sync {
+trait Acc: Num + Send + Sync + crate::engine::scratch::Plain {
     /// The sum of every element of `planes` (the bias gradient).
     fn total<'a>(planes: impl Iterator<Item = &'a [Self]>) -> Self;
 }

@@ -432,3 +432,58 @@ fn unfold_matches_direct_indexing_and_fold_is_its_adjoint() {
     let r = unsafe { fold(DType::Bool, &u, std::ptr::null(), std::ptr::null_mut(), 1) };
     assert!(matches!(r, Err(Error::UnsupportedDtype { .. })));
 }
+
+#[test]
+fn mec_lowering_matches_direct_convolution() {
+    // Each case takes the MEC lowering (`mec`) for its forward; those with unit
+    // strides, `padding <= dilation * (kernel - 1)` and 32 output channels per group
+    // also for the input gradient (the flipped convolution). The weight gradient is
+    // im2col's.
+    let unit = [
+        // ResNet's 3x3 "same" layer, a non-square map.
+        case((3, 32, 32, 1), &[12, 11], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        // Two groups of 32 channels.
+        case((2, 64, 64, 2), &[12, 12], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        // Dilated, unequal paddings (the flipped convolution pads 3 and 0).
+        case((1, 32, 33, 1), &[13, 11], &[3, 3], &[1, 1], &[1, 2], &[2, 1]),
+        // A 5x5 window: the halo is four rows.
+        case((2, 32, 32, 1), &[12, 12], &[5, 5], &[1, 1], &[2, 2], &[1, 1]),
+    ];
+    // Input gradient through im2col: too few output channels (also: bands of three
+    // output rows, 3, 3 and 2, for 273-wide rows; one-row bands for 700-wide ones); a
+    // width stride of 2 with a 3x2 dilated window.
+    let others = [
+        case((2, 32, 8, 1), &[12, 11], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        case((1, 32, 2, 1), &[8, 273], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        case((1, 32, 1, 1), &[3, 700], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        case((2, 32, 32, 1), &[16, 17], &[3, 2], &[1, 2], &[2, 1], &[2, 3]),
+    ];
+    let band = |c: &Case| mec::Mec::new(&c.conv()).map(|m| m.band());
+    assert_eq!((band(&others[1]), band(&others[2]), band(&unit[0])), (Some(3), Some(1), Some(12)));
+    for (k, c) in unit.iter().chain(&others).enumerate() {
+        let cv = c.conv();
+        assert!(mec::Mec::new(&cv).is_some(), "{cv:?} takes the lowering");
+        let flipped = mec::Mec::flipped(&cv).as_ref().and_then(mec::Mec::new);
+        assert_eq!(flipped.is_some(), k < unit.len(), "{cv:?}");
+        for threads in [1, 2] {
+            check::<f64>(c, threads, 1e-12);
+            check::<f32>(c, threads, 1e-5);
+        }
+    }
+    for c in &unit[..2] {
+        for threads in [1, 2] {
+            check::<half::f16>(c, threads, 2e-3);
+            check::<half::bf16>(c, threads, 1e-2);
+            check::<i32>(c, threads, 0.0);
+        }
+    }
+    // Too few channels or positions, a strided height, a transposed convolution: im2col.
+    for c in [
+        case((2, 16, 8, 1), &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        case((2, 32, 8, 1), &[8, 8], &[3, 3], &[1, 1], &[1, 1], &[1, 1]),
+        case((2, 32, 8, 1), &[16, 16], &[3, 3], &[2, 1], &[1, 1], &[1, 1]),
+        case((2, 32, 8, 1), &[16, 16], &[3, 3], &[1, 1], &[1, 1], &[1, 1]).transposed(&[0, 0]),
+    ] {
+        assert!(mec::Mec::new(&c.conv()).is_none(), "{:?}", c.conv());
+    }
+}
