@@ -51,6 +51,12 @@ impl ColumnBlock {
 /// of every row. Laying the samples side by side lets one GEMM cover them all, and a
 /// part of the grid lets a large image's columns be made a cache-sized block at a time
 /// (see [`Plan`](super::Plan)).
+/// Shortest strided line [`im2col`] copies with whole-stride steps (vector shuffles)
+/// rather than one indexed load per entry. Measured (ARCHITECTURE.md, Measurements):
+/// faster for ResNet-18's 7x7 stem (32-entry lines), not for its stride-2 3x3 layers
+/// (8 and 4 entries).
+const MIN_SHUFFLED: usize = 16;
+
 pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: usize, cols: &mut [C], threads: usize) {
     let ColumnBlock { channels, nb, p0, p1 } = blk;
     let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);
@@ -85,6 +91,16 @@ pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: 
                     let line = &mut line[lo - ka..hi - ka];
                     if s2 == 1 {
                         line.copy_from_slice(&img[first..first + line.len()]);
+                    } else if let Some((last, rest)) =
+                        line.split_last_mut().filter(|(_, rest)| rest.len() + 1 >= MIN_SHUFFLED)
+                    {
+                        // Whole strides (the last entry apart, whose stride may run past
+                        // the image): a loop LLVM turns into vector shuffles.
+                        let run = &img[first..first + rest.len() * s2];
+                        for (v, step) in rest.iter_mut().zip(run.chunks_exact(s2)) {
+                            *v = step[0];
+                        }
+                        *last = img[first + rest.len() * s2];
                     } else {
                         for (k, v) in line.iter_mut().enumerate() {
                             *v = img[first + k * s2];

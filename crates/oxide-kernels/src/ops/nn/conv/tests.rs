@@ -197,6 +197,10 @@ fn cases() -> Vec<Case> {
         case((2, 2, 2, 1), &[3, 3], &[5, 5], &[1, 1], &[2, 2], &[1, 1]),
         case((2, 2, 3, 1), &[5, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]),
         case((2, 2, 3, 1), &[3, 4, 5], &[3, 3, 3], &[2, 1, 1], &[1, 1, 1], &[1, 1, 1]).transposed(&[0, 0, 0]),
+        // Strided lines of MIN_SHUFFLED entries or more: stride 3 with padding; stride 2
+        // whose last entry reads the image's last column (a whole stride would pass it).
+        case((2, 3, 4, 1), &[5, 60], &[3, 3], &[1, 3], &[1, 1], &[1, 1]),
+        case((2, 3, 4, 1), &[4, 33], &[1, 1], &[1, 2], &[0, 0], &[1, 1]),
     ]
 }
 
