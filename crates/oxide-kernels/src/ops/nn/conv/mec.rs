@@ -70,7 +70,7 @@ pub(super) struct Mec {
 }
 
 impl Mec {
-    /// The lowering of `cv` when it applies: a 2-d (or 1-d) convolution, not
+    /// The lowering of `cv` when it applies: a 2-d convolution, not
     /// transposed, unit height stride, a kernel more than one row tall, and enough
     /// channels and output positions (see the constants).
     pub(super) fn new(cv: &Conv) -> Option<Mec> {
