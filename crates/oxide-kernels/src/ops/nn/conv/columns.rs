@@ -45,18 +45,18 @@ impl ColumnBlock {
     }
 }
 
-/// Unfolds grid positions `[p0, p1)` of `nb` images into one column matrix `cols`
-/// `(channels * taps, nb * (p1 - p0))` (`blk`), row-major: image `j` `(channels, *w.image)`
-/// starts at `image[j * sample]` and fills columns `[j * (p1 - p0), (j + 1) * (p1 - p0))`
-/// of every row. Laying the samples side by side lets one GEMM cover them all, and a
-/// part of the grid lets a large image's columns be made a cache-sized block at a time
-/// (see [`Plan`](super::Plan)).
 /// Shortest strided line [`im2col`] copies with whole-stride steps (vector shuffles)
 /// rather than one indexed load per entry. Measured (ARCHITECTURE.md, Measurements):
 /// faster for ResNet-18's 7x7 stem (32-entry lines), not for its stride-2 3x3 layers
 /// (8 and 4 entries).
 const MIN_SHUFFLED: usize = 16;
 
+/// Unfolds grid positions `[p0, p1)` of `nb` images into one column matrix `cols`
+/// `(channels * taps, nb * (p1 - p0))` (`blk`), row-major: image `j` `(channels, *w.image)`
+/// starts at `image[j * sample]` and fills columns `[j * (p1 - p0), (j + 1) * (p1 - p0))`
+/// of every row. Laying the samples side by side lets one GEMM cover them all, and a
+/// part of the grid lets a large image's columns be made a cache-sized block at a time
+/// (see [`Plan`](super::Plan)).
 pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: usize, cols: &mut [C], threads: usize) {
     let ColumnBlock { channels, nb, p0, p1 } = blk;
     let (il, taps, bl) = (w.image_len(), w.taps(), p1 - p0);

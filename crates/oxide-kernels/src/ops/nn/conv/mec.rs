@@ -31,7 +31,7 @@ use crate::engine::iter::try_for_each_chunk_mut;
 use crate::engine::scratch;
 use crate::error::Result;
 
-use super::{product, Acc, Conv, MAX_SPATIAL};
+use super::{product, Acc, Conv, Window, MAX_SPATIAL};
 
 /// Fewest output positions per sample: each product is one sample (or band) wide,
 /// and narrower ones lose GEMM speed (ResNet-18's 4x4 maps stay with im2col's
@@ -64,7 +64,8 @@ pub(super) struct Mec {
     kw: usize,
     pad: [usize; 2],
     dil: [usize; 2],
-    stride_w: usize,
+    /// The convolution's window, for where each width tap lands in the image.
+    win: Window,
     /// Output rows per band.
     band: usize,
 }
@@ -101,7 +102,7 @@ impl Mec {
             kw,
             pad: [cv.padding[1], cv.padding[2]],
             dil: [cv.dilation[1], cv.dilation[2]],
-            stride_w: cv.stride[2],
+            win: cv.window(),
             band,
         })
     }
@@ -198,12 +199,9 @@ impl Mec {
             let img = &x[c * self.h * self.w..(c + 1) * self.h * self.w];
             for j in 0..self.kw {
                 let dst = &mut low[(c * self.kw + j) * plane..][..plane];
-                // Output column `ow` reads input column `ow * s + j * d - p`: inside for [lo, hi).
-                let off = (j * self.dil[1]) as isize - self.pad[1] as isize;
-                let s = self.stride_w;
-                let lo = if off >= 0 { 0 } else { off.unsigned_abs().div_ceil(s) }.min(wo);
-                let limit = self.w as isize - off;
-                let hi = if limit <= 0 { 0 } else { (limit as usize).div_ceil(s).min(wo) }.max(lo);
+                // Output column `ow` reads input column `ow * s + off`: inside for [lo, hi).
+                let (off, s) = (self.win.offset(2, j), self.win.stride[2]);
+                let (lo, hi) = self.win.inside(2, j);
                 for (r, line) in dst.chunks_exact_mut(wo).enumerate() {
                     // Padded row r0 + r is input row r0 + r - pad.
                     let ih = (r0 + r).checked_sub(self.pad[0]).filter(|&ih| ih < self.h);
