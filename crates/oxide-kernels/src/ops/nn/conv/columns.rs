@@ -45,10 +45,10 @@ impl ColumnBlock {
     }
 }
 
-/// Shortest strided line [`im2col`] copies with whole-stride steps (vector shuffles)
-/// rather than one indexed load per entry. Measured (ARCHITECTURE.md, Measurements):
-/// faster for ResNet-18's 7x7 stem (32-entry lines), not for its stride-2 3x3 layers
-/// (8 and 4 entries).
+/// Shortest line with a stride other than 1 and 2 that [`im2col`] copies with
+/// whole-stride steps (vector shuffles) rather than one indexed load per entry. Measured
+/// (ARCHITECTURE.md, Measurements) with a stride known only at run time: faster for
+/// 32-entry lines, not for 8 and 4. Stride 2 takes [`gather_strides`] at any length.
 const MIN_SHUFFLED: usize = 16;
 
 /// Unfolds grid positions `[p0, p1)` of `nb` images into one column matrix `cols`
@@ -92,13 +92,17 @@ pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: 
                     if s2 == 1 {
                         line.copy_from_slice(&img[first..first + line.len()]);
                     } else if let Some((last, rest)) =
-                        line.split_last_mut().filter(|(_, rest)| rest.len() + 1 >= MIN_SHUFFLED)
+                        line.split_last_mut().filter(|(_, rest)| s2 == 2 || rest.len() + 1 >= MIN_SHUFFLED)
                     {
                         // Whole strides (the last entry apart, whose stride may run past
                         // the image): a loop LLVM turns into vector shuffles.
                         let run = &img[first..first + rest.len() * s2];
-                        for (v, step) in rest.iter_mut().zip(run.chunks_exact(s2)) {
-                            *v = step[0];
+                        if s2 == 2 {
+                            gather_strides::<C, 2>(rest, run);
+                        } else {
+                            for (v, step) in rest.iter_mut().zip(run.chunks_exact(s2)) {
+                                *v = step[0];
+                            }
                         }
                         *last = img[first + rest.len() * s2];
                     } else {
@@ -110,6 +114,18 @@ pub(super) fn im2col<C: Acc>(w: &Window, blk: ColumnBlock, image: &[C], sample: 
             }
         }
     });
+}
+
+/// `line[k] = run[k * S]`: with the stride a constant, LLVM knows the loads' pattern
+/// and turns them into two-register permutes. Stride 2 (every downsampling layer) is
+/// worth its own copy of the loop: 32-entry lines took 8 ns instead of 15 with the
+/// stride known only at run time, and 8-entry lines no longer than an indexed loop
+/// (one thread, AVX-512 build, ARCHITECTURE.md, Measurements).
+#[inline(always)]
+fn gather_strides<C: Copy, const S: usize>(line: &mut [C], run: &[C]) {
+    for (v, step) in line.iter_mut().zip(run.chunks_exact(S)) {
+        *v = step[0];
+    }
 }
 
 /// Folds `cols` `(channels * taps, nb * (p1 - p0))` (`blk`: the layout [`im2col`] writes
