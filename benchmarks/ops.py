@@ -40,6 +40,9 @@ Groups and targets:
   plus backward (input, weight and bias gradients); <= 1.3
 - informative, no target: contiguous copy of a transposed 4096x4096, float32->float16
   cast, softmax.
+- optimizer steps, no target: the single passes torch.optim's ``SGD(fused=True)``
+  (momentum) and ``Adam(fused=True)`` make over ResNet-18's 11.2M float32 parameters
+  (``_fused_sgd_``, ``_fused_adam_``), with bytes moved per step as GB/s.
 - norms and softmax, float32, no target: layer_norm on (512, 256), batch_norm in
   training mode on (8, 64, 32, 32), softmax and log_softmax along the last dimension
   of (512, 1000); each forward alone and forward plus backward (input, and for the
@@ -256,6 +259,66 @@ def _add_inplace(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.add_(b, alpha=-1e-3)
 
 
+# Parameter sizes of ResNet-18 with 10 classes (conv weights, the fc layer, and each
+# batch norm's weight and bias), 11.2M float32 elements: the optimizer cases step them.
+RESNET18_PARAMS = (
+    [64 * 3 * 49]
+    + [64 * 64 * 9] * 4
+    + [128 * 64 * 9, 128 * 64]
+    + [128 * 128 * 9] * 3
+    + [256 * 128 * 9, 256 * 128]
+    + [256 * 256 * 9] * 3
+    + [512 * 256 * 9, 512 * 256]
+    + [512 * 512 * 9] * 3
+    + [512 * 10, 10]
+    + [c for c in (64,) * 10 + (128,) * 10 + (256,) * 10 + (512,) * 10]
+)
+
+
+def _optim_inputs(lists: int) -> Callable[[], Sequence[torch.Tensor]]:
+    """``lists`` tensors per parameter (parameters, gradients, state), flattened."""
+    return lambda: tuple(torch.randn(n) for _ in range(lists) for n in RESNET18_PARAMS)
+
+
+def _fused_sgd_step(*ts: torch.Tensor) -> torch.Tensor:
+    k = len(RESNET18_PARAMS)
+    torch._fused_sgd_(
+        list(ts[:k]),
+        list(ts[k : 2 * k]),
+        list(ts[2 * k :]),
+        weight_decay=0.0,
+        momentum=0.9,
+        lr=1e-3,
+        dampening=0.0,
+        nesterov=False,
+        maximize=False,
+        is_first_step=False,
+    )
+    return ts[0]
+
+
+def _fused_adam_step(*ts: torch.Tensor) -> torch.Tensor:
+    k = len(RESNET18_PARAMS)
+    params, grads, avgs, sqs = (list(ts[i * k : (i + 1) * k]) for i in range(4))
+    steps = [torch.ones((), device=p.device) for p in params]
+    torch._fused_adam_(
+        params,
+        grads,
+        avgs,
+        [s.abs_() for s in sqs],
+        [],
+        steps,
+        lr=1e-3,
+        beta1=0.9,
+        beta2=0.999,
+        weight_decay=0.0,
+        eps=1e-8,
+        amsgrad=False,
+        maximize=False,
+    )
+    return ts[0]
+
+
 def cases() -> list[Case]:
     mat = (1000, 10_000)  # 1e7 elements
     out: list[Case] = [
@@ -283,6 +346,13 @@ def cases() -> list[Case]:
         Case("sum(dim=1)", "reduction", "1000x10000", _randn(*mat), lambda x: x.sum(1), target=1.2, reps=15, warmup=8),
         Case("mean", "reduction", "1000x10000", _randn(*mat), torch.mean, target=1.2, reps=15, warmup=8),
         Case("amax", "reduction", "1000x10000", _randn(*mat), torch.amax, target=1.2, reps=15, warmup=8),
+    ]
+    # The steps torch.optim's SGD(fused=True) and Adam(fused=True) take, over ResNet-18's
+    # parameters: one pass reading and writing every list.
+    elems = sum(RESNET18_PARAMS)
+    out += [
+        Case("SGD(fused) step", "optim", "ResNet-18", _optim_inputs(3), _fused_sgd_step, reps=10, bytes=20.0 * elems),
+        Case("Adam(fused) step", "optim", "ResNet-18", _optim_inputs(4), _fused_adam_step, reps=10, bytes=28.0 * elems),
     ]
     for n, reps in ((512, 20), (1024, 10), (2048, 5)):
         out.append(
